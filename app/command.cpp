@@ -1,0 +1,75 @@
+#include "app/command.h"
+
+#include "common/error.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+namespace tierlab::app {
+namespace {
+
+struct Entry {
+  const char* name;
+  int order;
+  SetupFn setup;
+};
+
+std::vector<Entry>& registry() {
+  static std::vector<Entry> entries;
+  return entries;
+}
+
+int g_exit_status = 0;
+
+}  // namespace
+
+Registration::Registration(const char* name, int order, SetupFn setup) {
+  registry().push_back({name, order, setup});
+}
+
+void setup_all(CLI::App& app) {
+  auto entries = registry();
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.order != b.order ? a.order < b.order : std::string(a.name) < b.name;
+  });
+  for (const auto& e : entries) e.setup(app);
+}
+
+void set_exit_status(int status) { g_exit_status = status; }
+
+int run_cli(const std::vector<std::string>& args) {
+  g_exit_status = 0;
+  CLI::App app{
+      "tierlab: what would this PostgreSQL workload do on another storage tier?\n"
+      "Captures traffic and block I/O, replays it, simulates storage tiers and\n"
+      "projects throughput and latency per tier.",
+      "tierlab"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tierlab 0.1.0");
+  setup_all(app);
+  // CLI11 wants argv order reversed for the vector overload.
+  std::vector<std::string> rev(args.rbegin(), args.rend());
+  try {
+    app.parse(rev);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One line, then status 2, for every kind of bad command line.
+    std::cerr << "tierlab: " << e.what() << "\n";
+    return 2;
+  } catch (const InputError& e) {
+    std::cerr << "tierlab: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tierlab: " << e.what() << "\n";
+    return 1;
+  }
+  return g_exit_status;
+}
+
+}  // namespace tierlab::app

@@ -1,0 +1,40 @@
+// Subcommand registry of the tierlab CLI.
+//
+// Each app/<name>.cpp holds one subcommand (or one group of them): an options
+// struct with defaults for every member, a setup function that declares the
+// flags on a CLI::App, and a run function. It registers itself with
+//
+//   static const tierlab::app::Registration reg{"trace", 10, &setup_trace};
+//
+// where the number orders the subcommands in --help. setup() must attach a
+// callback (CLI::App::callback) that runs the command; the options struct is
+// kept alive by a shared_ptr captured in that callback. run functions throw
+// InputError / RuntimeError; main() turns them into one line and an exit code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+namespace tierlab::app {
+
+using SetupFn = void (*)(CLI::App& parent);
+
+struct Registration {
+  Registration(const char* name, int order, SetupFn setup);
+};
+
+// Builds the whole CLI on `app`, every registered subcommand in order.
+void setup_all(CLI::App& app);
+
+// Parses and runs `args` (without argv[0]) as the tierlab binary would.
+// Returns the exit status; messages go to stdout/stderr. Tests use this.
+int run_cli(const std::vector<std::string>& args);
+
+// Exit status set by a command's callback when it completes without throwing
+// but wants a non-zero status (e.g. replay finished with divergence and the
+// user asked for --fail-on-divergence).
+void set_exit_status(int status);
+
+}  // namespace tierlab::app

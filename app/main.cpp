@@ -1,0 +1,10 @@
+#include "app/command.h"
+
+#include <csignal>
+
+int main(int argc, char** argv) {
+  // A closed socket or pipe is an error to handle, not a reason to die.
+  std::signal(SIGPIPE, SIG_IGN);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  return tierlab::app::run_cli(args);
+}

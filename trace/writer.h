@@ -1,0 +1,85 @@
+// Writing a tierlab trace.
+//
+// A trace is a header followed by chunks; each chunk holds many records,
+// is compressed and carries a CRC32C, and is written with one write() so a
+// writer killed at any moment leaves every earlier chunk readable. close()
+// writes the end record; a trace without it is "unterminated" but readable.
+//
+// Writer is single-threaded: one thread owns it (capture feeds it through a
+// queue). write() does not allocate in steady state except when a new string
+// is interned.
+#pragma once
+
+#include "trace/record.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tierlab::trace {
+
+// Where the bytes go. Tests use MemorySink.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  // Appends all of `data` or throws RuntimeError.
+  virtual void append(const void* data, size_t len) = 0;
+  // Makes appended bytes durable (fdatasync for files). Default: nothing.
+  virtual void sync() {}
+};
+
+// A file created with mode 0600 (traces hold SQL and parameter values).
+// Throws InputError if the path cannot be created.
+std::unique_ptr<Sink> file_sink(const std::string& path);
+
+class MemorySink : public Sink {
+ public:
+  void append(const void* data, size_t len) override;
+  std::vector<uint8_t>& bytes() { return bytes_; }
+
+ private:
+  std::vector<uint8_t> bytes_;
+};
+
+struct WriterOptions {
+  size_t chunk_bytes = 256 * 1024;  // uncompressed bytes per chunk
+  int compression_level = 1;        // zstd level; 0 stores chunks raw
+};
+
+class Writer {
+ public:
+  // Writes the header at once. Clock origin and realtime offset are taken
+  // now unless given.
+  explicit Writer(std::unique_ptr<Sink> sink, WriterOptions opts = {});
+  ~Writer();  // closes if not closed; never throws
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  void write(const Record& r);
+  // Convenience for write({ts, session, body}).
+  void write(Nanos ts, uint64_t session, const Body& body) {
+    write(Record{ts, session, body});
+  }
+
+  // Ends the current chunk and writes it out (no fsync).
+  void flush();
+  // Flushes, writes the end record and syncs. Further writes throw.
+  void close();
+
+  uint64_t records_written() const;
+  uint64_t bytes_written() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Convenience: Writer on file_sink(path).
+std::unique_ptr<Writer> open_writer(const std::string& path, WriterOptions opts = {});
+
+// Current CLOCK_MONOTONIC time in nanoseconds.
+Nanos monotonic_now();
+
+}  // namespace tierlab::trace
