@@ -73,3 +73,15 @@ int run_cli(const std::vector<std::string>& args) {
 }
 
 }  // namespace tierlab::app
+
+namespace tierlab::app {
+
+CLI::App& group(CLI::App& parent, const std::string& name, const std::string& description) {
+  for (auto* existing : parent.get_subcommands({}))
+    if (existing->get_name() == name) return *existing;
+  auto* sub = parent.add_subcommand(name, description);
+  sub->require_subcommand(1);
+  return *sub;
+}
+
+}  // namespace tierlab::app

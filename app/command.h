@@ -38,3 +38,12 @@ int run_cli(const std::vector<std::string>& args);
 void set_exit_status(int status);
 
 }  // namespace tierlab::app
+
+namespace tierlab::app {
+
+// The subcommand `name` of `parent`, created with `description` if it does
+// not exist yet. Subcommand groups ("capture", "iosim", "trace") are shared
+// by several files this way.
+CLI::App& group(CLI::App& parent, const std::string& name, const std::string& description);
+
+}  // namespace tierlab::app
