@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -462,6 +463,7 @@ void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
 
 void ProfileBuilder::Impl::memory(Profile& p) {
   if (auto it = meta.find("device"); it != meta.end()) p.device = it->second;
+  if (auto it = meta.find("cpu.count"); it != meta.end()) p.vcpus = std::atoi(it->second.c_str());
   if (auto it = meta.find("memory.bytes"); it != meta.end()) {
     try {
       p.memory_bytes = parse_size(it->second, "meta memory.bytes");

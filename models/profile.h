@@ -109,6 +109,7 @@ struct Profile {
   // 0 when unknown.
   double memory_bytes = 0;
   double shared_buffers_bytes = 0;
+  int vcpus = 0;                    // Meta "cpu.count"; 0 when unknown
   MissCurve mrc;
 
   std::vector<std::string> notes;   // what could not be measured, and why
