@@ -227,8 +227,17 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   dc.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps : 0;
   int n_cap = std::max(1, static_cast<int>(std::lround(p.mean_clients > 0 ? p.mean_clients : p.clients)));
   {
-    auto s = solve(dc, native, out.vcpus, p.think_time_s, 0.0, o.background_writes_uncapped, n_cap);
-    out.other_s = std::max(0.0, p.latency.mean_s - s.pts.back().response_s);
+    // Fixed point: a larger "other" lowers throughput and so the queueing
+    // elsewhere; the response time grows by at most the added delay, so
+    // the iteration converges from below.
+    out.other_s = 0;
+    for (int i = 0; i < 50; ++i) {
+      auto s = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.background_writes_uncapped, n_cap);
+      double gap = p.latency.mean_s - s.pts.back().response_s;
+      if (gap <= 0 && out.other_s == 0) break;
+      out.other_s = std::max(0.0, out.other_s + gap);
+      if (std::abs(gap) < 1e-9) break;
+    }
     auto c = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.background_writes_uncapped, n_cap);
     out.modelled_capture_tps = c.pts.back().throughput;
     out.captured_tps = p.tps;
