@@ -46,7 +46,7 @@ uint64_t parse_size(const std::string& s) {
   return static_cast<uint64_t>(v * mul);
 }
 
-extern "C" void on_stop_signal(int) { capture::stop_sniff(); }
+void on_sniff_stop_signal(int) { capture::stop_sniff(); }
 
 void run_sniff_cli(SniffCli& cli) {
   if (!cli.duration.empty()) cli.opts.duration_s = parse_duration(cli.duration);
@@ -57,7 +57,7 @@ void run_sniff_cli(SniffCli& cli) {
     throw InputError("capture sniff: --duration applies to live capture only");
 
   struct sigaction sa {}, old_int{}, old_term{};
-  sa.sa_handler = on_stop_signal;
+  sa.sa_handler = on_sniff_stop_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
