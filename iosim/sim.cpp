@@ -43,16 +43,29 @@ class MinHeap {
   }
 
  private:
+  // Bottom-up: walk the hole at the root down to a leaf along the smaller
+  // children (one branch-free comparison per level), then sift the moved
+  // value up from there. A value that belongs near the bottom -- a new
+  // completion is usually the latest event -- costs one comparison per level
+  // instead of two.
   void sift_down() {
     const T v = a_[0];
     size_t i = 0;
     for (;;) {
       size_t c = 2 * i + 1;
-      if (c >= n_) break;
-      if (c + 1 < n_ && a_[c + 1].t < a_[c].t) ++c;
-      if (!(a_[c].t < v.t)) break;
+      if (c + 1 < n_) {
+        c += a_[c + 1].t < a_[c].t;
+      } else if (c >= n_) {
+        break;
+      }
       a_[i] = a_[c];
       i = c;
+    }
+    while (i > 0) {
+      size_t p = (i - 1) / 2;
+      if (!(v.t < a_[p].t)) break;
+      a_[i] = a_[p];
+      i = p;
     }
     a_[i] = v;
   }
@@ -60,9 +73,17 @@ class MinHeap {
   size_t n_ = 0;
 };
 
+// What the heap orders: when, and which I/O slot.
+struct Entry {
+  Nanos t = 0;
+  uint32_t slot = 0;
+  uint32_t issue_pending = 0;  // 1: the slot's stream issues at t (think time over)
+};
+
+// An I/O in flight; the heap refers to it by index (the index is the
+// slot, as in fio's io_uring engine).
 struct Event {
-  Nanos t = 0;  // when the event happens
-  enum Kind : uint8_t { Complete, Issue } kind = Complete;
+  Nanos t = 0;  // completion
   uint32_t counted = 0;
   IoRequest req;
   Nanos issue = 0;
@@ -193,18 +214,6 @@ class Recorder {
   Nanos last_recorded_ = 0;
 };
 
-Event make_completion(const IoRequest& req, Nanos issue, const Schedule& s, Nanos recorded) {
-  Event e;
-  e.t = s.complete;
-  e.kind = Event::Complete;
-  e.counted = s.counted;
-  e.req = req;
-  e.issue = issue;
-  e.start = s.start;
-  e.recorded = recorded;
-  return e;
-}
-
 }  // namespace
 
 // --- arrival sources -----------------------------------------------------------
@@ -298,43 +307,47 @@ SimResult simulate_closed(const models::Tier& tier, const ClosedLoop& loop, cons
   Pattern pattern(loop.pattern);
   Recorder rec(r, opt, loop.runtime_ns > 0 ? (loop.runtime_ns + Recorder::kBins - 1) / Recorder::kBins
                                              : 1'000'000);
-  MinHeap<Event> heap(loop.iodepth);
+  MinHeap<Entry> heap(loop.iodepth);
+  std::vector<Event> slots(loop.iodepth);
 
   uint64_t issued = 0;
   auto can_issue = [&](Nanos t) {
     return (loop.ios == 0 || issued < loop.ios) && (loop.runtime_ns <= 0 || t < loop.runtime_ns);
   };
-  auto issue = [&](Nanos t) {
-    const IoRequest req = pattern.next();
-    const Schedule s = shaper.schedule(req, t);
+  // Issues the stream's next I/O at t into its slot; returns its completion.
+  auto issue = [&](uint32_t slot, Nanos t) {
+    Event& e = slots[slot];
+    e.req = pattern.next();
+    const Schedule s = shaper.schedule(e.req, t);
+    e.t = s.complete;
+    e.counted = s.counted;
+    e.issue = t;
+    e.start = s.start;
     ++issued;
     rec.issued();
-    return make_completion(req, t, s, 0);
+    return Entry{s.complete, slot, 0};
   };
 
   rec.begin(0);
-  for (uint32_t i = 0; i < loop.iodepth && can_issue(0); ++i) heap.push(issue(0));
+  for (uint32_t i = 0; i < loop.iodepth && can_issue(0); ++i) heap.push(issue(i, 0));
 
-  // Invariant: each of the iodepth streams has at most one event in the
+  // Invariant: each of the iodepth streams has at most one entry in the
   // heap: its I/O's completion, or (during think time) its next issue.
   while (!heap.empty()) {
-    const Event e = heap.top();
-    rec.advance(e.t);
-    if (e.kind == Event::Complete) {
-      rec.completed(e);
-      const Nanos next = e.t + loop.think_ns;
+    const Entry top = heap.top();
+    rec.advance(top.t);
+    if (!top.issue_pending) {
+      rec.completed(slots[top.slot]);
+      const Nanos next = top.t + loop.think_ns;
       if (!can_issue(next)) {
         heap.pop();
       } else if (loop.think_ns == 0) {
-        heap.replace_top(issue(e.t));
+        heap.replace_top(issue(top.slot, top.t));
       } else {
-        Event w;
-        w.t = next;
-        w.kind = Event::Issue;
-        heap.replace_top(w);
+        heap.replace_top(Entry{next, top.slot, 1});
       }
     } else {
-      heap.replace_top(issue(e.t));
+      heap.replace_top(issue(top.slot, top.t));
     }
   }
   rec.finish(shaper, tier.name);
@@ -346,7 +359,12 @@ SimResult simulate_open(const models::Tier& tier, ArrivalSource& arrivals, const
   r.open_loop = true;
   Shaper shaper(tier, opt.seed);
   Recorder rec(r, opt, 1'000'000);
-  MinHeap<Event> heap(opt.open_capacity);
+  const size_t cap0 = std::max<size_t>(opt.open_capacity, 1);
+  MinHeap<Entry> heap(cap0);
+  std::vector<Event> slots(cap0);
+  std::vector<uint32_t> free_slots(cap0);
+  for (size_t i = 0; i < cap0; ++i) free_slots[i] = static_cast<uint32_t>(cap0 - 1 - i);
+  size_t nfree = cap0;
 
   Arrival a;
   bool have = arrivals.next(a);
@@ -355,14 +373,31 @@ SimResult simulate_open(const models::Tier& tier, ArrivalSource& arrivals, const
     // A completion at the same instant as an arrival is processed first.
     if (have && (heap.empty() || a.at < heap.top().t)) {
       rec.advance(a.at);
+      if (nfree == 0) {
+        // More I/Os outstanding than ever before: double the slots.
+        const size_t old = slots.size();
+        slots.resize(old * 2);
+        free_slots.resize(old * 2);
+        for (size_t i = 0; i < old; ++i) free_slots[i] = static_cast<uint32_t>(old * 2 - 1 - i);
+        nfree = old;
+      }
+      const uint32_t slot = free_slots[--nfree];
+      Event& e = slots[slot];
+      e.req = a.req;
       const Schedule s = shaper.schedule(a.req, a.at);
+      e.t = s.complete;
+      e.counted = s.counted;
+      e.issue = a.at;
+      e.start = s.start;
+      e.recorded = a.recorded_complete;
       rec.issued();
-      heap.push(make_completion(a.req, a.at, s, a.recorded_complete));
+      heap.push(Entry{s.complete, slot, 0});
       have = arrivals.next(a);
     } else {
-      const Event e = heap.top();
-      rec.advance(e.t);
-      rec.completed(e);
+      const Entry top = heap.top();
+      rec.advance(top.t);
+      rec.completed(slots[top.slot]);
+      free_slots[nfree++] = top.slot;
       heap.pop();
     }
   }
