@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,10 @@ class MemorySink : public Sink {
 struct WriterOptions {
   size_t chunk_bytes = 256 * 1024;  // uncompressed bytes per chunk
   int compression_level = 1;        // zstd level; 0 stores chunks raw
+  // Clock origin and realtime offset for the header (importers of logs
+  // recorded elsewhere set them); unset: taken when the Writer is created.
+  std::optional<Nanos> start_mono_ns;
+  std::optional<Nanos> realtime_offset_ns;
 };
 
 class Writer {

@@ -1,0 +1,534 @@
+#include "capture/block.h"
+
+#include "common/error.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+
+namespace tierlab::capture {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return {};
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+void write_file(const std::string& path, const std::string& value) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) throw RuntimeError(errno_message("tracefs: open " + path, errno));
+  ssize_t n = ::write(fd, value.data(), value.size());
+  int err = errno;
+  ::close(fd);
+  if (n != ssize_t(value.size()))
+    throw RuntimeError(errno_message("tracefs: write '" + value + "' to " + path, err));
+}
+
+trace::Nanos mono_now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return trace::Nanos(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+bool parse_mm(const std::string& s, unsigned& maj, unsigned& min) {
+  size_t c = s.find(':');
+  if (c == std::string::npos) return false;
+  auto a = std::from_chars(s.data(), s.data() + c, maj);
+  auto b = std::from_chars(s.data() + c + 1, s.data() + s.size(), min);
+  return a.ec == std::errc() && a.ptr == s.data() + c && b.ec == std::errc() &&
+         b.ptr == s.data() + s.size();
+}
+
+// The event's fields we use, from its tracefs "format" file.
+struct Field {
+  int offset = -1;
+  int size = 0;
+};
+
+struct EventFormat {
+  uint16_t id = 0;
+  Field pid, dev, sector, nr_sector, bytes, rwbs;
+};
+
+EventFormat read_format(const std::string& path) {
+  std::string text = read_file(path);
+  if (text.empty()) throw RuntimeError("tracefs: cannot read " + path);
+  EventFormat f;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("ID:", 0) == 0) {
+      f.id = uint16_t(std::stoul(line.substr(3)));
+      continue;
+    }
+    size_t fp = line.find("field:");
+    if (fp == std::string::npos) continue;
+    size_t semi = line.find(';', fp);
+    std::string decl = line.substr(fp + 6, semi - fp - 6);
+    // name: last identifier of the declaration, before any [N]
+    std::string name = decl;
+    if (auto br = name.find('['); br != std::string::npos) name = name.substr(0, br);
+    if (auto sp = name.find_last_of(" \t"); sp != std::string::npos) name = name.substr(sp + 1);
+    Field fld;
+    if (auto o = line.find("offset:"); o != std::string::npos) fld.offset = std::stoi(line.substr(o + 7));
+    if (auto s = line.find("size:"); s != std::string::npos) fld.size = std::stoi(line.substr(s + 5));
+    if (name == "common_pid") f.pid = fld;
+    else if (name == "dev") f.dev = fld;
+    else if (name == "sector") f.sector = fld;
+    else if (name == "nr_sector") f.nr_sector = fld;
+    else if (name == "bytes") f.bytes = fld;
+    else if (name == "rwbs") f.rwbs = fld;
+  }
+  if (!f.id || f.dev.offset < 0 || f.sector.offset < 0 || f.rwbs.offset < 0 || f.pid.offset < 0)
+    throw RuntimeError("tracefs: " + path + " lacks the fields dev, sector, rwbs or common_pid");
+  return f;
+}
+
+uint64_t load(const uint8_t* p, const Field& f) {
+  switch (f.size) {
+    case 1: return p[f.offset];
+    case 2: { uint16_t v; std::memcpy(&v, p + f.offset, 2); return v; }
+    case 4: { uint32_t v; std::memcpy(&v, p + f.offset, 4); return v; }
+    case 8: { uint64_t v; std::memcpy(&v, p + f.offset, 8); return v; }
+    default: return 0;
+  }
+}
+
+struct Ev {
+  trace::Nanos ts;
+  uint64_t sector;
+  uint32_t dev;
+  uint32_t bytes;
+  int32_t pid;
+  uint8_t kind;  // 0 issue, 1 complete
+  uint8_t carried;
+  char rwbs[10];
+};
+
+void rwbs_to_op(const char* r, trace::IoOp& op, uint8_t& flags) {
+  op = trace::IoOp::Read;
+  flags = 0;
+  size_t i = 0;
+  bool preflush = false;
+  if (r[0] == 'F') {
+    preflush = true;
+    ++i;
+  }
+  switch (r[i]) {
+    case 'W': op = trace::IoOp::Write; break;
+    case 'R': op = trace::IoOp::Read; break;
+    case 'D': case 'E': op = trace::IoOp::Discard; break;
+    default: op = preflush ? trace::IoOp::Flush : trace::IoOp::Read; break;
+  }
+  if (r[i]) ++i;
+  for (; i < 10 && r[i]; ++i) {
+    if (r[i] == 'F') flags |= trace::kIoFua;
+    else if (r[i] == 'S') flags |= trace::kIoSync;
+    else if (r[i] == 'M') flags |= trace::kIoMeta;
+  }
+}
+
+// Issued requests waiting for their completion, keyed by (dev, sector):
+// open addressing with linear probing, fixed capacity, duplicates allowed
+// (a flush or a requeued request may repeat a key; the first one found is
+// the oldest). No allocation after construction.
+class InflightTable {
+ public:
+  explicit InflightTable(size_t cap_pow2) : slots_(cap_pow2), mask_(cap_pow2 - 1) {}
+  bool insert(const Ev& e) {
+    if (used_ * 4 >= slots_.size() * 3) return false;  // keep probes short
+    size_t i = hash(e.dev, e.sector) & mask_;
+    while (slots_[i].used) i = (i + 1) & mask_;
+    slots_[i].used = true;
+    slots_[i].ev = e;
+    ++used_;
+    return true;
+  }
+  bool take(uint32_t dev, uint64_t sector, Ev& out) {
+    size_t i = hash(dev, sector) & mask_;
+    while (slots_[i].used) {
+      if (slots_[i].ev.dev == dev && slots_[i].ev.sector == sector) {
+        out = slots_[i].ev;
+        erase(i);
+        return true;
+      }
+      i = (i + 1) & mask_;
+    }
+    return false;
+  }
+  template <class F>
+  void for_each(F f) const {
+    for (auto& s : slots_)
+      if (s.used) f(s.ev);
+  }
+
+ private:
+  struct Slot {
+    bool used = false;
+    Ev ev{};
+  };
+  static size_t hash(uint32_t dev, uint64_t sector) {
+    uint64_t x = sector * 0x9e3779b97f4a7c15ull ^ dev;
+    return size_t(x ^ (x >> 29));
+  }
+  void erase(size_t i) {
+    // Backward-shift deletion keeps every probe chain intact.
+    size_t j = i;
+    for (;;) {
+      slots_[i].used = false;
+      for (;;) {
+        j = (j + 1) & mask_;
+        if (!slots_[j].used) {
+          --used_;
+          return;
+        }
+        size_t k = hash(slots_[j].ev.dev, slots_[j].ev.sector) & mask_;
+        // Move j to i unless its home k lies cyclically in (i, j].
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+        break;
+      }
+      slots_[i] = slots_[j];
+      i = j;
+    }
+  }
+  std::vector<Slot> slots_;
+  size_t mask_;
+  size_t used_ = 0;
+};
+
+std::string find_tracefs(const std::string& given) {
+  if (!given.empty()) {
+    if (::access((given + "/events").c_str(), F_OK) != 0)
+      throw RuntimeError("tracefs: " + given + " is not a mounted tracefs");
+    return given;
+  }
+  const std::string std_path = "/sys/kernel/tracing";
+  if (::access((std_path + "/events").c_str(), F_OK) == 0) return std_path;
+  if (::mount("nodev", std_path.c_str(), "tracefs", 0, nullptr) == 0 &&
+      ::access((std_path + "/events").c_str(), F_OK) == 0)
+    return std_path;
+  int err = errno;
+  if (::access("/sys/kernel/debug/tracing/events", F_OK) == 0) return "/sys/kernel/debug/tracing";
+  throw RuntimeError(errno_message("tracefs: not mounted at " + std_path + " and mounting it failed", err));
+}
+
+// A tracing instance that removes itself.
+class Instance {
+ public:
+  Instance(const std::string& tracefs) {
+    path_ = tracefs + "/instances/tierlab-" + std::to_string(::getpid());
+    if (::mkdir(path_.c_str(), 0700) != 0 && errno != EEXIST)
+      throw RuntimeError(errno_message("tracefs: creating instance " + path_, errno));
+  }
+  ~Instance() {
+    try {
+      write_file(path_ + "/events/block/block_rq_issue/enable", "0");
+      write_file(path_ + "/events/block/block_rq_complete/enable", "0");
+    } catch (...) {
+    }
+    for (int fd : fds) ::close(fd);
+    ::rmdir(path_.c_str());
+  }
+  const std::string& path() const { return path_; }
+  std::vector<int> fds;
+  std::vector<int> cpus;
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
+BlockDevice resolve_block_device(const std::string& spec) {
+  if (spec.empty()) throw InputError("--device: no device given");
+  unsigned maj = 0, min = 0;
+  if (!parse_mm(spec, maj, min)) {
+    struct stat st{};
+    std::string path = spec;
+    if (spec.find('/') == std::string::npos) {
+      std::string dev = trim(read_file("/sys/class/block/" + spec + "/dev"));
+      if (!dev.empty() && parse_mm(dev, maj, min)) path.clear();
+      else path = "/dev/" + spec;
+    }
+    if (!path.empty()) {
+      if (::stat(path.c_str(), &st) != 0)
+        throw InputError(errno_message("--device " + spec, errno));
+      if (S_ISBLK(st.st_mode)) {
+        maj = major(st.st_rdev);
+        min = minor(st.st_rdev);
+      } else {
+        // A file or directory: the device its file system lives on.
+        maj = major(st.st_dev);
+        min = minor(st.st_dev);
+      }
+    }
+  }
+  std::string mm = std::to_string(maj) + ":" + std::to_string(min);
+  std::string sys = "/sys/dev/block/" + mm;
+  if (::access(sys.c_str(), F_OK) != 0)
+    throw InputError("--device " + spec + ": " + mm + " is not a block device (no " + sys + ")");
+  BlockDevice d;
+  if (::access((sys + "/partition").c_str(), F_OK) == 0) {
+    // Requests are issued to the whole disk: record that one.
+    std::string parent = trim(read_file(sys + "/../dev"));
+    if (!parse_mm(parent, maj, min)) throw InputError("--device " + spec + ": cannot find the disk of partition " + mm);
+    sys = "/sys/dev/block/" + parent;
+    d.from_partition = true;
+  }
+  d.dev = (maj << 20) | min;
+  std::string ue = read_file(sys + "/uevent");
+  if (auto p = ue.find("DEVNAME="); p != std::string::npos)
+    d.name = ue.substr(p + 8, ue.find('\n', p) - p - 8);
+  else
+    d.name = std::to_string(maj) + ":" + std::to_string(min);
+  return d;
+}
+
+BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& out,
+                                const std::atomic<bool>* stop, const std::function<void()>& ready) {
+  BlockDevice dev = resolve_block_device(opts.device);
+  if (::geteuid() != 0)
+    throw RuntimeError("capture block needs root (it reads kernel block tracepoints from tracefs); run it as root");
+  std::string tracefs = find_tracefs(opts.tracefs);
+  if (::access((tracefs + "/events/block/block_rq_issue").c_str(), F_OK) != 0)
+    throw RuntimeError("tracefs: the kernel has no block/block_rq_issue tracepoint");
+
+  Instance inst(tracefs);
+  const std::string& ip = inst.path();
+  write_file(ip + "/trace_clock", "mono");
+  write_file(ip + "/buffer_size_kb", std::to_string(opts.buffer_kb));
+  if (::access((ip + "/options/overwrite").c_str(), F_OK) == 0) write_file(ip + "/options/overwrite", "0");
+  EventFormat fi = read_format(ip + "/events/block/block_rq_issue/format");
+  EventFormat fc = read_format(ip + "/events/block/block_rq_complete/format");
+  std::string filter = "dev == " + std::to_string(dev.dev);
+  write_file(ip + "/events/block/block_rq_issue/filter", filter);
+  write_file(ip + "/events/block/block_rq_complete/filter", filter);
+
+  // Page layout from header_page: "field: u64 timestamp; offset:0; size:8",
+  // "field: local_t commit; offset:8; size:8", "field: char data; offset:16".
+  size_t commit_size = 8, data_off = 16;
+  {
+    std::string hp = read_file(tracefs + "/events/header_page");
+    std::istringstream in(hp);
+    std::string l;
+    while (std::getline(in, l)) {
+      auto size_of = [&](const std::string& s) { return size_t(std::stoul(s.substr(s.find("size:") + 5))); };
+      auto off_of = [&](const std::string& s) { return size_t(std::stoul(s.substr(s.find("offset:") + 7))); };
+      if (l.find("local_t commit") != std::string::npos) commit_size = size_of(l);
+      if (l.find("char data") != std::string::npos) data_off = off_of(l);
+    }
+  }
+  size_t page = size_t(::sysconf(_SC_PAGESIZE));
+  if (std::string sb = trim(read_file(ip + "/buffer_subbuf_size_kb")); !sb.empty())
+    page = std::max(page, size_t(std::stoul(sb)) * 1024);
+
+  long ncpu = ::sysconf(_SC_NPROCESSORS_CONF);
+  for (int c = 0; c < ncpu; ++c) {
+    std::string p = ip + "/per_cpu/cpu" + std::to_string(c) + "/trace_pipe_raw";
+    int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;  // offline CPU
+    inst.fds.push_back(fd);
+    inst.cpus.push_back(c);
+  }
+  if (inst.fds.empty()) throw RuntimeError("tracefs: no per_cpu/cpuN/trace_pipe_raw to read in " + ip);
+
+  out.write(mono_now(), 0, trace::Meta{"device", dev.name});
+  out.write(mono_now(), 0,
+            trace::Meta{"capture.block.dev", std::to_string(dev.dev >> 20) + ":" + std::to_string(dev.dev & 0xfffff)});
+
+  write_file(ip + "/events/block/block_rq_issue/enable", "1");
+  write_file(ip + "/events/block/block_rq_complete/enable", "1");
+  write_file(ip + "/tracing_on", "1");
+  if (ready) ready();
+
+  BlockCaptureStats st;
+  InflightTable table(1 << 16);
+  std::vector<Ev> batch, carry;
+  batch.reserve(1 << 16);
+  carry.reserve(1 << 16);
+  std::vector<uint8_t> buf(page);
+  std::vector<pollfd> pfds(inst.fds.size());
+  const trace::Nanos start = mono_now();
+  const trace::Nanos end = opts.duration_ns ? start + opts.duration_ns : INT64_MAX;
+
+  auto want_pid = [&](int32_t pid) {
+    return opts.pids.empty() || std::find(opts.pids.begin(), opts.pids.end(), pid) != opts.pids.end();
+  };
+  auto emit = [&](const Ev& issue, trace::Nanos complete, bool incomplete) {
+    trace::BlockIo b;
+    b.complete_ns = complete;
+    b.device = issue.dev;
+    b.offset = issue.sector * 512;
+    b.length = issue.bytes;
+    rwbs_to_op(issue.rwbs, b.op, b.flags);
+    if (incomplete) b.flags |= trace::kIoIncomplete;
+    b.pid = issue.pid;
+    out.write(issue.ts, 0, b);
+  };
+
+  // Decodes one ring-buffer page into `batch`.
+  auto decode_page = [&](const uint8_t* p, size_t n) {
+    if (n < data_off) return;
+    uint64_t ts;
+    std::memcpy(&ts, p, 8);
+    uint64_t commit = 0;
+    std::memcpy(&commit, p + 8, std::min<size_t>(commit_size, 8));
+    size_t size = size_t(commit & ((1ull << 27) - 1));
+    size_t pos = data_off, endp = std::min(n, data_off + size);
+    while (pos + 4 <= endp) {
+      uint32_t h;
+      std::memcpy(&h, p + pos, 4);
+      uint32_t type_len = h & 31, delta = h >> 5;
+      uint32_t arr0 = 0;
+      if (pos + 8 <= endp) std::memcpy(&arr0, p + pos + 4, 4);
+      const uint8_t* data;
+      size_t len;
+      if (type_len == 29) {  // padding
+        if (delta == 0) break;  // the rest of the page is empty
+        pos += 4 + arr0;
+        continue;
+      } else if (type_len == 30) {  // time extend
+        ts += (uint64_t(arr0) << 27) | delta;
+        pos += 8;
+        continue;
+      } else if (type_len == 31) {  // absolute time stamp
+        ts = (uint64_t(arr0) << 27) | delta;
+        pos += 8;
+        continue;
+      } else if (type_len == 0) {
+        if (arr0 < 4) break;
+        len = arr0 - 4;
+        data = p + pos + 8;
+        pos += 4 + arr0;
+      } else {
+        len = size_t(type_len) * 4;
+        data = p + pos + 4;
+        pos += 4 + len;
+      }
+      ts += delta;
+      if (pos > endp || len < 2) break;
+      uint16_t id;
+      std::memcpy(&id, data, 2);
+      const EventFormat* f = id == fi.id ? &fi : id == fc.id ? &fc : nullptr;
+      if (!f) continue;
+      ++st.events;
+      Ev e{};
+      e.ts = trace::Nanos(ts);
+      e.kind = f == &fc;
+      e.dev = uint32_t(load(data, f->dev));
+      e.sector = load(data, f->sector);
+      e.pid = int32_t(load(data, f->pid));
+      if (f->bytes.offset >= 0) e.bytes = uint32_t(load(data, f->bytes));
+      else if (f->nr_sector.offset >= 0) e.bytes = uint32_t(load(data, f->nr_sector) * 512);
+      std::memcpy(e.rwbs, data + f->rwbs.offset, std::min<int>(f->rwbs.size, 10));
+      e.rwbs[9] = 0;
+      if (e.dev != dev.dev) continue;
+      if (batch.size() < batch.capacity()) batch.push_back(e);
+      else ++st.lost;  // cannot happen with drain-per-page below; counted if it does
+    }
+  };
+
+  auto process = [&]() {
+    for (auto& c : carry) batch.push_back(c);
+    carry.clear();
+    std::sort(batch.begin(), batch.end(), [](const Ev& a, const Ev& b) {
+      return a.ts != b.ts ? a.ts < b.ts : a.kind < b.kind;
+    });
+    for (const Ev& e : batch) {
+      if (e.kind == 0) {
+        if (!want_pid(e.pid)) {
+          ++st.filtered;
+          continue;
+        }
+        if (!table.insert(e)) {  // table full: record it as incomplete
+          emit(e, e.ts, true);
+          ++st.incomplete;
+        }
+        continue;
+      }
+      Ev issue;
+      if (table.take(e.dev, e.sector, issue)) {
+        emit(issue, e.ts, false);
+        ++st.ios;
+      } else if (!e.carried) {
+        // Its issue may sit on another CPU's page not read yet.
+        Ev c = e;
+        c.carried = 1;
+        carry.push_back(c);
+      } else if (opts.pids.empty()) {
+        ++st.orphans;
+      }
+    }
+    batch.clear();
+  };
+
+  auto drain = [&]() {
+    bool any = true;
+    while (any) {
+      any = false;
+      for (int fd : inst.fds) {
+        ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n > 0) {
+          any = true;
+          decode_page(buf.data(), size_t(n));
+          if (batch.size() + page / 8 > batch.capacity()) process();
+        }
+      }
+    }
+    process();
+  };
+
+  for (;;) {
+    trace::Nanos now = mono_now();
+    if (now >= end || (stop && stop->load())) break;
+    for (size_t i = 0; i < pfds.size(); ++i) pfds[i] = pollfd{inst.fds[i], POLLIN, 0};
+    int wait_ms = int(std::min<trace::Nanos>(100, (end - now) / 1'000'000 + 1));
+    ::poll(pfds.data(), pfds.size(), wait_ms);
+    drain();
+  }
+  write_file(ip + "/events/block/block_rq_issue/enable", "0");
+  write_file(ip + "/events/block/block_rq_complete/enable", "0");
+  drain();
+  drain();  // second pass: carried completions get their last chance
+  st.orphans += opts.pids.empty() ? carry.size() : 0;
+  carry.clear();
+
+  table.for_each([&](const Ev& e) {
+    emit(e, e.ts, true);
+    ++st.incomplete;
+  });
+  for (int c : inst.cpus) {
+    std::istringstream s(read_file(ip + "/per_cpu/cpu" + std::to_string(c) + "/stats"));
+    std::string l;
+    while (std::getline(s, l)) {
+      auto val = [&](const char* key) -> uint64_t {
+        if (l.rfind(key, 0) != 0) return 0;
+        return std::stoull(l.substr(std::strlen(key)));
+      };
+      st.lost += val("overrun:") + val("dropped events:");
+    }
+  }
+  if (st.lost) out.write(mono_now(), 0, trace::Loss{trace::LossKind::EventsLost, st.lost});
+  return st;
+}
+
+}  // namespace tierlab::capture

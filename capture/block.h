@@ -1,0 +1,62 @@
+// Block I/O recorder: the kernel's block_rq_issue and block_rq_complete
+// tracepoints, read from tracefs, become BlockIo records of a trace.
+//
+// The recorder works in its own tracing instance (instances/tierlab-PID,
+// removed at the end), so other users of tracefs are not disturbed. The
+// instance's trace_clock is "mono": event times are CLOCK_MONOTONIC, the
+// clock of every other trace record. Events are filtered on the device in
+// the kernel and on pids (if given) in user space, read in binary from the
+// per-CPU trace_pipe_raw files, and an issue is paired with its completion
+// by device and sector. Events the kernel could not buffer are counted and
+// written as a Loss{EventsLost} record.
+//
+// Needs root (RuntimeError saying so otherwise).
+#pragma once
+
+#include "trace/record.h"
+#include "trace/writer.h"
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tierlab::capture {
+
+struct BlockDevice {
+  uint32_t dev = 0;      // kernel dev_t: major << 20 | minor (whole disk)
+  std::string name;      // "vda", "loop3"
+  bool from_partition = false;  // the spec named a partition or a file on one
+};
+
+// Resolves "vda", "/dev/vda", "254:0" or a path on a mounted file system to
+// the whole disk that block requests are issued to. Throws InputError.
+BlockDevice resolve_block_device(const std::string& spec);
+
+struct BlockCaptureOptions {
+  std::string device;             // as resolve_block_device() takes it
+  std::vector<int32_t> pids;      // record only I/Os issued by these; empty = all
+  trace::Nanos duration_ns = 0;   // 0 = until *stop is set
+  uint32_t buffer_kb = 8192;      // per-CPU ring buffer of the instance
+  std::string tracefs;            // "" = /sys/kernel/tracing (mounted if needed)
+};
+
+struct BlockCaptureStats {
+  uint64_t ios = 0;          // BlockIo records written (complete ones)
+  uint64_t incomplete = 0;   // issued, no completion seen before the end
+  uint64_t filtered = 0;     // issues of other pids
+  uint64_t orphans = 0;      // completions whose issue was not seen
+  uint64_t lost = 0;         // events the kernel dropped or overwrote
+  uint64_t events = 0;       // events read
+};
+
+// Records until duration_ns has passed or *stop becomes true (checked every
+// 100 ms at most). `ready` is called once the events are enabled, before
+// anything is recorded. Writes Meta("device", name), the BlockIo records and
+// a Loss record if any events were lost.
+BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& out,
+                                const std::atomic<bool>* stop = nullptr,
+                                const std::function<void()>& ready = {});
+
+}  // namespace tierlab::capture

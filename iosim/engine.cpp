@@ -1,0 +1,597 @@
+#include "iosim/engine.h"
+
+#include "common/error.h"
+#include "iosim/uring_ring.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace tierlab::iosim {
+
+using detail::mono_ns;
+
+namespace {
+
+constexpr unsigned kReapBatch = 64;
+// Closer than this to a deadline the loop spins instead of sleeping.
+constexpr Nanos kSpinNs = 60'000;
+constexpr uint64_t kSector = 512;
+
+uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Returns the first offset in [off, off+len) whose byte differs from the
+// pattern, or UINT64_MAX if all match.
+uint64_t check_pattern(const uint8_t* buf, uint64_t off, uint32_t len, uint64_t seed) {
+  uint64_t end = off + len;
+  uint64_t p = off;
+  while (p < end) {
+    uint64_t word = mix64(seed ^ (p >> 3));
+    if ((p & 7) == 0 && end - p >= 8) {
+      uint64_t got;
+      std::memcpy(&got, buf + (p - off), 8);
+      if (got != word) {
+        for (int b = 0; b < 8; ++b)
+          if (buf[p - off + b] != uint8_t(word >> (8 * b))) return p + b;
+      }
+      p += 8;
+    } else {
+      if (buf[p - off] != uint8_t(word >> (8 * (p & 7)))) return p;
+      ++p;
+    }
+  }
+  return UINT64_MAX;
+}
+
+const char* op_word(IoOp op) {
+  switch (op) {
+    case IoOp::Read: return "read";
+    case IoOp::Write: return "write";
+    case IoOp::Flush: return "flush";
+    default: return "discard";
+  }
+}
+
+struct Slot {
+  uint8_t* buf = nullptr;
+  uint64_t offset = 0;
+  uint32_t length = 0;
+  uint32_t done = 0;        // bytes transferred so far
+  IoOp op = IoOp::Read;
+  uint8_t flags = 0;
+  bool counted = true;      // part of the main run's stats
+  bool was_short = false;   // counted in short_ios already
+  Nanos issued = 0;         // first submission
+  Nanos tier_done = 0;      // when the tier completes it (0 = no tier)
+  Nanos device_done = 0;
+};
+
+struct Held {
+  Nanos release;
+  uint32_t slot;
+  bool operator>(const Held& o) const { return release > o.release; }
+};
+
+// Yields reads over every run of written sectors, for the verify pass.
+class WrittenSource : public IoSource {
+ public:
+  WrittenSource(const std::vector<uint64_t>& bits, uint64_t sectors, uint32_t max_block)
+      : bits_(bits), sectors_(sectors), max_sectors_(std::max<uint32_t>(1, max_block / kSector)) {}
+  bool next(IoRequest& out) override {
+    while (pos_ < sectors_ && !test(pos_)) ++pos_;
+    if (pos_ >= sectors_) return false;
+    uint64_t start = pos_;
+    while (pos_ < sectors_ && test(pos_) && pos_ - start < max_sectors_) ++pos_;
+    out = IoRequest{0, start * kSector, uint32_t((pos_ - start) * kSector), IoOp::Read, 0};
+    return true;
+  }
+
+ private:
+  bool test(uint64_t s) const { return (bits_[s >> 6] >> (s & 63)) & 1; }
+  const std::vector<uint64_t>& bits_;
+  uint64_t sectors_;
+  uint64_t max_sectors_;
+  uint64_t pos_ = 0;
+};
+
+class Engine {
+ public:
+  Engine(const EngineOptions& o) : o_(o) {}
+  ~Engine() {
+    if (fd_ >= 0) ::close(fd_);
+    std::free(arena_);
+  }
+
+  EngineResult run(IoSource& src);
+
+ private:
+  void open_target();
+  void setup_ring();
+  // The loop: issues src's requests and reaps until all are done. When
+  // `counted` is false (verify pass) nothing goes into the run's stats.
+  void loop(IoSource& src, bool open_loop, bool counted);
+  bool fetch(IoSource& src, bool counted);
+  void issue(uint32_t slot_idx, Nanos now);
+  void prep(uint32_t slot_idx);
+  void complete(uint32_t slot_idx, Nanos now);
+  void finish(uint32_t slot_idx, Nanos now);
+  void fail(std::string msg) {
+    if (error_.empty()) error_ = std::move(msg);
+    stop_ = true;
+  }
+  void mark_written(uint64_t off, uint32_t len);
+  bool sector_known(uint64_t s) const {
+    return verify_all_ || ((written_[s >> 6] >> (s & 63)) & 1);
+  }
+  void verify_read(const Slot& s);
+
+  const EngineOptions& o_;
+  EngineResult r_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  uint64_t align_ = 1;
+  uint32_t block_ = 0;  // bytes per slot buffer
+  void* arena_ = nullptr;
+  std::unique_ptr<detail::Ring> ring_;
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> free_;     // free slot indices (capacity iodepth)
+  std::vector<Held> held_;         // min-heap by release (capacity iodepth)
+  std::vector<uint64_t> written_;  // verify: sectors written in this run
+  bool verify_all_ = false;
+  uint32_t inflight_ = 0;          // submitted, completion not reaped
+  uint32_t pending_ = 0;           // prepared, not yet submitted
+  IoRequest next_{};
+  bool have_next_ = false;
+  bool next_late_ = false;
+  Nanos last_at_ = 0;
+  bool stop_ = false;
+  uint64_t issued_ = 0;
+  Nanos start_ = 0;
+  Nanos last_done_ = 0;
+  std::string error_;
+};
+
+void Engine::open_target() {
+  if (o_.target.empty()) throw InputError("--target: no file or device given");
+  struct stat st{};
+  bool exists = ::stat(o_.target.c_str(), &st) == 0;
+  if (!exists && errno != ENOENT)
+    throw InputError(errno_message(o_.target, errno));
+  if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
+    throw InputError(o_.target + ": not a regular file or block device");
+  int flags = O_RDWR | O_CLOEXEC;
+  if (o_.direct) flags |= O_DIRECT;
+  if (!exists) {
+    if (!o_.allow_create || o_.size == 0)
+      throw InputError(o_.target + ": does not exist (give --size to create it)");
+    flags |= O_CREAT;
+  }
+  fd_ = ::open(o_.target.c_str(), flags, 0644);
+  if (fd_ < 0 && errno == EINVAL && o_.direct)
+    throw InputError(o_.target + ": O_DIRECT is not supported here (drop --direct)");
+  if (fd_ < 0) throw InputError(errno_message(o_.target, errno));
+  if (::fstat(fd_, &st) != 0) throw RuntimeError(errno_message(o_.target, errno));
+  if (S_ISBLK(st.st_mode)) {
+    uint64_t bytes = 0;
+    if (ioctl(fd_, BLKGETSIZE64, &bytes) != 0)
+      throw RuntimeError(errno_message(o_.target + ": BLKGETSIZE64", errno));
+    size_ = bytes;
+    if (o_.size && o_.size < size_) size_ = o_.size;
+    int lbs = 512;
+    if (ioctl(fd_, BLKSSZGET, &lbs) == 0 && lbs > 0) align_ = uint64_t(lbs);
+  } else {
+    size_ = uint64_t(st.st_size);
+    if (o_.size > size_) {
+      int rc = posix_fallocate(fd_, 0, off_t(o_.size));
+      if (rc != 0) throw RuntimeError(errno_message(o_.target + ": fallocate to --size", rc));
+      size_ = o_.size;
+    } else if (o_.size) {
+      size_ = o_.size;  // use the first --size bytes
+    }
+    align_ = o_.direct ? 4096 : 1;
+  }
+  if (size_ == 0) throw InputError(o_.target + ": is empty (give --size)");
+  if (o_.direct) align_ = std::max<uint64_t>(align_, 512);
+  r_.target_size = size_;
+}
+
+void Engine::setup_ring() {
+  unsigned entries = 8;
+  while (entries < o_.iodepth) entries <<= 1;
+  ring_ = std::make_unique<detail::Ring>(entries);
+  io_uring* ring = ring_->get();
+
+  io_uring_probe* probe = io_uring_get_probe_ring(ring);
+  if (!probe) throw RuntimeError("io_uring: the kernel has no IORING_REGISTER_PROBE (needs Linux 5.6+)");
+  struct { int op; const char* name; } need[] = {
+      {IORING_OP_READ_FIXED, "IORING_OP_READ_FIXED"},
+      {IORING_OP_WRITE_FIXED, "IORING_OP_WRITE_FIXED"},
+      {IORING_OP_FSYNC, "IORING_OP_FSYNC"},
+      {IORING_OP_READ, "IORING_OP_READ"},
+      {IORING_OP_WRITE, "IORING_OP_WRITE"},
+  };
+  for (auto& n : need) {
+    if (!io_uring_opcode_supported(probe, n.op)) {
+      io_uring_free_probe(probe);
+      throw RuntimeError(std::string("io_uring: the kernel does not support ") + n.name);
+    }
+  }
+  io_uring_free_probe(probe);
+
+  // One buffer per slot, block_ bytes each, 4 KiB aligned, registered.
+  block_ = std::max<uint32_t>(o_.max_block, 4096);
+  block_ = (block_ + 4095) & ~4095u;
+  size_t total = size_t(block_) * o_.iodepth;
+  if (posix_memalign(&arena_, 4096, total) != 0)
+    throw RuntimeError("cannot allocate " + std::to_string(total) + " bytes of I/O buffers");
+  // Distinct non-zero content, so writes are not all-zero pages.
+  auto* bytes = static_cast<uint8_t*>(arena_);
+  for (size_t i = 0; i < total; i += 8) {
+    uint64_t w = mix64(i);
+    std::memcpy(bytes + i, &w, 8);
+  }
+  std::vector<iovec> iov(o_.iodepth);
+  slots_.resize(o_.iodepth);
+  for (uint32_t i = 0; i < o_.iodepth; ++i) {
+    slots_[i].buf = bytes + size_t(i) * block_;
+    iov[i] = iovec{slots_[i].buf, block_};
+  }
+  int rc = io_uring_register_buffers(ring, iov.data(), unsigned(iov.size()));
+  if (rc < 0)
+    throw RuntimeError(errno_message("io_uring: registering " + std::to_string(o_.iodepth) +
+                                         " fixed buffers (IORING_REGISTER_BUFFERS)",
+                                     -rc));
+  rc = io_uring_register_files(ring, &fd_, 1);
+  if (rc < 0)
+    throw RuntimeError(errno_message("io_uring: registering the target (IORING_REGISTER_FILES)", -rc));
+
+  free_.reserve(o_.iodepth);
+  for (uint32_t i = o_.iodepth; i-- > 0;) free_.push_back(i);
+  held_.reserve(o_.iodepth);
+  if (o_.verify) written_.assign((size_ / kSector + 64) / 64, 0);
+}
+
+void Engine::prep(uint32_t i) {
+  Slot& s = slots_[i];
+  io_uring_sqe* sqe = io_uring_get_sqe(ring_->get());
+  // Invariant: at most iodepth requests are prepared or in flight, and the
+  // SQ ring has at least iodepth entries, so a free SQE always exists.
+  if (!sqe) {
+    fail("io_uring: submission queue full");
+    return;
+  }
+  switch (s.op) {
+    case IoOp::Read:
+      io_uring_prep_read_fixed(sqe, 0, s.buf + s.done, s.length - s.done, s.offset + s.done, int(i));
+      break;
+    case IoOp::Write:
+      io_uring_prep_write_fixed(sqe, 0, s.buf + s.done, s.length - s.done, s.offset + s.done, int(i));
+      break;
+    default:  // Flush
+      io_uring_prep_fsync(sqe, 0, (s.flags & trace::kIoMeta) ? 0 : IORING_FSYNC_DATASYNC);
+      break;
+  }
+  sqe->flags |= IOSQE_FIXED_FILE;
+  io_uring_sqe_set_data64(sqe, i);
+  ++pending_;
+}
+
+void Engine::issue(uint32_t i, Nanos now) {
+  Slot& s = slots_[i];
+  s.done = 0;
+  s.was_short = false;
+  s.issued = now;
+  s.tier_done = 0;
+  if (o_.tier && s.counted) s.tier_done = o_.tier->admit(now, s.op, s.length);
+  if (s.op == IoOp::Write && o_.verify) fill_pattern(s.buf, s.offset, s.length, o_.seed);
+  prep(i);
+}
+
+void Engine::mark_written(uint64_t off, uint32_t len) {
+  // Only whole sectors; a partial sector's other bytes are unknown.
+  uint64_t first = (off + kSector - 1) / kSector, last = (off + len) / kSector;
+  for (uint64_t s = first; s < last; ++s) written_[s >> 6] |= 1ull << (s & 63);
+}
+
+void Engine::verify_read(const Slot& s) {
+  uint64_t end = s.offset + s.done;
+  for (uint64_t sec = (s.offset + kSector - 1) / kSector; (sec + 1) * kSector <= end; ++sec) {
+    if (!sector_known(sec)) continue;
+    uint64_t off = sec * kSector;
+    uint64_t bad = check_pattern(s.buf + (off - s.offset), off, kSector, o_.seed);
+    if (bad != UINT64_MAX) {
+      fail("verify: data mismatch at offset " + std::to_string(bad) + " of " + o_.target +
+           " (read of " + std::to_string(s.length) + " bytes at " + std::to_string(s.offset) + ")");
+      return;
+    }
+    r_.verified_bytes += kSector;
+  }
+}
+
+// The device completed slot i (all bytes, or EOF). Holds it back for the tier.
+void Engine::complete(uint32_t i, Nanos now) {
+  Slot& s = slots_[i];
+  s.device_done = now;
+  if (s.tier_done) {
+    if (now > s.tier_done) {
+      ++r_.slower_than_tier;
+    } else if (s.tier_done > now) {
+      held_.push_back(Held{s.tier_done, i});
+      std::push_heap(held_.begin(), held_.end(), std::greater<Held>());
+      return;
+    }
+  }
+  finish(i, now);
+}
+
+void Engine::finish(uint32_t i, Nanos now) {
+  Slot& s = slots_[i];
+  if (o_.verify) {
+    if (s.op == IoOp::Write) mark_written(s.offset, s.done);
+    else if (s.op == IoOp::Read) verify_read(s);
+  }
+  if (s.counted) {
+    if (s.tier_done) o_.tier->release(now, s.op, s.length);
+    Nanos lat = now - s.issued;
+    OpStats& st = r_.op[size_t(s.op)];
+    ++st.ios;
+    st.bytes += s.done;
+    st.lat.record(lat);
+    st.device_lat.record(s.device_done - s.issued);
+    r_.lat.record(lat);
+    ++r_.ios;
+    r_.bytes += s.done;
+    if (now > last_done_) last_done_ = now;
+  }
+  free_.push_back(i);
+}
+
+bool Engine::fetch(IoSource& src, bool counted) {
+  for (;;) {
+    if (stop_) return false;
+    if (counted) {
+      if (o_.max_ios && issued_ >= o_.max_ios) return false;
+      if (o_.runtime_ns && start_ && mono_ns() - start_ >= o_.runtime_ns) return false;
+    }
+    if (!src.next(next_)) return false;
+    IoRequest& q = next_;
+    if (q.op == IoOp::Discard) {
+      if (counted) ++r_.skipped;
+      continue;
+    }
+    if (q.op != IoOp::Flush) {
+      if (q.length == 0) {
+        if (counted) ++r_.skipped;
+        continue;
+      }
+      if (q.length > block_) {
+        fail("request of " + std::to_string(q.length) + " bytes at offset " +
+             std::to_string(q.offset) + " is larger than the I/O buffers (" +
+             std::to_string(block_) + " bytes)");
+        return false;
+      }
+      if (q.offset >= size_) {
+        // Fold an offset beyond the target back into it, keeping alignment.
+        // A request that starts inside and crosses the end is issued as is:
+        // reads come back short at end of file.
+        if (counted) ++r_.wrapped;
+        uint64_t room = size_ >= q.length ? size_ - q.length : 0;
+        q.offset = room ? (q.offset % (room + 1)) : 0;
+        q.offset -= q.offset % align_;
+      }
+    }
+    if (counted) {
+      ++issued_;
+      last_at_ = q.at;
+    }
+    next_late_ = false;
+    return true;
+  }
+}
+
+void Engine::loop(IoSource& src, bool open_loop, bool counted) {
+  io_uring* ring = ring_->get();
+  io_uring_cqe* cqes[kReapBatch];
+  have_next_ = fetch(src, counted);
+  const Nanos t0 = have_next_ ? next_.at : 0;
+  // The schedule's epoch: every request is due at epoch + (at - t0).
+  const Nanos epoch = mono_ns() + (open_loop ? 200'000 : 0);
+  if (counted) start_ = open_loop ? epoch : mono_ns();
+
+  for (;;) {
+    Nanos now = mono_ns();
+    // 1. Release held completions whose tier time has come.
+    while (!held_.empty() && held_.front().release <= now) {
+      std::pop_heap(held_.begin(), held_.end(), std::greater<Held>());
+      uint32_t i = held_.back().slot;
+      held_.pop_back();
+      finish(i, now);
+    }
+    // 2. Issue what is due, as far as slots allow.
+    Nanos next_due = INT64_MAX;
+    while (have_next_ && !stop_) {
+      if (free_.empty()) {
+        if (open_loop && counted && !next_late_ && epoch + (next_.at - t0) <= now) {
+          // Count each late request once: it is issued when a slot frees.
+          ++r_.slot_waits;
+          next_late_ = true;
+        }
+        break;
+      }
+      if (open_loop) {
+        Nanos due = epoch + (next_.at - t0);
+        if (due > now) {
+          next_due = due;
+          break;
+        }
+        if (counted) r_.issue_lag.record(now - due);
+      }
+      uint32_t i = free_.back();
+      free_.pop_back();
+      Slot& s = slots_[i];
+      s.offset = next_.offset;
+      s.length = next_.op == IoOp::Flush ? 0 : next_.length;
+      s.op = next_.op;
+      s.flags = next_.flags;
+      s.counted = counted;
+      issue(i, now);
+      have_next_ = fetch(src, counted);
+    }
+    if (!held_.empty()) next_due = std::min(next_due, held_.front().release);
+
+    // 3. Submit, and wait when there is nothing else to do.
+    inflight_ += pending_;
+    if (inflight_ > 0) {
+      int rc = 0;
+      if (next_due == INT64_MAX) {
+        rc = io_uring_submit_and_wait(ring, 1);
+      } else if (next_due - now > kSpinNs) {
+        // Sleep in the kernel until a completion or shortly before the
+        // deadline; the last stretch is spun.
+        __kernel_timespec ts = detail::to_kts(next_due - now - kSpinNs / 2);
+        io_uring_cqe* cqe = nullptr;
+        rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, nullptr);
+        if (rc == -ETIME) rc = 0;
+      } else if (pending_) {
+        rc = io_uring_submit(ring);
+      }
+      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME)
+        fail(errno_message("io_uring_submit", -rc));
+    } else if (next_due != INT64_MAX && next_due - now > kSpinNs) {
+      detail::sleep_until(next_due - kSpinNs / 2);
+    }
+    pending_ = 0;
+
+    // 4. Reap a batch.
+    unsigned n = io_uring_peek_batch_cqe(ring, cqes, kReapBatch);
+    if (n) {
+      Nanos t = mono_ns();
+      for (unsigned k = 0; k < n; ++k) {
+        uint32_t i = uint32_t(io_uring_cqe_get_data64(cqes[k]));
+        int res = cqes[k]->res;
+        Slot& s = slots_[i];
+        --inflight_;
+        if (res == -EAGAIN || res == -EINTR) {
+          if (counted) ++(res == -EAGAIN ? r_.eagain : r_.eintr);
+          prep(i);  // retried below with this batch
+          continue;
+        }
+        if (res < 0) {
+          fail(errno_message(std::string(op_word(s.op)) + " of " + std::to_string(s.length) + " bytes at offset " +
+                                 std::to_string(s.offset) + " of " + o_.target,
+                             -res));
+          free_.push_back(i);
+          continue;
+        }
+        if (s.op == IoOp::Flush) {
+          complete(i, t);
+          continue;
+        }
+        s.done += uint32_t(res);
+        if (s.done < s.length) {
+          if (counted && !s.was_short) ++r_.short_ios;
+          s.was_short = true;
+          if (res == 0) {  // end of file: nothing more to transfer
+            if (counted) ++r_.eof_short;
+            complete(i, t);
+          } else {
+            prep(i);  // resubmit the rest
+          }
+          continue;
+        }
+        complete(i, t);
+      }
+      io_uring_cq_advance(ring, n);
+      // Retries and remainders prepared above go out now.
+      if (pending_) {
+        inflight_ += pending_;
+        pending_ = 0;
+        int rc = io_uring_submit(ring);
+        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+          fail(errno_message("io_uring_submit", -rc));
+      }
+    }
+    if (!have_next_ && inflight_ == 0 && held_.empty()) break;
+    if (stop_ && inflight_ == 0) {
+      // Drop held completions: the run is over.
+      while (!held_.empty()) {
+        std::pop_heap(held_.begin(), held_.end(), std::greater<Held>());
+        free_.push_back(held_.back().slot);
+        held_.pop_back();
+      }
+      break;
+    }
+  }
+  if (counted) {
+    r_.elapsed_ns = (last_done_ > start_ ? last_done_ : mono_ns()) - start_;
+    if (open_loop) r_.schedule_ns = last_at_ - t0;
+  }
+}
+
+EngineResult Engine::run(IoSource& src) {
+  if (o_.iodepth == 0 || o_.iodepth > 65536) throw InputError("--iodepth must be in 1..65536");
+  open_target();
+  setup_ring();
+  verify_all_ = o_.verify && o_.verify_existing;
+  if (o_.tier) r_.tier = o_.tier->name();
+  // Fewer timer slack nanoseconds: deadlines are kept to microseconds.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+
+  loop(src, o_.open_loop, true);
+  if (error_.empty() && o_.verify && !written_.empty()) {
+    bool any = std::any_of(written_.begin(), written_.end(), [](uint64_t w) { return w != 0; });
+    if (any) {
+      verify_all_ = false;
+      WrittenSource ws(written_, size_ / kSector, block_);
+      loop(ws, false, false);
+    }
+  }
+  if (!error_.empty()) throw RuntimeError(error_);
+  return std::move(r_);
+}
+
+}  // namespace
+
+void fill_pattern(uint8_t* buf, uint64_t off, uint32_t len, uint64_t seed) {
+  uint64_t end = off + len, p = off;
+  while (p < end) {
+    uint64_t word = mix64(seed ^ (p >> 3));
+    if ((p & 7) == 0 && end - p >= 8) {
+      std::memcpy(buf + (p - off), &word, 8);
+      p += 8;
+    } else {
+      buf[p - off] = uint8_t(word >> (8 * (p & 7)));
+      ++p;
+    }
+  }
+}
+
+void probe_io_uring() {
+  detail::Ring ring(8);
+  io_uring_probe* probe = io_uring_get_probe_ring(ring.get());
+  if (!probe) throw RuntimeError("io_uring: the kernel has no IORING_REGISTER_PROBE (needs Linux 5.6+)");
+  io_uring_free_probe(probe);
+}
+
+EngineResult run_engine(const EngineOptions& opts, IoSource& source) {
+  Engine e(opts);
+  return e.run(source);
+}
+
+}  // namespace tierlab::iosim

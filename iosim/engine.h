@@ -1,0 +1,140 @@
+// The io_uring engine: drives real I/O against a file or block device,
+// closed loop at a queue depth or open loop at recorded times, optionally
+// shaped to behave like a storage tier.
+//
+// One thread owns a run. Everything the hot loop needs (request slots, their
+// registered buffers, the held-completion heap, histograms) is allocated in
+// run_engine() before the first I/O; the loop itself does not allocate. The
+// slot index is the submission's user_data.
+//
+// Errors: setup problems throw (InputError for a bad target or options,
+// RuntimeError for a missing kernel feature, naming it). An I/O that fails
+// with anything but a short transfer, EAGAIN or EINTR stops the run, and
+// run_engine() throws RuntimeError naming the op and offset once the ring is
+// drained. A --verify mismatch throws RuntimeError naming the offset.
+#pragma once
+
+#include "common/histogram.h"
+#include "trace/reader.h"
+#include "trace/record.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tierlab::iosim {
+
+using trace::IoOp;
+using trace::Nanos;
+
+// One I/O to issue. `at` is its scheduled time in nanoseconds after the
+// start of the schedule (open loop only). Flush: offset/length ignored by the
+// engine; kIoMeta in flags asks for fsync (otherwise fdatasync).
+struct IoRequest {
+  Nanos at = 0;
+  uint64_t offset = 0;
+  uint32_t length = 0;
+  IoOp op = IoOp::Read;
+  uint8_t flags = 0;
+};
+
+// Supplies the I/Os of a run, in order. next() is called from the hot loop
+// and must not allocate; it returns false when the stream ends.
+class IoSource {
+ public:
+  virtual ~IoSource() = default;
+  virtual bool next(IoRequest& out) = 0;
+};
+
+// A preloaded list of requests (a trace's schedule).
+class VectorSource : public IoSource {
+ public:
+  explicit VectorSource(std::vector<IoRequest> reqs) : reqs_(std::move(reqs)) {}
+  bool next(IoRequest& out) override {
+    if (pos_ >= reqs_.size()) return false;
+    out = reqs_[pos_++];
+    return true;
+  }
+  const std::vector<IoRequest>& requests() const { return reqs_; }
+
+ private:
+  std::vector<IoRequest> reqs_;
+  size_t pos_ = 0;
+};
+
+// The schedule recorded in a trace: every BlockIo and FileIo record, in
+// record order, with `at` relative to the first one. Records with the
+// kIoIncomplete flag are kept (they were issued). Throws like the Reader.
+std::vector<IoRequest> load_trace_schedule(trace::Reader& reader);
+
+// Holds a completion back until the tier would have completed the I/O.
+// admit() is called at submission (monotonic ns) and returns the time at
+// which the tier completes it; the engine reports max(that, device time).
+// Implementations must not allocate per call.
+class TierGate {
+ public:
+  virtual ~TierGate() = default;
+  virtual Nanos admit(Nanos submit_ns, IoOp op, uint32_t length) = 0;
+  // Called when a held I/O is released (the tier's parallelism frees up).
+  virtual void release(Nanos when, IoOp op, uint32_t length) = 0;
+  virtual std::string name() const = 0;
+};
+
+struct EngineOptions {
+  std::string target;        // regular file or block device
+  bool direct = false;       // O_DIRECT; buffers are 4 KiB aligned
+  uint32_t iodepth = 32;     // request slots (also the open-loop limit)
+  uint64_t size = 0;         // regular file: created/extended to this size
+  bool open_loop = false;    // issue at IoRequest::at instead of at once
+  Nanos runtime_ns = 0;      // stop issuing after this long; 0 = no limit
+  uint64_t max_ios = 0;      // stop after this many I/Os; 0 = no limit
+  uint32_t max_block = 0;    // largest request length (sizes slot buffers)
+  bool verify = false;       // write a known pattern, check it on reads
+  bool verify_existing = false;  // reads check every sector, not only those
+                                 // written in this run (read-only verify)
+  uint64_t seed = 0x746965726c6162ull;  // pattern seed
+  TierGate* tier = nullptr;  // not owned; null = no shaping
+  bool allow_create = true;  // a missing regular file is created with --size
+};
+
+struct OpStats {
+  uint64_t ios = 0;
+  uint64_t bytes = 0;
+  Histogram lat;         // completion latency as reported (ns)
+  Histogram device_lat;  // what the device alone took (ns)
+};
+
+struct EngineResult {
+  Nanos elapsed_ns = 0;      // first issue to last completion
+  Nanos schedule_ns = 0;     // open loop: last scheduled `at`
+  uint64_t ios = 0;
+  uint64_t bytes = 0;
+  OpStats op[4];             // indexed by IoOp
+  Histogram lat;             // all ops
+  Histogram issue_lag;       // open loop: actual issue - scheduled (ns)
+  uint64_t short_ios = 0;    // I/Os with a short transfer (rest resubmitted, or EOF)
+  uint64_t eof_short = 0;    // reads cut short by end of file
+  uint64_t eagain = 0;       // -EAGAIN, retried
+  uint64_t eintr = 0;        // -EINTR, retried
+  uint64_t skipped = 0;      // requests the engine cannot issue (discard)
+  uint64_t wrapped = 0;      // requests whose offset was folded into the target
+  uint64_t slot_waits = 0;   // open loop: a request waited for a free slot
+  uint64_t slower_than_tier = 0;  // device latency exceeded the tier's
+  uint64_t verified_bytes = 0;
+  uint64_t target_size = 0;
+  std::string tier;          // tier name, "" without shaping
+};
+
+// Checks once that io_uring and the features the engine uses exist: ring
+// setup, READ/WRITE(_FIXED), FSYNC, registered files and buffers. Throws
+// RuntimeError naming the first missing one.
+void probe_io_uring();
+
+// Runs the I/Os of `source` against opts.target. See the file comment.
+EngineResult run_engine(const EngineOptions& opts, IoSource& source);
+
+// The verify pattern: the byte at file offset `off` for `seed`.
+void fill_pattern(uint8_t* buf, uint64_t off, uint32_t len, uint64_t seed);
+
+}  // namespace tierlab::iosim

@@ -1,0 +1,85 @@
+// fio-style I/O patterns, and the fio-style parsing of their options.
+//
+//   PatternSpec spec;                       // defaults: randread, 4k, 1g, mix 50
+//   spec.rw = parse_rw("randrw");
+//   spec.bs = parse_size("4k", "--bs");
+//   Pattern p(spec);                        // InputError if the spec is unusable
+//   IoRequest r = p.next();                 // {op, offset, length}
+//
+// Offsets are multiples of bs within [offset, offset + size). Random patterns
+// draw blocks uniformly with replacement (fio's norandommap); sequential ones
+// walk the region from its start and wrap around. Mixed patterns (randrw,
+// readwrite) make each I/O a read with probability rwmixread percent.
+// next() is O(1), never allocates, and is deterministic for a seed.
+#pragma once
+
+#include "iosim/shaper.h"
+
+#include <cstdint>
+#include <string_view>
+
+namespace tierlab::iosim {
+
+enum class Rw : uint8_t { RandRead, RandWrite, Read, Write, RandRw, ReadWrite };
+
+struct PatternSpec {
+  Rw rw = Rw::RandRead;
+  uint64_t bs = 4096;          // bytes per I/O
+  uint64_t size = 1ull << 30;  // bytes of the region
+  uint64_t offset = 0;         // start of the region
+  unsigned rwmixread = 50;     // percent reads, mixed patterns only
+  uint64_t seed = 1;
+};
+
+// "randread", "randwrite", "read", "write", "randrw", "readwrite" (or "rw");
+// InputError listing the accepted names otherwise.
+Rw parse_rw(std::string_view text);
+std::string_view rw_name(Rw rw);
+
+// A size as fio takes it: a number with an optional binary suffix
+// k/m/g/t (also kb, kib, KiB, ...; case-insensitive): "4k" = 4096,
+// "1g" = 2^30, "512" = 512 bytes. InputError naming `what` otherwise.
+uint64_t parse_size(std::string_view text, std::string_view what);
+
+// A duration: a number with a unit ns, us, ms, s, m, h; a bare number is
+// seconds, as for fio's --runtime. "10s", "500ms", "1.5s". InputError naming
+// `what` otherwise.
+Nanos parse_duration(std::string_view text, std::string_view what);
+
+// Throws InputError if bs is 0 or over 4 GiB - 1, size < bs, rwmixread > 100.
+void validate(const PatternSpec& spec);
+
+class Pattern {
+ public:
+  explicit Pattern(const PatternSpec& spec);
+
+  IoRequest next() {
+    IoRequest r;
+    r.length = static_cast<uint32_t>(bs_);
+    switch (mix_) {
+      case Mix::AllRead: r.op = IoOp::Read; break;
+      case Mix::AllWrite: r.op = IoOp::Write; break;
+      case Mix::Mixed: r.op = rng_.below(100) < rwmixread_ ? IoOp::Read : IoOp::Write; break;
+    }
+    if (random_) {
+      r.offset = base_ + rng_.below(blocks_) * bs_;
+    } else {
+      r.offset = base_ + cursor_ * bs_;
+      if (++cursor_ == blocks_) cursor_ = 0;
+    }
+    return r;
+  }
+
+  const PatternSpec& spec() const { return spec_; }
+
+ private:
+  enum class Mix : uint8_t { AllRead, AllWrite, Mixed };
+  PatternSpec spec_;
+  Rng rng_;
+  Mix mix_ = Mix::AllRead;
+  bool random_ = true;
+  uint64_t bs_ = 0, base_ = 0, blocks_ = 0, cursor_ = 0;
+  uint64_t rwmixread_ = 50;
+};
+
+}  // namespace tierlab::iosim

@@ -1,0 +1,202 @@
+#include "iosim/shaper.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+
+namespace tierlab::iosim {
+namespace {
+
+constexpr double kZ99 = 2.3263478740408408;  // standard normal 99th percentile
+
+int op_index(IoOp op) {
+  switch (op) {
+    case IoOp::Read: return 0;
+    case IoOp::Write:
+    case IoOp::Discard: return 1;
+    case IoOp::Flush: return 2;
+  }
+  return 0;
+}
+
+// Restores the min-heap property from the root down after the root grew.
+void sift_down(Nanos* h, size_t n) {
+  size_t i = 0;
+  Nanos v = h[0];
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= n) break;
+    if (c + 1 < n && h[c + 1] < h[c]) ++c;
+    if (h[c] >= v) break;
+    h[i] = h[c];
+    i = c;
+  }
+  h[i] = v;
+}
+
+}  // namespace
+
+// Acklam's rational approximation of the normal quantile.
+double inverse_normal_cdf(double p) {
+  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,
+                                 -2.759285104469687e+02, 1.383577518672690e+02,
+                                 -3.066479806614716e+01, 2.506628277459239e+00};
+  static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02,
+                                 -1.556989798598866e+02, 6.680131188771972e+01,
+                                 -1.328068155288572e+01};
+  static constexpr double c[] = {-7.784894002430293e-03, -3.223964580411365e-01,
+                                 -2.400758277161838e+00, -2.549732539343734e+00,
+                                 4.374664141464968e+00, 2.938163982698783e+00};
+  static constexpr double d[] = {7.784695709041462e-03, 3.224671290700398e-01,
+                                 2.445134137142996e+00, 3.754408661907416e+00};
+  constexpr double lo = 0.02425, hi = 1 - lo;
+  if (p < lo) {
+    double q = std::sqrt(-2 * std::log(p));
+    return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+           ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  }
+  if (p > hi) {
+    double q = std::sqrt(-2 * std::log1p(-p));
+    return -(((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+           ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  }
+  double q = p - 0.5, r = q * q;
+  return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+         (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+}
+
+void Shaper::Bucket::init(double rate_per_sec, double tau_ns) {
+  on = rate_per_sec > 0;
+  if (!on) return;
+  interval = 1e9 / rate_per_sec;
+  tau = tau_ns;
+  tat = -1e300;
+}
+
+Shaper::Shaper(const models::Tier& tier, uint64_t seed) : tier_(tier), rng_(seed) {
+  models::validate(tier_, "tier " + tier_.name);
+  double tau = static_cast<double>(tier_.bucket_ns);
+  read_iops_.init(tier_.read_iops, tau);
+  write_iops_.init(tier_.write_iops, tau);
+  total_iops_.init(tier_.total_iops, tau);
+  bytes_.init(tier_.bytes_per_sec, tau);
+  if (tier_.burst.enabled()) {
+    // The credit bucket holds `credits` I/Os and refills at the baseline;
+    // the peak bucket keeps bursts at burst_iops.
+    burst_credits_.init(tier_.burst.refill_iops, tier_.burst.credits / tier_.burst.refill_iops * 1e9);
+    burst_peak_.init(tier_.burst.burst_iops, tau);
+  }
+  const models::Latency* lat[3] = {&tier_.read, &tier_.write, &tier_.flush};
+  for (int i = 0; i < 3; ++i) {
+    Dist& d = dist_[i];
+    d.kind = lat[i]->dist;
+    d.p50 = static_cast<double>(lat[i]->p50_ns);
+    if (d.kind == models::LatencyDist::Lognormal)
+      d.sigma = std::log(static_cast<double>(lat[i]->p99_ns) / d.p50) / kZ99;
+    d.mean = d.p50 / std::log(2.0);
+  }
+  if (tier_.parallelism > 0) slots_.assign(tier_.parallelism, INT64_MIN);
+}
+
+uint32_t Shaper::count(const IoRequest& req) {
+  if (req.op == IoOp::Flush) return 0;
+  if (req.op == IoOp::Discard) return 1;
+  const uint64_t unit = tier_.io_unit_bytes;
+  if (unit == 0) return 1;
+  const int i = op_index(req.op);
+  const uint64_t len = req.length;
+  const uint64_t end = req.offset + len;
+  if (tier_.merge_sequential && req.offset == last_end_[i] && merge_fill_[i] + len <= unit) {
+    merge_fill_[i] += len;
+    last_end_[i] = end;
+    return 0;
+  }
+  uint64_t n = len == 0 ? 1 : (len + unit - 1) / unit;
+  merge_fill_[i] = len - (n - 1) * unit;
+  last_end_[i] = end;
+  return static_cast<uint32_t>(n);
+}
+
+Nanos Shaper::service_time(IoOp op) {
+  const Dist& d = dist_[op_index(op)];
+  switch (d.kind) {
+    case models::LatencyDist::Fixed:
+      return static_cast<Nanos>(d.p50);
+    case models::LatencyDist::Lognormal:
+      return static_cast<Nanos>(d.p50 * std::exp(d.sigma * inverse_normal_cdf(rng_.uniform())));
+    case models::LatencyDist::Exponential:
+      return static_cast<Nanos>(-d.mean * std::log(rng_.uniform()));
+  }
+  return 0;
+}
+
+Schedule Shaper::schedule(const IoRequest& req, Nanos now) {
+  if (now < last_now_) now = last_now_;
+  last_now_ = now;
+  ++stats_.ios;
+
+  const uint32_t n = count(req);
+  if (n == 0 && req.op != IoOp::Flush) ++stats_.merged_ios;
+  stats_.counted_ios += n;
+  const double cost = n;
+  const double bytes = (req.op == IoOp::Read || req.op == IoOp::Write) ? req.length : 0;
+  Bucket* op_bucket = req.op == IoOp::Read ? &read_iops_
+                      : req.op == IoOp::Flush ? nullptr
+                                               : &write_iops_;
+
+  // Earliest time every bucket that this I/O draws on has a token.
+  double ready = static_cast<double>(now);
+  if (n > 0) {
+    if (op_bucket && op_bucket->on) ready = std::max(ready, op_bucket->ready());
+    if (total_iops_.on) ready = std::max(ready, total_iops_.ready());
+    if (burst_credits_.on) {
+      ready = std::max(ready, burst_credits_.ready());
+      ready = std::max(ready, burst_peak_.ready());
+    }
+  }
+  if (bytes > 0 && bytes_.on) ready = std::max(ready, bytes_.ready());
+  // A merged I/O rides with the one it was merged into: never before it.
+  const int oi = op_index(req.op);
+  if (n == 0 && oi < 2) ready = std::max(ready, static_cast<double>(merge_start_[oi]));
+  Nanos tok = static_cast<Nanos>(std::ceil(ready));
+  if (tok < now) tok = now;
+  const double t = static_cast<double>(tok);
+  if (n > 0) {
+    if (op_bucket && op_bucket->on) op_bucket->take(t, cost);
+    if (total_iops_.on) total_iops_.take(t, cost);
+    if (burst_credits_.on) {
+      burst_credits_.take(t, cost);
+      burst_peak_.take(t, cost);
+    }
+  }
+  if (bytes > 0 && bytes_.on) bytes_.take(t, bytes);
+  if (n > 0 && oi < 2) merge_start_[oi] = tok;
+
+  Schedule s;
+  s.counted = n;
+  s.throttled = tok - now;
+  if (s.throttled > 0) {
+    ++stats_.throttled_ios;
+    stats_.throttle_wait_ns += s.throttled;
+    // Union of the intervals [now, tok): `now` never decreases.
+    Nanos from = std::max(now, throttled_until_);
+    if (tok > from) stats_.throttled_ns += tok - from;
+    throttled_until_ = std::max(throttled_until_, tok);
+  }
+
+  s.start = tok;
+  if (!slots_.empty() && slots_[0] > s.start) {
+    stats_.slot_wait_ns += slots_[0] - s.start;
+    s.start = slots_[0];
+  }
+  s.complete = s.start + service_time(req.op);
+  if (!slots_.empty()) {
+    // Invariant: slots_ is a min-heap; its root is the slot that frees first,
+    // and it is the one this I/O takes.
+    slots_[0] = s.complete;
+    sift_down(slots_.data(), slots_.size());
+  }
+  return s;
+}
+
+}  // namespace tierlab::iosim

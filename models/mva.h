@@ -1,0 +1,52 @@
+// Exact mean value analysis of a single-class closed queueing network
+// (private to models/).
+//
+// Stations:
+//   Delay   — infinite servers: residence time = demand (think time, a
+//             device's fixed latency when it serves requests in parallel).
+//   Queue   — one FCFS/PS server: R = D (1 + Q(n-1)).
+//   Multi   — m identical servers (the CPU with m vcpus), solved exactly
+//             with load-dependent MVA (Reiser & Lavenberg; Bolch et al.
+//             "Queueing Networks and Markov Chains" §8.2):
+//               R(n)   = D/m [1 + Q(n-1) + sum_{j=0}^{m-2} (m-1-j) p(j|n-1)]
+//               p(j|n) = X(n) D / j * p(j-1|n-1)        for j = 1..m-1
+//               p(0|n) = 1 - [X(n) D + sum_{j=1}^{m-1} (m-j) p(j|n)] / m
+//             where p(j|n) is the probability of j customers at the station
+//             with n in the network (only j < m is needed).
+//
+// Populations n = 1..N are solved in one pass; each step is O(K*m).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tierlab::models {
+
+enum class StationKind { Delay, Queue, Multi };
+
+struct Station {
+  std::string name;
+  StationKind kind = StationKind::Queue;
+  double demand_s = 0;  // service demand per transaction, seconds
+  int servers = 1;      // Multi only
+};
+
+struct MvaPoint {
+  int n = 0;
+  double throughput = 0;            // transactions per second
+  double response_s = 0;            // sum of residence times, excluding Delay stations
+                                    // named in `think` (see solve_mva)
+  std::vector<double> residence_s;  // per station
+  std::vector<double> queue;        // mean customers per station
+  std::vector<double> utilisation;  // per server, in [0, 1]; 0 for Delay
+  int bottleneck = -1;              // station with the highest utilisation
+};
+
+// Solves the network for n = 1..max_n. `think_station` is the index of the
+// station whose residence time is the clients' think time (excluded from
+// response_s), or -1. Throws std::invalid_argument on negative demands or
+// max_n < 1.
+std::vector<MvaPoint> solve_mva(const std::vector<Station>& stations, int max_n,
+                                int think_station = -1);
+
+}  // namespace tierlab::models

@@ -1,0 +1,642 @@
+#include "trace/writer.h"
+
+#include "common/error.h"
+#include "trace/crc32c.h"
+#include "trace/format.h"
+
+#include <zstd.h>
+
+#include <cassert>
+#include <cerrno>
+#include <charconv>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+namespace tierlab::trace {
+
+using namespace fmt;
+
+// --- sinks -------------------------------------------------------------------
+
+void MemorySink::append(const void* data, size_t len) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  bytes_.insert(bytes_.end(), p, p + len);
+}
+
+namespace {
+
+class FileSink : public Sink {
+ public:
+  explicit FileSink(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd_ < 0) throw InputError(errno_message(path + ": cannot create trace", errno));
+    // The file may have existed with a wider mode: traces hold SQL and
+    // parameter values.
+    if (::fchmod(fd_, 0600) != 0) {
+      int err = errno;
+      ::close(fd_);
+      throw InputError(errno_message(path + ": chmod 0600", err));
+    }
+  }
+  ~FileSink() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // One write() per call in the normal case; a short write (disk full, signal)
+  // is continued, EINTR retried.
+  void append(const void* data, size_t len) override {
+    const auto* p = static_cast<const uint8_t*>(data);
+    while (len > 0) {
+      ssize_t n = ::write(fd_, p, len);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw RuntimeError(errno_message(path_ + ": write", errno));
+      }
+      p += n;
+      len -= static_cast<size_t>(n);
+    }
+  }
+
+  void sync() override {
+    if (::fdatasync(fd_) != 0) throw RuntimeError(errno_message(path_ + ": fdatasync", errno));
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Strings interned file-wide: id 0 is "", ids 1.. are given in order of first
+// use. Open addressing over string bytes kept in an arena; lookups and hits
+// never allocate.
+class InternTable {
+ public:
+  InternTable() : slots_(1024) {}
+
+  // Returns the id of `s`, or 0 if it is not interned.
+  uint32_t find(std::string_view s, uint64_t h) const {
+    size_t mask = slots_.size() - 1;
+    for (size_t i = h & mask;; i = (i + 1) & mask) {
+      const Slot& sl = slots_[i];
+      if (sl.id == 0) return 0;
+      if (sl.hash == h && sl.len == s.size() && std::memcmp(sl.p, s.data(), s.size()) == 0)
+        return sl.id;
+    }
+  }
+
+  bool has_room(size_t len) const {
+    return len <= kMaxInternLen && count_ < kMaxInternCount && bytes_ + len <= kMaxInternBytes;
+  }
+
+  uint32_t insert(std::string_view s, uint64_t h) {
+    if ((count_ + 1) * 2 > slots_.size()) grow();
+    uint32_t id = static_cast<uint32_t>(++count_);
+    place(Slot{h, store(s), static_cast<uint32_t>(s.size()), id});
+    bytes_ += s.size();
+    return id;
+  }
+
+  size_t count() const { return count_; }
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    const char* p = nullptr;
+    uint32_t len = 0;
+    uint32_t id = 0;  // 0: empty slot
+  };
+
+  void place(const Slot& s) {
+    size_t mask = slots_.size() - 1;
+    size_t i = s.hash & mask;
+    while (slots_[i].id != 0) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
+
+  void grow() {
+    std::vector<Slot> old(slots_.size() * 2);
+    old.swap(slots_);
+    for (const Slot& s : old)
+      if (s.id != 0) place(s);
+  }
+
+  const char* store(std::string_view s) {
+    if (s.empty()) return "";
+    if (block_used_ + s.size() > block_cap_) {
+      block_cap_ = std::max<size_t>(64 * 1024, s.size());
+      blocks_.push_back(std::make_unique<char[]>(block_cap_));
+      block_used_ = 0;
+    }
+    char* p = blocks_.back().get() + block_used_;
+    std::memcpy(p, s.data(), s.size());
+    block_used_ += s.size();
+    return p;
+  }
+
+  std::vector<Slot> slots_;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  size_t block_used_ = 0, block_cap_ = 0;
+  size_t count_ = 0, bytes_ = 0;
+};
+
+// A string as written in a record: a varint (even: interned id << 1; odd:
+// length << 1 | 1 with the bytes following inline).
+struct StrRef {
+  uint64_t v = 0;
+  std::string_view inline_bytes;
+};
+
+// "123", "-7", "0": canonical decimal int64 text, stored as a zigzag varint.
+bool canonical_int(std::string_view s, int64_t& out) {
+  if (s.empty() || s.size() > 20) return false;
+  size_t i = s[0] == '-' ? 1 : 0;
+  if (i == s.size()) return false;
+  if (s[i] == '0' && (s.size() > i + 1 || i == 1)) return false;  // "01", "-0"
+  for (size_t k = i; k < s.size(); ++k)
+    if (s[k] < '0' || s[k] > '9') return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+// Upper bound of the encoded size of one string field, definition included.
+constexpr size_t str_bound(std::string_view s) { return s.size() * 2 + 3 * kMaxVarint; }
+
+}  // namespace
+
+std::unique_ptr<Sink> file_sink(const std::string& path) { return std::make_unique<FileSink>(path); }
+
+Nanos monotonic_now() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<Nanos>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+namespace {
+Nanos realtime_now() {
+  timespec ts;
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<Nanos>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+}  // namespace
+
+// --- writer --------------------------------------------------------------------
+
+struct Writer::Impl {
+  std::unique_ptr<Sink> sink;
+  WriterOptions opts;
+  ZSTD_CCtx* cctx = nullptr;
+  InternTable strings;
+
+  // Uncompressed payload of the open chunk: buf[0, used).
+  std::vector<uint8_t> buf;
+  size_t used = 0;
+  // Header + stored payload of the chunk being written out.
+  std::vector<uint8_t> out;
+
+  uint32_t chunk_records = 0;
+  Nanos chunk_first_ts = 0;
+  uint64_t chunks = 0;
+  uint64_t records = 0;
+  uint64_t bytes = 0;
+  bool closed = false;
+
+  // Delta state, reset at every chunk start.
+  Nanos prev_ts = 0;
+  uint64_t prev_session = 0;
+  bool have_session = false;
+  uint64_t bio_end = 0;
+  uint32_t bio_len = 0, bio_dev = 0;
+  int32_t bio_pid = 0;
+  uint8_t bio_flags = 0;
+  uint64_t fio_end = 0;
+  int32_t fio_pid = 0;
+
+  void reset_chunk_state() {
+    chunk_records = 0;
+    prev_ts = 0;
+    prev_session = 0;
+    have_session = false;
+    bio_end = 0;
+    bio_len = bio_dev = 0;
+    bio_pid = 0;
+    bio_flags = 0;
+    fio_end = 0;
+    fio_pid = 0;
+  }
+
+  uint8_t* ensure(size_t n) {
+    if (buf.size() < used + n) buf.resize(std::max(used + n, buf.size() * 2));
+    return buf.data() + used;
+  }
+
+  // Interns `s` if there is room (emitting its definition record at the
+  // current position), else returns it inline.
+  StrRef ref(uint8_t*& p, std::string_view s) {
+    if (s.empty()) return {0, {}};
+    uint64_t h = std::hash<std::string_view>{}(s);
+    if (uint32_t id = strings.find(s, h)) return {uint64_t{id} << 1, {}};
+    if (!strings.has_room(s.size())) return {(uint64_t{s.size()} << 1) | 1, s};
+    uint32_t id = strings.insert(s, h);
+    *p++ = kStringDef;
+    p = put_varint(p, s.size());
+    std::memcpy(p, s.data(), s.size());
+    p += s.size();
+    return {uint64_t{id} << 1, {}};
+  }
+
+  static uint8_t* put_ref(uint8_t* p, const StrRef& r) {
+    p = put_varint(p, r.v);
+    if (r.v & 1) {
+      std::memcpy(p, r.inline_bytes.data(), r.inline_bytes.size());
+      p += r.inline_bytes.size();
+    }
+    return p;
+  }
+
+  static size_t bound(const Record& r) {
+    constexpr size_t base = 1 + 2 * kMaxVarint;
+    return base + std::visit(
+        [](const auto& b) -> size_t {
+          using T = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<T, SessionBegin>)
+            return str_bound(b.user) + str_bound(b.database) + str_bound(b.application_name) +
+                   str_bound(b.client_addr) + 2 * kMaxVarint;
+          else if constexpr (std::is_same_v<T, Query>)
+            return str_bound(b.sql);
+          else if constexpr (std::is_same_v<T, Parse>)
+            return str_bound(b.statement) + str_bound(b.sql) + kMaxVarint * (1 + b.param_types.size());
+          else if constexpr (std::is_same_v<T, Bind>) {
+            size_t n = str_bound(b.portal) + str_bound(b.statement) +
+                       kMaxVarint * (2 + b.result_formats.size());
+            for (const Param& pa : b.params) n += 3 * kMaxVarint + pa.value.size();
+            return n;
+          } else if constexpr (std::is_same_v<T, Execute>)
+            return str_bound(b.portal) + kMaxVarint;
+          else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>)
+            return str_bound(b.name) + 1;
+          else if constexpr (std::is_same_v<T, CopyData>)
+            return 2 * kMaxVarint + b.data.size();
+          else if constexpr (std::is_same_v<T, CopyFail>)
+            return str_bound(b.message);
+          else if constexpr (std::is_same_v<T, Result>)
+            return str_bound(b.tag) + kMaxVarint;
+          else if constexpr (std::is_same_v<T, Error>)
+            return str_bound(b.sqlstate) + str_bound(b.severity) + str_bound(b.message);
+          else if constexpr (std::is_same_v<T, BlockIo>)
+            return 2 + 5 * kMaxVarint;
+          else if constexpr (std::is_same_v<T, FileIo>)
+            return str_bound(b.file) + 5 * kMaxVarint;
+          else if constexpr (std::is_same_v<T, Sample>)
+            return str_bound(b.name) + 1 + kMaxVarint;
+          else if constexpr (std::is_same_v<T, Meta>)
+            return str_bound(b.key) + str_bound(b.value);
+          else
+            return 2 * kMaxVarint;
+        },
+        r.body);
+  }
+
+  void write(const Record& r) {
+    if (closed) throw RuntimeError("trace writer: write after close");
+    size_t need = bound(r);
+    if (used > 0 && used + need > opts.chunk_bytes) flush_chunk(false);
+    uint8_t* const start = ensure(need);
+    uint8_t* p = start;
+    if (chunk_records == 0) {
+      chunk_first_ts = r.ts;
+      prev_ts = r.ts;
+    }
+    const uint8_t code = static_cast<uint8_t>(r.body.index());
+
+    // Interned strings first: their definitions precede the record.
+    StrRef refs[4];
+    std::visit(
+        [&](const auto& b) {
+          using T = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<T, SessionBegin>) {
+            refs[0] = ref(p, b.user);
+            refs[1] = ref(p, b.database);
+            refs[2] = ref(p, b.application_name);
+            refs[3] = ref(p, b.client_addr);
+          } else if constexpr (std::is_same_v<T, Query>) {
+            refs[0] = ref(p, b.sql);
+          } else if constexpr (std::is_same_v<T, Parse> || std::is_same_v<T, Bind>) {
+            refs[0] = ref(p, b.statement);
+            if constexpr (std::is_same_v<T, Parse>)
+              refs[1] = ref(p, b.sql);
+            else
+              refs[1] = ref(p, b.portal);
+          } else if constexpr (std::is_same_v<T, Execute>) {
+            refs[0] = ref(p, b.portal);
+          } else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
+            refs[0] = ref(p, b.name);
+          } else if constexpr (std::is_same_v<T, CopyFail>) {
+            refs[0] = ref(p, b.message);
+          } else if constexpr (std::is_same_v<T, Result>) {
+            refs[0] = ref(p, b.tag);
+          } else if constexpr (std::is_same_v<T, Error>) {
+            refs[0] = ref(p, b.sqlstate);
+            refs[1] = ref(p, b.severity);
+            refs[2] = ref(p, b.message);
+          } else if constexpr (std::is_same_v<T, FileIo>) {
+            refs[0] = ref(p, b.file);
+          } else if constexpr (std::is_same_v<T, Sample>) {
+            refs[0] = ref(p, b.name);
+          } else if constexpr (std::is_same_v<T, Meta>) {
+            refs[0] = ref(p, b.key);
+            refs[1] = ref(p, b.value);
+          }
+        },
+        r.body);
+
+    // Kind byte, timestamp delta, session.
+    uint8_t* kind_at = p++;
+    uint8_t kind = code;
+    int64_t delta = static_cast<int64_t>(static_cast<uint64_t>(r.ts) - static_cast<uint64_t>(prev_ts));
+    if (delta == 0)
+      kind |= kZeroDelta;
+    else
+      p = put_varint(p, zigzag(delta));
+    prev_ts = r.ts;
+    if (has_session(code)) {
+      if (have_session && r.session == prev_session) {
+        kind |= kSameSession;
+      } else {
+        p = put_varint(p, r.session);
+        prev_session = r.session;
+        have_session = true;
+      }
+    }
+    *kind_at = kind;
+
+    std::visit(
+        [&](const auto& b) {
+          using T = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<T, SessionBegin>) {
+            for (const auto& rf : refs) p = put_ref(p, rf);
+            p = put_varint(p, zigzag(b.backend_pid));
+            p = put_varint(p, b.flags);
+          } else if constexpr (std::is_same_v<T, SessionEnd>) {
+            p = put_varint(p, static_cast<uint8_t>(b.reason));
+          } else if constexpr (std::is_same_v<T, Query>) {
+            p = put_ref(p, refs[0]);
+          } else if constexpr (std::is_same_v<T, Parse>) {
+            p = put_ref(p, refs[0]);
+            p = put_ref(p, refs[1]);
+            p = put_varint(p, b.param_types.size());
+            for (uint32_t oid : b.param_types) p = put_varint(p, oid);
+          } else if constexpr (std::is_same_v<T, Bind>) {
+            p = put_ref(p, refs[1]);  // portal
+            p = put_ref(p, refs[0]);  // statement
+            p = put_varint(p, b.params.size());
+            for (const Param& pa : b.params) p = put_param(p, pa);
+            p = put_varint(p, b.result_formats.size());
+            for (int16_t f : b.result_formats) p = put_varint(p, zigzag(f));
+          } else if constexpr (std::is_same_v<T, Execute>) {
+            p = put_ref(p, refs[0]);
+            p = put_varint(p, b.max_rows);
+          } else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
+            *p++ = static_cast<uint8_t>(b.target);
+            p = put_ref(p, refs[0]);
+          } else if constexpr (std::is_same_v<T, CopyData>) {
+            p = put_varint(p, static_cast<uint8_t>(b.dir));
+            p = put_varint(p, b.data.size());
+            std::memcpy(p, b.data.data(), b.data.size());
+            p += b.data.size();
+          } else if constexpr (std::is_same_v<T, CopyDone>) {
+            p = put_varint(p, static_cast<uint8_t>(b.dir));
+          } else if constexpr (std::is_same_v<T, CopyFail>) {
+            p = put_ref(p, refs[0]);
+          } else if constexpr (std::is_same_v<T, Result>) {
+            p = put_ref(p, refs[0]);
+            p = put_varint(p, b.has_rows ? b.rows + 1 : 0);
+          } else if constexpr (std::is_same_v<T, Error>) {
+            p = put_ref(p, refs[0]);
+            p = put_ref(p, refs[1]);
+            p = put_ref(p, refs[2]);
+          } else if constexpr (std::is_same_v<T, Ready>) {
+            *p++ = static_cast<uint8_t>(b.status);
+          } else if constexpr (std::is_same_v<T, BlockIo>) {
+            p = put_block(p, r.ts, b);
+          } else if constexpr (std::is_same_v<T, FileIo>) {
+            p = put_varint(p, static_cast<uint64_t>(b.op) | (uint64_t{b.flags} << 2));
+            p = put_varint(p, zigzag(static_cast<int64_t>(b.pid) - fio_pid));
+            fio_pid = b.pid;
+            p = put_ref(p, refs[0]);
+            p = put_varint(p, zigzag(static_cast<int64_t>(b.offset - fio_end)));
+            p = put_varint(p, b.length);
+            fio_end = b.offset + b.length;
+            p = put_varint(p, zigzag(b.latency_ns));
+          } else if constexpr (std::is_same_v<T, Sample>) {
+            p = put_ref(p, refs[0]);
+            double v = b.value;
+            if (v == static_cast<double>(static_cast<int64_t>(v)) && v >= -9007199254740992.0 &&
+                v <= 9007199254740992.0 && !(v == 0 && std::signbit(v))) {
+              *p++ = 1;
+              p = put_varint(p, zigzag(static_cast<int64_t>(v)));
+            } else {
+              *p++ = 0;
+              std::memcpy(p, &v, 8);
+              p += 8;
+            }
+          } else if constexpr (std::is_same_v<T, Meta>) {
+            p = put_ref(p, refs[0]);
+            p = put_ref(p, refs[1]);
+          } else if constexpr (std::is_same_v<T, Loss>) {
+            p = put_varint(p, static_cast<uint8_t>(b.what));
+            p = put_varint(p, b.count);
+          }
+        },
+        r.body);
+
+    // Invariant: the bound covered everything written.
+    assert(static_cast<size_t>(p - start) <= need);
+    used += static_cast<size_t>(p - start);
+    ++chunk_records;
+    ++records;
+    if (used >= opts.chunk_bytes) flush_chunk(false);
+  }
+
+  static uint8_t* put_param(uint8_t* p, const Param& pa) {
+    int64_t iv;
+    if (pa.is_null) {
+      uint8_t tag = pa.format == 0 ? kParamNullText : pa.format == 1 ? kParamNullBinary : kParamNullOther;
+      p = put_varint(p, tag);
+      if (tag == kParamNullOther) p = put_varint(p, zigzag(pa.format));
+      return p;
+    }
+    if (pa.format == 0 && canonical_int(pa.value, iv)) {
+      p = put_varint(p, kParamTextInt);
+      return put_varint(p, zigzag(iv));
+    }
+    if (pa.format == 0 || pa.format == 1) {
+      p = put_varint(p, (uint64_t{pa.value.size()} << 3) | (pa.format == 0 ? kParamText : kParamBinary));
+    } else {
+      p = put_varint(p, (uint64_t{pa.value.size()} << 3) | kParamOther);
+      p = put_varint(p, zigzag(pa.format));
+    }
+    std::memcpy(p, pa.value.data(), pa.value.size());
+    return p + pa.value.size();
+  }
+
+  uint8_t* put_block(uint8_t* p, Nanos ts, const BlockIo& b) {
+    uint8_t* h_at = p++;
+    uint8_t h = static_cast<uint8_t>(b.op) & kBioOpMask;
+    if (b.flags != bio_flags) {
+      h |= kBioNewFlags;
+      *p++ = b.flags;
+      bio_flags = b.flags;
+    }
+    if (b.device != bio_dev) {
+      h |= kBioNewDevice;
+      p = put_varint(p, b.device);
+      bio_dev = b.device;
+    }
+    if (b.pid != bio_pid) {
+      h |= kBioNewPid;
+      p = put_varint(p, zigzag(static_cast<int64_t>(b.pid) - bio_pid));
+      bio_pid = b.pid;
+    }
+    if (b.length != bio_len) {
+      h |= kBioNewLength;
+      p = put_varint(p, b.length);
+      bio_len = b.length;
+    }
+    int64_t delta = static_cast<int64_t>(b.offset - bio_end);
+    unsigned shift = 0;
+    if (delta % 4096 == 0) {
+      h |= 2 << kBioUnitShift;
+      shift = 12;
+    } else if (delta % 512 == 0) {
+      h |= 1 << kBioUnitShift;
+      shift = 9;
+    }
+    p = put_varint(p, zigzag(delta >> shift));
+    bio_end = b.offset + b.length;
+    p = put_varint(p, zigzag(static_cast<int64_t>(static_cast<uint64_t>(b.complete_ns) -
+                                                  static_cast<uint64_t>(ts))));
+    *h_at = h;
+    return p;
+  }
+
+  void flush_chunk(bool end) {
+    if (used == 0 && !end) return;
+    if (end) {
+      // End record: counts, so a reader can tell a complete trace.
+      uint8_t* p = ensure(1 + 3 * kMaxVarint);
+      if (chunk_records == 0) {
+        chunk_first_ts = prev_ts;
+      }
+      *p++ = kEnd | kZeroDelta;
+      p = put_varint(p, records);
+      p = put_varint(p, strings.count());
+      p = put_varint(p, chunks + 1);
+      used = static_cast<size_t>(p - buf.data());
+    }
+    size_t cap = kChunkHeaderLen + ZSTD_compressBound(used);
+    if (out.size() < cap) out.resize(cap);
+    uint8_t* hdr = out.data();
+    uint8_t* payload = hdr + kChunkHeaderLen;
+    uint32_t flags = end ? kChunkEnd : 0;
+    size_t stored = used;
+    bool compressed = false;
+    if (opts.compression_level > 0) {
+      size_t n = ZSTD_compressCCtx(cctx, payload, cap - kChunkHeaderLen, buf.data(), used,
+                                   opts.compression_level);
+      if (!ZSTD_isError(n) && n < used) {
+        stored = n;
+        compressed = true;
+        flags |= kChunkZstd;
+      }
+    }
+    if (!compressed) std::memcpy(payload, buf.data(), used);
+    put_u32(hdr + 0, kChunkMagic);
+    put_u32(hdr + 4, flags);
+    put_u32(hdr + 8, static_cast<uint32_t>(stored));
+    put_u32(hdr + 12, static_cast<uint32_t>(used));
+    put_u32(hdr + 16, chunk_records);
+    put_u32(hdr + 20, 0);
+    put_i64(hdr + 24, chunk_first_ts);
+    put_u32(hdr + 32, crc32c(crc32c(0, hdr, 32), payload, stored));
+    put_u32(hdr + 36, crc32c(0, hdr, 36));
+    // One append, hence one write(): a writer killed at any moment leaves
+    // every earlier chunk intact.
+    sink->append(hdr, kChunkHeaderLen + stored);
+    bytes += kChunkHeaderLen + stored;
+    ++chunks;
+    used = 0;
+    reset_chunk_state();
+  }
+};
+
+Writer::Writer(std::unique_ptr<Sink> sink, WriterOptions opts) : impl_(std::make_unique<Impl>()) {
+  impl_->sink = std::move(sink);
+  if (opts.chunk_bytes < 1024) opts.chunk_bytes = 1024;
+  if (opts.chunk_bytes > kMaxRawLen / 2) opts.chunk_bytes = kMaxRawLen / 2;
+  impl_->opts = opts;
+  impl_->buf.resize(opts.chunk_bytes + 64 * 1024);
+  impl_->out.resize(kChunkHeaderLen + ZSTD_compressBound(impl_->buf.size()));
+  if (opts.compression_level > 0) {
+    impl_->cctx = ZSTD_createCCtx();
+    if (!impl_->cctx) throw RuntimeError("zstd: cannot create a compression context");
+  }
+
+  Nanos mono = opts.start_mono_ns ? *opts.start_mono_ns : monotonic_now();
+  Nanos offset;
+  if (opts.realtime_offset_ns) {
+    offset = *opts.realtime_offset_ns;
+  } else {
+    Nanos m0 = monotonic_now();
+    Nanos rt = realtime_now();
+    Nanos m1 = monotonic_now();
+    offset = rt - (m0 + (m1 - m0) / 2);
+  }
+  uint8_t h[kHeaderLen];
+  std::memcpy(h, kFileMagic, 8);
+  put_u16(h + 8, kMajor);
+  put_u16(h + 10, kMinor);
+  put_u32(h + 12, kHeaderLen);
+  put_i64(h + 16, mono);
+  put_i64(h + 24, offset);
+  put_u32(h + 32, crc32c(0, h, 32));
+  impl_->sink->append(h, sizeof h);
+  impl_->bytes = sizeof h;
+}
+
+Writer::~Writer() {
+  try {
+    if (impl_ && !impl_->closed) close();
+  } catch (...) {
+  }
+  if (impl_ && impl_->cctx) ZSTD_freeCCtx(impl_->cctx);
+}
+
+void Writer::write(const Record& r) { impl_->write(r); }
+
+void Writer::flush() {
+  if (impl_->closed) return;
+  impl_->flush_chunk(false);
+}
+
+void Writer::close() {
+  if (impl_->closed) return;
+  impl_->closed = true;
+  impl_->flush_chunk(true);
+  impl_->sink->sync();
+}
+
+uint64_t Writer::records_written() const { return impl_->records; }
+uint64_t Writer::bytes_written() const { return impl_->bytes; }
+
+std::unique_ptr<Writer> open_writer(const std::string& path, WriterOptions opts) {
+  return std::make_unique<Writer>(file_sink(path), opts);
+}
+
+}  // namespace tierlab::trace
