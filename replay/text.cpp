@@ -20,7 +20,7 @@ bool ident_char(char c) {
 }
 
 // A character after which a space is kept when whitespace follows.
-bool word_end(char c) { return ident_char(c) || c == '?' || c == '"' || c == '\''; }
+bool word_end(char c) { return ident_char(c) || c == '?' || c == '"' || c == '\'' || c == '*'; }
 
 }  // namespace
 
@@ -38,7 +38,7 @@ std::string normalize_sql(std::string_view sql) {
   out.reserve(sql.size());
   bool pending_space = false;
   auto emit = [&](char c) {
-    if (pending_space && !out.empty() && word_end(out.back()) && (ident_char(c) || c == '?' || c == '"'))
+    if (pending_space && !out.empty() && word_end(out.back()) && (ident_char(c) || c == '?' || c == '"' || c == '*'))
       out += ' ';
     pending_space = false;
     out += c;
@@ -97,11 +97,11 @@ std::string normalize_sql(std::string_view sql) {
       emit('"');
       out.append(sql.substr(start + 1, i - start - 1));
     } else if (c == '$' && i + 1 < n && std::isdigit(static_cast<unsigned char>(sql[i + 1])) &&
-               (out.empty() || !ident_char(out.back()))) {
+               (out.empty() || pending_space || !ident_char(out.back()))) {
       ++i;
       while (i < n && std::isdigit(static_cast<unsigned char>(sql[i]))) ++i;
       emit('?');
-    } else if (c == '$' && (out.empty() || !ident_char(out.back()))) {
+    } else if (c == '$' && (out.empty() || pending_space || !ident_char(out.back()))) {
       // dollar quoting: $tag$ ... $tag$
       size_t close = sql.find('$', i + 1);
       bool tag_ok = close != std::string_view::npos;

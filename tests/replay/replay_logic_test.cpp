@@ -141,6 +141,8 @@ TEST_CASE("fingerprints ignore literals, parameter markers, case and whitespace"
         "insert into t values(?, ?, ?, ?, ?)");
   CHECK(normalize_sql("SELECT \"MixedCase\".x FROM \"MixedCase\" -- trailing comment\n /* c */ LIMIT 10") ==
         "select \"MixedCase\".x from \"MixedCase\" limit ?");
+  CHECK(normalize_sql("SELECT $1::int + 1") == "select ?::int+?");
+  CHECK(normalize_sql("SELECT * FROM c") == "select * from c");
   CHECK(normalize_sql("select t1.c2 from t1") == "select t1.c2 from t1");  // digits in names stay
   CHECK(fingerprint("select 1") != fingerprint("select 1 from t"));
   CHECK(fingerprint("SELECT * FROM a") != fingerprint("SELECT * FROM b"));
