@@ -358,9 +358,8 @@ PcapPtr open_file(const SniffOptions& o, bool* nano) {
   return p;
 }
 
-void set_filter(pcap_t* p, const SniffOptions& o, const std::string& where) {
+void set_filter(pcap_t* p, const std::string& f, const std::string& where) {
   bpf_program prog;
-  std::string f = filter_expr(o);
   if (pcap_compile(p, &prog, f.c_str(), 1, PCAP_NETMASK_UNKNOWN) < 0)
     throw InputError(where + ": filter '" + f + "': " + pcap_geterr(p));
   int rc = pcap_setfilter(p, &prog);
@@ -423,7 +422,8 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
     throw InputError(where + ": link type " + (name ? name : std::to_string(dlt)) +
                      " is not supported (Ethernet, loopback, Linux cooked, raw IP are)");
   }
-  set_filter(pcap.get(), o, where);
+  const std::string filter = filter_expr(o);
+  set_filter(pcap.get(), filter, where);
 
   // Packet times are CLOCK_REALTIME; the trace's are CLOCK_MONOTONIC. The
   // offset measured here goes into the trace header and converts every packet.
@@ -491,7 +491,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
   const Nanos deadline =
       o.duration_s > 0 ? start_mono + static_cast<Nanos>(o.duration_s * 1e9) : 0;
   if (live)
-    log << "capturing on " << o.interface << ", filter '" << filter_expr(o)
+    log << "capturing on " << o.interface << ", filter '" << filter
         << "', writing " << o.out << std::endl;
 
   uint64_t drops_recorded = 0;
