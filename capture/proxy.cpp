@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -660,6 +661,12 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   if (opts.buffer_bytes < 16384 || opts.buffer_bytes > (1u << 30))
     throw InputError("forwarding buffer size out of range");
   px.upstream = parse_upstream(opts.upstream);
+  // Two descriptors per session: allow as many as the hard limit does.
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
   if (!opts.listen.empty()) {
     px.listen_addr = resolve("--listen", opts.listen, true);
     px.has_tcp = true;
