@@ -298,6 +298,18 @@ struct Loop {
       }
       recycle();
     }
+    // Take what already arrived (a Terminate, a last reply) before ending
+    // the sessions still open.
+    int n = epoll_wait(ep, evs, kMaxEvents, 0);
+    for (int i = 0; i < n; ++i) {
+      uint64_t t = evs[i].data.u64;
+      if (t <= kUnixTag) continue;
+      Session* s = reinterpret_cast<Session*>(t & ~kUpstreamBit);
+      if (s->state == State::Closed || s->state == State::Free) continue;
+      if (t & kUpstreamBit) on_upstream(s, evs[i].events);
+      else on_client(s, evs[i].events);
+    }
+    recycle();
     while (live) close_session(live, EndReason::CaptureEnd);
     recycle();
   }
@@ -515,7 +527,7 @@ struct Loop {
     ssize_t n = ::recv(fd, b.data + b.tail, b.cap - b.tail, 0);
     if (n > 0) {
       if (!s->dec.feed(d, b.data + b.tail, static_cast<size_t>(n), now_ns())) {
-        protocol_error(s, s->dec.error());
+        protocol_error(s, s->dec.error(), from_client);
         return;
       }
       const bool was_pending = b.pending();
@@ -576,10 +588,19 @@ struct Loop {
     (void)::send(s->cfd, buf, n, MSG_NOSIGNAL);
   }
 
-  void protocol_error(Session* s, const char* why) {
+  // Closes a session whose stream broke the protocol. When the client sent
+  // the bad message and the server's stream is at a message boundary, the
+  // client is told why (FATAL 08P01) before the connection closes.
+  void protocol_error(Session* s, const char* why, bool client_fault = false) {
     ++stats.protocol_errors;
     std::fprintf(stderr, "tierlab: capture proxy: session %llu (%s) closed: %s\n",
                  static_cast<unsigned long long>(s->id), s->addr, why);
+    if (client_fault && s->state == State::Forward && !s->u2c.pending() &&
+        s->dec.at_boundary(Direction::Backend) && !s->dec.fatal_seen()) {
+      char msg[300];
+      std::snprintf(msg, sizeof msg, "tierlab capture proxy: %s", why);
+      send_error(s, "08P01", msg);
+    }
     close_session(s, EndReason::ProtocolError);
   }
 
