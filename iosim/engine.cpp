@@ -93,12 +93,12 @@ class WrittenSource : public IoSource {
  public:
   WrittenSource(const std::vector<uint64_t>& bits, uint64_t sectors, uint32_t max_block)
       : bits_(bits), sectors_(sectors), max_sectors_(std::max<uint32_t>(1, max_block / kSector)) {}
-  bool next(IoRequest& out) override {
+  bool next(TimedIo& out) override {
     while (pos_ < sectors_ && !test(pos_)) ++pos_;
     if (pos_ >= sectors_) return false;
     uint64_t start = pos_;
     while (pos_ < sectors_ && test(pos_) && pos_ - start < max_sectors_) ++pos_;
-    out = IoRequest{0, start * kSector, uint32_t((pos_ - start) * kSector), IoOp::Read, 0};
+    out = TimedIo{0, start * kSector, uint32_t((pos_ - start) * kSector), IoOp::Read, 0};
     return true;
   }
 
@@ -156,7 +156,7 @@ class Engine {
   bool verify_all_ = false;
   uint32_t inflight_ = 0;          // submitted, completion not reaped
   uint32_t pending_ = 0;           // prepared, not yet submitted
-  IoRequest next_{};
+  TimedIo next_{};
   bool have_next_ = false;
   bool next_late_ = false;
   Nanos last_at_ = 0;
@@ -298,7 +298,8 @@ void Engine::issue(uint32_t i, Nanos now) {
   s.was_short = false;
   s.issued = now;
   s.tier_done = 0;
-  if (o_.tier && s.counted) s.tier_done = o_.tier->admit(now, s.op, s.length);
+  if (o_.shaper && s.counted)
+    s.tier_done = o_.shaper->schedule(IoRequest{s.op, s.offset, s.length}, now).complete;
   if (s.op == IoOp::Write && o_.verify) fill_pattern(s.buf, s.offset, s.length, o_.seed);
   prep(i);
 }
@@ -347,7 +348,6 @@ void Engine::finish(uint32_t i, Nanos now) {
     else if (s.op == IoOp::Read) verify_read(s);
   }
   if (s.counted) {
-    if (s.tier_done) o_.tier->release(now, s.op, s.length);
     Nanos lat = now - s.issued;
     OpStats& st = r_.op[size_t(s.op)];
     ++st.ios;
@@ -370,7 +370,7 @@ bool Engine::fetch(IoSource& src, bool counted) {
       if (o_.runtime_ns && start_ && mono_ns() - start_ >= o_.runtime_ns) return false;
     }
     if (!src.next(next_)) return false;
-    IoRequest& q = next_;
+    TimedIo& q = next_;
     if (q.op == IoOp::Discard) {
       if (counted) ++r_.skipped;
       continue;
@@ -549,7 +549,7 @@ EngineResult Engine::run(IoSource& src) {
   open_target();
   setup_ring();
   verify_all_ = o_.verify && o_.verify_existing;
-  if (o_.tier) r_.tier = o_.tier->name();
+  if (o_.shaper) r_.tier = o_.shaper->tier().name;
   // Fewer timer slack nanoseconds: deadlines are kept to microseconds.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 

@@ -70,7 +70,7 @@ class PatternSource : public IoSource {
  public:
   PatternSource(IoOp op, uint64_t size, uint32_t bs, uint64_t count, bool random)
       : op_(op), size_(size), bs_(bs), count_(count), random_(random) {}
-  bool next(IoRequest& q) override {
+  bool next(TimedIo& q) override {
     if (n_ >= count_) return false;
     uint64_t blocks = size_ / bs_;
     uint64_t b;
@@ -80,7 +80,7 @@ class PatternSource : public IoSource {
     } else {
       b = n_ % blocks;
     }
-    q = IoRequest{0, b * bs_, bs_, op_, 0};
+    q = TimedIo{0, b * bs_, bs_, op_, 0};
     ++n_;
     return true;
   }
@@ -161,7 +161,7 @@ TEST_CASE("engine: a short read at end of file is handled and counted", "[engine
   o.iodepth = 4;
   o.max_block = 4096;
   // 8192 + 4096 is past the end (10000 bytes): 1808 bytes come back.
-  VectorSource src({IoRequest{0, 8192, 4096, IoOp::Read, 0}, IoRequest{0, 0, 4096, IoOp::Read, 0}});
+  VectorSource src({TimedIo{0, 8192, 4096, IoOp::Read, 0}, TimedIo{0, 0, 4096, IoOp::Read, 0}});
   EngineResult r = run_engine(o, src);
   CHECK(r.ios == 2);
   CHECK(r.short_ios == 1);
@@ -182,10 +182,10 @@ TEST_CASE("engine: open loop issues at the scheduled times", "[engine]") {
   require_io_uring();
   TempDir tmp;
   std::string file = (tmp.path / "open").string();
-  std::vector<IoRequest> reqs;
+  std::vector<TimedIo> reqs;
   // 2,000 reads at 10,000 per second: a 0.2 s schedule.
   for (int i = 0; i < 2000; ++i)
-    reqs.push_back(IoRequest{Nanos(i) * 100'000, uint64_t(i % 256) * 4096, 4096, IoOp::Read, 0});
+    reqs.push_back(TimedIo{Nanos(i) * 100'000, uint64_t(i % 256) * 4096, 4096, IoOp::Read, 0});
   VectorSource src(reqs);
   EngineOptions o;
   o.target = file;
@@ -212,9 +212,9 @@ TEST_CASE("engine: no allocation per I/O in steady state", "[engine]") {
   o.iodepth = 32;
   o.max_block = 4096;
   auto allocs_for = [&](uint64_t n, bool open_loop) {
-    std::vector<IoRequest> reqs;
+    std::vector<TimedIo> reqs;
     for (uint64_t i = 0; i < n; ++i)
-      reqs.push_back(IoRequest{Nanos(i) * 20'000, (i * 7919 % 2048) * 4096, 4096,
+      reqs.push_back(TimedIo{Nanos(i) * 20'000, (i * 7919 % 2048) * 4096, 4096,
                                i % 3 ? IoOp::Read : IoOp::Write, 0});
     VectorSource src(std::move(reqs));
     EngineOptions oo = o;
