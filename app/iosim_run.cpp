@@ -39,6 +39,7 @@ struct RunOptions {
   std::string runtime;    // "" = until --size bytes (pattern) or the trace ends
   uint64_t ios = 0;
   bool verify = false;
+  bool rt = false;
   uint64_t seed = 1;
   std::string json;       // path, "-" = stdout
 };
@@ -107,6 +108,7 @@ void run_iosim(const RunOptions& o) {
   eo.direct = o.direct;
   eo.iodepth = o.iodepth;
   eo.verify = o.verify;
+  eo.realtime = o.rt;
   eo.seed = o.seed;
   eo.max_ios = o.ios;
   if (!o.size.empty()) eo.size = iosim::parse_size(o.size, "--size");
@@ -183,6 +185,8 @@ void run_iosim(const RunOptions& o) {
     std::printf("  tier %s: %llu I/Os throttled (%.3f s waiting for tokens), %llu merged\n", r.tier.c_str(),
                 (unsigned long long)ss.throttled_ios, ss.throttle_wait_ns / 1e9,
                 (unsigned long long)ss.merged_ios);
+    std::printf("  release lag (usec): p50=%.1f, p99=%.1f, max=%.1f (completions released after the tier's time)\n",
+                r.release_lag.quantile(0.5) / 1e3, r.release_lag.quantile(0.99) / 1e3, r.release_lag.max() / 1e3);
     if (r.slower_than_tier)
       std::printf("  device slower than tier: %llu of %llu I/Os took longer on the device than the tier "
                   "allows; those ran at device speed\n",
@@ -233,6 +237,9 @@ void run_iosim(const RunOptions& o) {
     if (eo.shaper) {
       j["throttled_ios"] = shaper->stats().throttled_ios;
       j["throttle_wait_ns"] = shaper->stats().throttle_wait_ns;
+      j["release_lag_ns"] = {{"p50", r.release_lag.quantile(0.5)},
+                             {"p99", r.release_lag.quantile(0.99)},
+                             {"max", r.release_lag.max()}};
     }
     if (o.verify) j["verified_bytes"] = r.verified_bytes;
     std::string text = j.dump(2) + "\n";
@@ -263,6 +270,7 @@ void setup_iosim_run(CLI::App& parent) {
   sub->add_option("--runtime", opt->runtime, "run this long (10s, 1m); pattern default: --size bytes once");
   sub->add_option("--ios", opt->ios, "stop after this many I/Os");
   sub->add_flag("--verify", opt->verify, "write a known pattern and check it on read back");
+  sub->add_flag("--rt", opt->rt, "run the I/O loop at real-time priority (SCHED_FIFO; root)");
   sub->add_option("--seed", opt->seed, "seed of the pattern, latencies and verify data")->capture_default_str();
   sub->add_option("--json", opt->json, "write the results as JSON to this file (- = stdout)");
   sub->callback([opt] { run_iosim(*opt); });

@@ -83,13 +83,21 @@ struct EngineOptions {
   // tier completes the I/O; the completion is reported at the later of that
   // and the device's own completion.
   Shaper* shaper = nullptr;
+  // Run the loop at real-time priority (SCHED_FIFO 1) so that other
+  // processes on a busy machine do not delay issue and release times.
+  // Needs root or CAP_SYS_NICE; RuntimeError otherwise.
+  bool realtime = false;
   bool allow_create = true;  // a missing regular file is created with --size
+  // If set, receives the reported completion time of each counted I/O, up
+  // to its capacity (reserve it beforehand: the loop never grows it).
+  std::vector<Nanos>* completion_log = nullptr;
 };
 
 struct OpStats {
   uint64_t ios = 0;
   uint64_t bytes = 0;
-  Histogram lat;         // completion latency as reported (ns)
+  Histogram lat;         // completion latency as reported (ns): with a
+                         // tier, max(tier completion, device completion)
   Histogram device_lat;  // what the device alone took (ns)
 };
 
@@ -101,6 +109,7 @@ struct EngineResult {
   OpStats op[4];             // indexed by IoOp
   Histogram lat;             // all ops
   Histogram issue_lag;       // open loop: actual issue - scheduled (ns)
+  Histogram release_lag;     // tier: actual release - tier completion (ns)
   uint64_t short_ios = 0;    // I/Os with a short transfer (rest resubmitted, or EOF)
   uint64_t eof_short = 0;    // reads cut short by end of file
   uint64_t eagain = 0;       // -EAGAIN, retried
