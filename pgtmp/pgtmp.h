@@ -8,6 +8,25 @@
 // PostgreSQL refuses to run as root. When the caller is root, the data
 // directory is owned by, and the server runs as, an unprivileged user
 // (Options::run_as, default "postgres").
+//
+// Cleanup guarantees:
+// - the destructor stops the server (fast shutdown) and removes the temp dir;
+// - SIGINT, SIGTERM and SIGHUP stop every server of the process and remove
+//   their dirs before the signal takes its course (the previously installed
+//   handler runs next, or the default action). A program that wants its own
+//   graceful stop blocks these signals and waits for them (sigwait), or
+//   installs its handler after starting the server;
+// - if the process dies anyway (SIGKILL), the kernel sends the postmaster
+//   SIGQUIT (PR_SET_PDEATHSIG) and it exits; only the temp dir remains.
+//   That signal fires when the *thread* that started the server exits: start
+//   servers (and call start()/restart()) from the main thread, or from a
+//   thread that outlives them.
+// - a forked copy of the process never stops or removes its parent's servers.
+//
+// Defaults in postgresql.conf (caller settings come after and win):
+// listen_addresses=127.0.0.1, the port, unix_socket_directories=<temp dir>,
+// fsync=off, max_connections=2500, shared_buffers=32MB; the server log goes to
+// <temp dir>/server.log. Bootstrap superuser "postgres", database "postgres".
 #pragma once
 
 #include <memory>
@@ -54,7 +73,9 @@ class Server {
   const std::string& data_dir() const;
   const std::string& bindir() const;
   const std::string& superuser() const;   // bootstrap superuser name
-  int postmaster_pid() const;
+  int postmaster_pid() const;              // 0 when stopped
+  const std::string& temp_dir() const;    // holds data dir, socket and log
+  const std::string& log_path() const;    // server log (stdout+stderr of postgres)
 
   // libpq conninfo over TCP: "host=127.0.0.1 port=N dbname=DB user=SUPERUSER".
   std::string conninfo(const std::string& dbname = "postgres") const;

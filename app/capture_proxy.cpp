@@ -1,0 +1,176 @@
+// tierlab capture proxy: record live PostgreSQL traffic through a transparent
+// wire-protocol proxy.
+#include "app/command.h"
+#include "capture/proxy.h"
+#include "common/error.h"
+
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <pthread.h>
+#include <string>
+#include <thread>
+
+namespace tierlab::app {
+namespace {
+
+struct CaptureProxyOptions {
+  std::string listen = "127.0.0.1:6432";
+  std::string listen_unix;
+  std::string upstream;
+  std::string out;
+  std::string duration;      // "" = until SIGINT/SIGTERM
+  int threads = 0;           // 0 = one per core
+  std::string on_overflow = "block";
+  std::string max_message_size = "1GiB";
+};
+
+// "60s", "5m", "1h", "500ms", "90" (seconds) -> nanoseconds.
+int64_t parse_duration(const std::string& flag, const std::string& v) {
+  size_t i = 0;
+  while (i < v.size() && ((v[i] >= '0' && v[i] <= '9') || v[i] == '.')) ++i;
+  if (i == 0) throw InputError(flag + " " + v + ": expected a duration such as 60s, 5m, 500ms");
+  double n = std::stod(v.substr(0, i));
+  std::string unit = v.substr(i);
+  double mul;
+  if (unit.empty() || unit == "s") mul = 1e9;
+  else if (unit == "ms") mul = 1e6;
+  else if (unit == "m" || unit == "min") mul = 60e9;
+  else if (unit == "h") mul = 3600e9;
+  else throw InputError(flag + " " + v + ": unknown unit '" + unit + "' (ms, s, m, h)");
+  if (n <= 0) throw InputError(flag + " " + v + ": must be positive");
+  return static_cast<int64_t>(n * mul);
+}
+
+// "1GiB", "64MB", "65536" -> bytes.
+uint64_t parse_size(const std::string& flag, const std::string& v) {
+  size_t i = 0;
+  while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+  if (i == 0 || i > 15) throw InputError(flag + " " + v + ": expected a size such as 1GiB or 64MB");
+  uint64_t n = std::stoull(v.substr(0, i));
+  std::string unit = v.substr(i);
+  uint64_t mul;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "kB" || unit == "KB" || unit == "KiB" || unit == "k") mul = 1024;
+  else if (unit == "MB" || unit == "MiB" || unit == "M") mul = 1024ull * 1024;
+  else if (unit == "GB" || unit == "GiB" || unit == "G") mul = 1024ull * 1024 * 1024;
+  else throw InputError(flag + " " + v + ": unknown unit '" + unit + "' (B, kB, MB, GB)");
+  return n * mul;
+}
+
+std::string human_bytes(uint64_t b) {
+  char buf[32];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1ull << 20));
+  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
+  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
+  return buf;
+}
+
+void run_capture_proxy(const CaptureProxyOptions& o) {
+  capture::ProxyOptions po;
+  po.listen = o.listen;
+  po.listen_unix = o.listen_unix;
+  po.upstream = o.upstream;
+  po.out = o.out;
+  po.threads = o.threads;
+  if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
+  if (o.on_overflow == "drop") po.drop_on_overflow = true;
+  else if (o.on_overflow != "block")
+    throw InputError("--on-overflow " + o.on_overflow + ": expected block or drop");
+  uint64_t max_msg = parse_size("--max-message-size", o.max_message_size);
+  if (max_msg > (1ull << 30)) throw InputError("--max-message-size " + o.max_message_size + ": at most 1GiB");
+  po.max_message = static_cast<uint32_t>(max_msg);
+  int64_t duration = o.duration.empty() ? 0 : parse_duration("--duration", o.duration);
+
+  // SIGINT/SIGTERM are taken with sigtimedwait; block them before any thread
+  // starts so that every thread inherits the mask.
+  sigset_t set, old;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, &old);
+  struct Restore {
+    sigset_t m;
+    ~Restore() { pthread_sigmask(SIG_SETMASK, &m, nullptr); }
+  } restore{old};
+
+  capture::Proxy proxy(po);
+  proxy.start();
+  std::fprintf(stderr, "tierlab capture proxy: listening on %s, upstream %s, recording to %s\n",
+               proxy.listening().c_str(), o.upstream.c_str(), o.out.c_str());
+  std::fflush(stderr);
+
+  timespec start;
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  const char* why = "stopped";
+  for (;;) {
+    timespec tick{0, 200'000'000};
+    int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      break;
+    }
+    if (proxy.failed()) break;
+    if (duration > 0) {
+      timespec now;
+      clock_gettime(CLOCK_MONOTONIC, &now);
+      int64_t el = (now.tv_sec - start.tv_sec) * 1'000'000'000LL + (now.tv_nsec - start.tv_nsec);
+      if (el >= duration) {
+        why = "duration reached";
+        break;
+      }
+    }
+  }
+  proxy.stop();
+  auto s = proxy.summary();
+  double secs = static_cast<double>(s.duration_ns) / 1e9;
+  std::printf("capture proxy: %s after %.1f s\n", why, secs);
+  std::printf("sessions: %llu (connections: %llu)\n", static_cast<unsigned long long>(s.sessions),
+              static_cast<unsigned long long>(s.connections));
+  std::printf("statements: %llu\n", static_cast<unsigned long long>(s.statements));
+  std::printf("transactions: %llu\n", static_cast<unsigned long long>(s.transactions));
+  std::printf("errors: %llu\n", static_cast<unsigned long long>(s.errors));
+  std::printf("bytes client->server: %llu (%s)\n", static_cast<unsigned long long>(s.bytes_to_server),
+              human_bytes(s.bytes_to_server).c_str());
+  std::printf("bytes server->client: %llu (%s)\n", static_cast<unsigned long long>(s.bytes_to_client),
+              human_bytes(s.bytes_to_client).c_str());
+  std::printf("records: %llu\n", static_cast<unsigned long long>(s.records));
+  std::printf("dropped records: %llu\n", static_cast<unsigned long long>(s.dropped));
+  if (s.protocol_errors)
+    std::printf("sessions closed on protocol errors: %llu\n", static_cast<unsigned long long>(s.protocol_errors));
+  if (s.upstream_failures)
+    std::printf("upstream connection failures: %llu\n", static_cast<unsigned long long>(s.upstream_failures));
+  std::printf("trace: %s\n", o.out.c_str());
+  std::fflush(stdout);
+}
+
+void setup_capture_proxy(CLI::App& parent) {
+  auto& capture = group(parent, "capture", "record live traffic and block I/O into a trace");
+  auto opt = std::make_shared<CaptureProxyOptions>();
+  auto* cmd = capture.add_subcommand(
+      "proxy",
+      "record PostgreSQL traffic through a transparent wire-protocol proxy: point clients at\n"
+      "--listen, the proxy forwards every byte to --upstream and records each session");
+  cmd->add_option("--listen", opt->listen, "HOST:PORT to accept clients on (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--listen-unix", opt->listen_unix,
+                  "also accept clients on DIR/.s.PGSQL.PORT (PORT of --listen)");
+  cmd->add_option("--upstream", opt->upstream, "the server: HOST:PORT or SOCKET_DIR[:PORT]")->required();
+  cmd->add_option("--out,-o", opt->out, "trace file to write (.tlt)")->required();
+  cmd->add_option("--duration", opt->duration, "stop after this long (60s, 5m); default: until SIGINT/SIGTERM");
+  cmd->add_option("--threads", opt->threads, "event-loop threads (0: one per core)")->capture_default_str();
+  cmd->add_option("--on-overflow", opt->on_overflow,
+                  "when the trace writer falls behind: block (wait, lose nothing) or drop (count dropped records)")
+      ->capture_default_str();
+  cmd->add_option("--max-message-size", opt->max_message_size,
+                  "close sessions sending a larger message (e.g. 64MB)")
+      ->capture_default_str();
+  cmd->callback([opt] { run_capture_proxy(*opt); });
+}
+
+const Registration reg{"capture proxy", 20, &setup_capture_proxy};
+
+}  // namespace
+}  // namespace tierlab::app

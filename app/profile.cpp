@@ -1,0 +1,38 @@
+// tierlab profile FILE [--json]: the workload profile of a trace.
+#include "app/command.h"
+#include "models/profile.h"
+
+#include <iostream>
+#include <memory>
+
+namespace tierlab::app {
+namespace {
+
+struct ProfileOptions {
+  std::string trace;
+  bool json = false;
+};
+
+void run_profile(const ProfileOptions& o) {
+  models::Profile p = models::profile_file(o.trace);
+  if (o.json)
+    std::cout << models::profile_json(p) << "\n";
+  else
+    models::print_profile(std::cout, p);
+}
+
+void setup_profile(CLI::App& parent) {
+  auto opts = std::make_shared<ProfileOptions>();
+  auto* sub = parent.add_subcommand(
+      "profile",
+      "workload profile of a trace: transaction templates, CPU and device I/O per transaction, "
+      "think time, device latency, miss-ratio curve");
+  sub->add_option("FILE", opts->trace, "trace file (.tlt)")->required();
+  sub->add_flag("--json", opts->json, "print JSON instead of text");
+  sub->callback([opts] { run_profile(*opts); });
+}
+
+const Registration reg{"profile", 60, &setup_profile};
+
+}  // namespace
+}  // namespace tierlab::app

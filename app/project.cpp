@@ -1,0 +1,109 @@
+// tierlab project FILE --tier A [--tier B ...]: throughput and latency of a
+// captured workload on other storage tiers (closed queueing model).
+#include "app/command.h"
+#include "common/error.h"
+#include "models/profile.h"
+#include "models/project.h"
+#include "models/tiers.h"
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+namespace tierlab::app {
+namespace {
+
+struct ProjectCliOptions {
+  std::string trace;
+  std::vector<std::string> tiers;
+  std::string tiers_file;
+  std::string clients;
+  int vcpus = 0;
+  std::string memory;
+  std::string capture_memory;
+  bool background_uncapped = false;
+  std::string json_out;
+  std::string html_out;
+};
+
+int parse_count(const std::string& s, const std::string& what) {
+  size_t pos = 0;
+  long v = 0;
+  try {
+    v = std::stol(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos != s.size() || v < 1 || v > 100000)
+    throw InputError(what + ": expected a count from 1 to 100000, got '" + s + "'");
+  return static_cast<int>(v);
+}
+
+void write_file(const std::string& path, const std::string& text, const char* what) {
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) throw InputError(std::string(what) + ": cannot create " + path);
+  f << text;
+  if (!f.flush()) throw RuntimeError(std::string(what) + ": cannot write " + path);
+}
+
+void run_project(const ProjectCliOptions& o) {
+  models::ProjectOptions po;
+  if (!o.clients.empty()) {
+    auto dots = o.clients.find("..");
+    if (dots == std::string::npos) {
+      po.clients_lo = po.clients_hi = parse_count(o.clients, "--clients");
+    } else {
+      po.clients_lo = parse_count(o.clients.substr(0, dots), "--clients");
+      po.clients_hi = parse_count(o.clients.substr(dots + 2), "--clients");
+      if (po.clients_lo > po.clients_hi)
+        throw InputError("--clients: range '" + o.clients + "' is empty");
+    }
+  }
+  if (o.vcpus < 0 || o.vcpus > 4096) throw InputError("--vcpus: expected 1 to 4096");
+  po.vcpus = o.vcpus;
+  if (!o.memory.empty()) po.memory_bytes = models::parse_size(o.memory, "--memory");
+  if (!o.capture_memory.empty())
+    po.capture_memory_bytes = models::parse_size(o.capture_memory, "--capture-memory");
+  po.background_writes_uncapped = o.background_uncapped;
+
+  // Tiers first: a typo should not wait for a long trace to be read.
+  models::Catalog catalog = models::load_catalog(o.tiers_file);
+  std::vector<models::Tier> tiers;
+  for (const auto& name : o.tiers) tiers.push_back(catalog.get(name));
+
+  models::Profile profile = models::profile_file(o.trace);
+  models::Projection p = models::project(profile, tiers, po);
+  models::print_projection(std::cout, p);
+  if (!o.json_out.empty()) write_file(o.json_out, models::projection_json(p) + "\n", "--json");
+  if (!o.html_out.empty()) write_file(o.html_out, models::projection_html(p, profile), "--html");
+}
+
+void setup_project(CLI::App& parent) {
+  auto opts = std::make_shared<ProjectCliOptions>();
+  auto* sub = parent.add_subcommand(
+      "project",
+      "project a captured workload onto storage tiers: TPS, latency, IOPS and bottleneck per tier");
+  sub->add_option("FILE", opts->trace, "trace file (.tlt) with transactions and, ideally, block I/O and samples")
+      ->required();
+  sub->add_option("--tier", opts->tiers, "tier to project onto (repeatable; see `tierlab tiers`)")
+      ->required();
+  sub->add_option("--tiers-file", opts->tiers_file, "JSON file adding or replacing tiers");
+  sub->add_option("--clients", opts->clients,
+                  "clients N, or a range LO..HI for a throughput curve (default: as captured)");
+  sub->add_option("--vcpus", opts->vcpus, "CPUs of the target server (default: as captured)");
+  sub->add_option("--memory", opts->memory,
+                  "memory for shared_buffers + OS cache on the target, e.g. 8GB (default: as captured); "
+                  "reads follow the trace's miss-ratio curve");
+  sub->add_option("--capture-memory", opts->capture_memory,
+                  "memory at capture, when the trace does not record it");
+  sub->add_flag("--background-writes-uncapped", opts->background_uncapped,
+                "leave writes of non-backend processes (checkpointer, writeback) out of the IOPS caps");
+  sub->add_option("--json", opts->json_out, "also write the projection as JSON to this file");
+  sub->add_option("--html", opts->html_out, "also write a self-contained HTML report to this file");
+  sub->callback([opts] { run_project(*opts); });
+}
+
+const Registration reg{"project", 61, &setup_project};
+
+}  // namespace
+}  // namespace tierlab::app

@@ -1,0 +1,91 @@
+// The capture proxy: a transparent PostgreSQL wire-protocol proxy that
+// forwards every byte unchanged and records each session into a trace.
+//
+// Clients connect to the proxy (TCP and/or a unix socket directory); for
+// each client the proxy opens a connection to the upstream server. Bytes are
+// forwarded as they arrive, and the same buffers are fed to a
+// SessionDecoder (capture/wire.h) whose records go through a bounded queue
+// to one writer thread that owns the trace::Writer.
+//
+// The proxy itself answers SSLRequest and GSSENCRequest with 'N' (the client
+// continues in plaintext); CancelRequest is forwarded upstream on the new
+// connection opened for it. When the upstream cannot be reached or goes
+// away, the client receives a FATAL ErrorResponse (SQLSTATE 08001 or 08006)
+// when the server's stream is at a message boundary, then the connection is
+// closed; other sessions carry on. A malformed or oversized message from
+// either side closes that session with one line on stderr.
+//
+// Threads: `threads` event loops, each with its own epoll, listeners
+// (SO_REUSEPORT for TCP; the unix socket is shared, EPOLLEXCLUSIVE) and
+// sessions. Session objects, their buffers and decoders are pooled per
+// thread and reused, so steady-state forwarding and recording allocate
+// nothing.
+#pragma once
+
+#include "trace/record.h"
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tierlab::capture {
+
+struct ProxyOptions {
+  std::string listen = "127.0.0.1:6432";  // HOST:PORT; port 0 picks one; "" = none
+  std::string listen_unix;                // socket directory; "" = none
+  std::string upstream;                   // HOST:PORT or SOCKET_DIR[:PORT]
+  std::string out;                        // trace file
+  int threads = 0;                        // event-loop threads; 0 = one per core
+  bool drop_on_overflow = false;          // drop records instead of waiting
+  uint32_t max_message = 1u << 30;        // largest message accepted
+  size_t queue_bytes = 8u << 20;          // record queue per thread
+  size_t buffer_bytes = 32u << 10;        // forwarding buffer per direction
+};
+
+struct ProxySummary {
+  uint64_t sessions = 0;      // sessions with a StartupMessage
+  uint64_t connections = 0;   // accepted client connections
+  uint64_t statements = 0;
+  uint64_t transactions = 0;
+  uint64_t errors = 0;
+  uint64_t bytes_to_server = 0;
+  uint64_t bytes_to_client = 0;
+  uint64_t records = 0;       // records written to the trace
+  uint64_t dropped = 0;       // records dropped (--on-overflow drop)
+  uint64_t protocol_errors = 0;
+  uint64_t upstream_failures = 0;
+  uint64_t queue_waits = 0;   // times an event loop waited for the writer
+  trace::Nanos duration_ns = 0;
+};
+
+class Proxy {
+ public:
+  // Checks the addresses (InputError naming the flag), binds the listeners
+  // and creates the trace. Nothing runs until start().
+  explicit Proxy(const ProxyOptions& opts);
+  ~Proxy();  // stops if running
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  // "127.0.0.1:6432" (the real port when 0 was asked), plus the unix socket
+  // path when there is one.
+  std::string listening() const;
+  int port() const;
+
+  // Starts the event-loop threads and the writer thread.
+  void start();
+  // Ends open sessions (SessionEnd{CaptureEnd}), joins the threads, closes
+  // the trace. Idempotent. Throws if the trace could not be written.
+  void stop();
+  // True when the writer thread has failed; stop() rethrows its error.
+  bool failed() const;
+
+  ProxySummary summary() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tierlab::capture

@@ -1,0 +1,146 @@
+// Private to capture/: moving records from event-loop threads to the one
+// thread that owns the trace::Writer.
+//
+// Records hold string_views into buffers the event loop reuses at once, so
+// they are copied, compactly encoded, into a single-producer single-consumer
+// byte ring per event-loop thread. The writer thread decodes them back into
+// trace::Record values (views into the ring, valid until it pops them) and
+// hands them to trace::Writer, which copies them.
+#pragma once
+
+#include "capture/wire.h"
+#include "trace/record.h"
+#include "trace/writer.h"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tierlab::capture::detail {
+
+// --- record codec ----------------------------------------------------------
+// Host byte order; the bytes never leave the process.
+
+// Bytes encode() writes for r.
+size_t encoded_size(const trace::Record& r);
+// Writes encoded_size(r) bytes at out; returns the end.
+uint8_t* encode(const trace::Record& r, uint8_t* out);
+
+// Decodes what encode() wrote. Spans in the record point into `in` or into
+// this object's scratch arrays (valid until the next decode()).
+class RecordDecoder {
+ public:
+  // Returns false if the bytes are not a record encode() wrote.
+  bool decode(const uint8_t* in, size_t len, trace::Record& out);
+
+ private:
+  std::vector<uint32_t> types_;
+  std::vector<trace::Param> params_;
+  std::vector<int16_t> formats_;
+};
+
+// --- SPSC byte ring ----------------------------------------------------------
+// Entries are [u32 length][payload] rounded up to 8 bytes, contiguous in
+// memory (a wrap marker skips the unusable tail of the buffer).
+class ByteRing {
+ public:
+  explicit ByteRing(size_t capacity);  // rounded up to a power of two
+  ByteRing(const ByteRing&) = delete;
+  ByteRing& operator=(const ByteRing&) = delete;
+
+  // Largest payload reserve() accepts.
+  size_t max_entry() const { return cap_ / 4; }
+
+  // Producer: room for a payload of n bytes (n <= max_entry()), or nullptr
+  // if the consumer has not freed enough yet. commit() publishes it.
+  uint8_t* reserve(size_t n);
+  void commit();
+
+  // Consumer: the oldest entry (payload and its length) or nullptr if none.
+  // pop() releases it.
+  const uint8_t* peek(size_t* len);
+  void pop();
+  bool empty() const;
+
+ private:
+  static constexpr uint32_t kWrap = 0xffffffffu;
+  std::unique_ptr<uint8_t[]> buf_;
+  size_t cap_;
+  size_t mask_;
+  alignas(64) std::atomic<uint64_t> head_{0};  // consumer position
+  alignas(64) std::atomic<uint64_t> tail_{0};  // producer position
+  // Producer-private.
+  alignas(64) uint64_t head_cache_ = 0;
+  uint64_t pending_tail_ = 0;
+  // Consumer-private.
+  alignas(64) uint64_t tail_cache_ = 0;
+  uint64_t peek_next_ = 0;
+};
+
+// --- the recorder: rings + writer thread ---------------------------------------
+
+struct RecorderStats {
+  uint64_t records_written = 0;  // by trace::Writer, including Meta and Loss
+  uint64_t dropped = 0;          // records dropped on queue overflow
+  uint64_t waits = 0;            // times a producer waited for room
+};
+
+class Recorder {
+ public:
+  // One ring of ring_bytes per producer. drop_on_overflow: drop and count
+  // records when a ring is full instead of waiting.
+  Recorder(std::unique_ptr<trace::Writer> writer, size_t producers, size_t ring_bytes,
+           bool drop_on_overflow);
+  ~Recorder();  // stops the writer thread if running
+
+  // Before start(): writes a Meta record directly.
+  void meta(std::string_view key, std::string_view value);
+  void start();
+  // Drains every ring, writes the loss record if any, closes the trace.
+  // Rethrows a failure of the writer thread.
+  void stop();
+
+  // The sink for producer thread i (one thread per sink).
+  class Producer : public RecordSink {
+   public:
+    void record(const trace::Record& r) override;
+    void parameter_status(uint64_t session, std::string_view name, std::string_view value,
+                          trace::Nanos ts) override;
+
+   private:
+    friend class Recorder;
+    Recorder* rec_ = nullptr;
+    ByteRing* ring_ = nullptr;
+    uint64_t waits_ = 0;
+  };
+  Producer& producer(size_t i) { return *producers_[i]; }
+
+  RecorderStats stats() const;
+  // True once the writer thread has failed (the error is rethrown by stop()).
+  bool failed() const { return failed_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+  size_t drain(ByteRing& ring, size_t max);
+  void write_loss();
+
+  std::unique_ptr<trace::Writer> writer_;
+  std::vector<std::unique_ptr<ByteRing>> rings_;
+  std::vector<std::unique_ptr<Producer>> producers_;
+  bool drop_;
+  RecordDecoder decoder_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> failed_{false};
+  std::atomic<bool> server_version_seen_{false};
+  std::atomic<uint64_t> dropped_{0};
+  uint64_t dropped_written_ = 0;
+  std::exception_ptr error_;
+  bool closed_ = false;
+};
+
+}  // namespace tierlab::capture::detail

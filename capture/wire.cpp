@@ -1,0 +1,864 @@
+#include "capture/wire.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdio>
+#include <cstring>
+
+namespace tierlab::capture {
+namespace {
+
+constexpr uint32_t kProtocol3 = 196608;  // 3.0
+constexpr uint32_t kSslCode = 80877103;
+constexpr uint32_t kGssEncCode = 80877104;
+constexpr uint32_t kCancelCode = 80877102;
+
+inline uint32_t rd32(const uint8_t* p) {
+  return (uint32_t(p[0]) << 24) | (uint32_t(p[1]) << 16) | (uint32_t(p[2]) << 8) | uint32_t(p[3]);
+}
+inline uint16_t rd16(const uint8_t* p) { return uint16_t((p[0] << 8) | p[1]); }
+
+inline size_t idx(Direction d) { return static_cast<size_t>(d); }
+
+const char* dir_name(Direction d) { return d == Direction::Frontend ? "client" : "server"; }
+
+// Bounds-checked reading of one message body.
+struct Cursor {
+  const uint8_t* p;
+  const uint8_t* end;
+  const char* problem = nullptr;
+
+  bool ok() const { return problem == nullptr; }
+  size_t left() const { return static_cast<size_t>(end - p); }
+  bool need(size_t n) {
+    if (problem) return false;
+    if (left() < n) {
+      problem = "message body ends early";
+      return false;
+    }
+    return true;
+  }
+  std::string_view cstr() {
+    if (problem) return {};
+    const void* z = std::memchr(p, 0, left());
+    if (!z) {
+      problem = "string without terminating NUL";
+      return {};
+    }
+    auto* zz = static_cast<const uint8_t*>(z);
+    std::string_view s(reinterpret_cast<const char*>(p), static_cast<size_t>(zz - p));
+    p = zz + 1;
+    return s;
+  }
+  uint8_t u8() {
+    if (!need(1)) return 0;
+    return *p++;
+  }
+  int16_t i16() {
+    if (!need(2)) return 0;
+    int16_t v = static_cast<int16_t>(rd16(p));
+    p += 2;
+    return v;
+  }
+  uint32_t u32() {
+    if (!need(4)) return 0;
+    uint32_t v = rd32(p);
+    p += 4;
+    return v;
+  }
+  std::string_view bytes(size_t n) {
+    if (!need(n)) return {};
+    std::string_view s(reinterpret_cast<const char*>(p), n);
+    p += n;
+    return s;
+  }
+  bool finish() {
+    if (problem) return false;
+    if (p != end) {
+      problem = "trailing bytes after the message's fields";
+      return false;
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+StartupPacket classify_startup(const uint8_t* data, size_t len, uint32_t max_startup) {
+  StartupPacket r;
+  if (len < 4) return r;
+  r.length = rd32(data);
+  if (r.length < 8 || r.length > max_startup) {
+    r.kind = StartupKind::Invalid;
+    return r;
+  }
+  if (len < r.length) return r;
+  uint32_t code = rd32(data + 4);
+  if (code == kSslCode && r.length == 8) r.kind = StartupKind::SslRequest;
+  else if (code == kGssEncCode && r.length == 8) r.kind = StartupKind::GssEncRequest;
+  else if (code == kCancelCode && r.length == 16) r.kind = StartupKind::Cancel;
+  else if ((code >> 16) == 3) r.kind = StartupKind::Startup;
+  else r.kind = StartupKind::Invalid;
+  return r;
+}
+
+trace::Result split_command_tag(std::string_view tag) {
+  trace::Result r;
+  auto numeric = [](std::string_view s) {
+    if (s.empty() || s.size() > 20) return false;
+    for (char c : s)
+      if (c < '0' || c > '9') return false;
+    return true;
+  };
+  std::string_view rest = tag;
+  bool first = true;
+  for (;;) {
+    auto sp = rest.rfind(' ');
+    if (sp == std::string_view::npos) break;
+    std::string_view last = rest.substr(sp + 1);
+    if (!numeric(last)) break;
+    if (first) {
+      uint64_t v = 0;
+      for (char c : last) v = v * 10 + static_cast<uint64_t>(c - '0');
+      r.rows = v;
+      r.has_rows = true;
+      first = false;
+    }
+    rest = rest.substr(0, sp);
+  }
+  r.tag = rest;
+  return r;
+}
+
+size_t make_error_response(uint8_t* out, size_t cap, std::string_view severity,
+                           std::string_view sqlstate, std::string_view message) {
+  size_t body = 4 + 2 * (1 + severity.size() + 1) + (1 + sqlstate.size() + 1) +
+                (1 + message.size() + 1) + 1;
+  size_t total = 1 + body;
+  if (total > cap) return 0;
+  uint8_t* p = out;
+  *p++ = 'E';
+  *p++ = uint8_t(body >> 24);
+  *p++ = uint8_t(body >> 16);
+  *p++ = uint8_t(body >> 8);
+  *p++ = uint8_t(body);
+  auto field = [&p](char code, std::string_view v) {
+    *p++ = static_cast<uint8_t>(code);
+    std::memcpy(p, v.data(), v.size());
+    p += v.size();
+    *p++ = 0;
+  };
+  field('S', severity);
+  field('V', severity);
+  field('C', sqlstate);
+  field('M', message);
+  *p++ = 0;
+  assert(static_cast<size_t>(p - out) == total);
+  return total;
+}
+
+SessionDecoder::SessionDecoder(RecordSink& sink, WireLimits limits)
+    : sink_(sink), limits_(limits) {
+  startup_.resize(std::max<uint32_t>(limits_.max_startup, 512) + 512);
+}
+
+void SessionDecoder::begin(uint64_t session, std::string_view client_addr, uint32_t flags,
+                           trace::Nanos ts) {
+  session_ = session;
+  failed_ = started_ = begin_pending_ = begun_ = ended_ = false;
+  terminated_ = fatal_seen_ = cancel_ = tls_ = false;
+  flags_ = flags;
+  backend_pid_ = 0;
+  begin_ts_ = ts;
+  unit_statements_ = 0;
+  stats_ = {};
+  error_[0] = 0;
+  user_ = database_ = app_ = {};
+  size_t n = std::min(client_addr.size(), sizeof(client_addr_buf_));
+  std::memcpy(client_addr_buf_, client_addr.data(), n);
+  client_addr_ = std::string_view(client_addr_buf_, n);
+  for (Dir& s : dirs_) {
+    s.mode = Mode::Header;
+    s.startup = false;
+    s.hdr_have = 0;
+    s.type = 0;
+    s.body_len = s.body_have = 0;
+    s.offset = s.msg_offset = 0;
+  }
+  dirs_[idx(Direction::Frontend)].startup = true;
+}
+
+void SessionDecoder::join(uint64_t session, const JoinInfo& info, trace::Nanos ts) {
+  begin(session, info.client_addr, info.flags | trace::kSessionUnknownStartup, ts);
+  dirs_[idx(Direction::Frontend)].startup = false;
+  for (Dir& s : dirs_) s.mode = Mode::Hunt;
+  // Copy the caller's strings into startup_.
+  char* p = startup_.data();
+  char* end = p + startup_.size();
+  auto keep = [&p, end](std::string_view v) {
+    size_t n = std::min(v.size(), static_cast<size_t>(end - p));
+    std::memcpy(p, v.data(), n);
+    std::string_view r(p, n);
+    p += n;
+    return r;
+  };
+  user_ = keep(info.user);
+  database_ = keep(info.database);
+  app_ = keep(info.application_name);
+  backend_pid_ = info.backend_pid;
+  started_ = true;
+  begin_pending_ = true;
+  flush_begin();
+}
+
+bool SessionDecoder::at_boundary(Direction d) const {
+  const Dir& s = dirs_[idx(d)];
+  return s.mode == Mode::Header && s.hdr_have == 0;
+}
+
+void SessionDecoder::flush_begin() {
+  if (!begin_pending_) return;
+  begin_pending_ = false;
+  begun_ = true;
+  trace::Record r{begin_ts_, session_,
+                  trace::SessionBegin{user_, database_, app_, client_addr_, backend_pid_, flags_}};
+  sink_.record(r);
+  ++stats_.records;
+}
+
+void SessionDecoder::emit(trace::Nanos ts, const trace::Body& body) {
+  if (!begun_) {
+    if (!begin_pending_) {
+      // Something to record before any StartupMessage: say so in the begin.
+      begin_pending_ = true;
+      flags_ |= trace::kSessionUnknownStartup;
+      begin_ts_ = ts;
+    }
+    flush_begin();
+  }
+  trace::Record r{ts, session_, body};
+  sink_.record(r);
+  ++stats_.records;
+}
+
+void SessionDecoder::end(trace::EndReason reason, trace::Nanos ts) {
+  if (ended_) return;
+  ended_ = true;
+  if (!begun_ && !begin_pending_) return;
+  flush_begin();
+  trace::Record r{ts, session_, trace::SessionEnd{reason}};
+  sink_.record(r);
+  ++stats_.records;
+}
+
+bool SessionDecoder::fail(Direction d, const Dir& s, const char* what) {
+  failed_ = true;
+  char type[16];
+  if (s.startup && d == Direction::Frontend) std::snprintf(type, sizeof type, "startup packet");
+  else if (s.type >= 0x20 && s.type < 0x7f) std::snprintf(type, sizeof type, "message '%c'", s.type);
+  else std::snprintf(type, sizeof type, "message 0x%02x", static_cast<unsigned>(static_cast<uint8_t>(s.type)));
+  std::snprintf(error_, sizeof error_, "%s %s at byte %llu: %s", dir_name(d), type,
+                static_cast<unsigned long long>(s.msg_offset), what);
+  return false;
+}
+
+SessionDecoder::Action SessionDecoder::action(Direction d, char type) const {
+  if (d == Direction::Frontend) {
+    switch (type) {
+      case 'Q': case 'P': case 'B': case 'E': case 'D': case 'C': case 'S':
+      case 'H': case 'X': case 'f': case 'c':
+        return Action::Collect;
+      case 'd':
+        return Action::Copy;
+      case 'p': case 'F':
+        return Action::Skip;
+      default:
+        return Action::Unknown;
+    }
+  }
+  switch (type) {
+    case 'R': case 'K': case 'S': case 'Z': case 'C': case 'E': case 'N': case 'A':
+    case 'G': case 'H': case 'W': case 'c':
+      return Action::Collect;
+    case 'd':
+      return Action::Copy;
+    case 'D': case 'T': case 't': case '1': case '2': case '3': case 'n': case 's':
+    case 'I': case 'v': case 'V':
+      return Action::Skip;
+    default:
+      return Action::Unknown;
+  }
+}
+
+namespace {
+// Length (including the length field) that a fixed-size message must have;
+// 0 when variable.
+uint32_t fixed_length(Direction d, char type) {
+  if (d == Direction::Frontend) {
+    switch (type) {
+      case 'S': case 'H': case 'X': case 'c': return 4;
+      default: return 0;
+    }
+  }
+  switch (type) {
+    case 'Z': return 5;
+    case 'K': return 12;
+    case '1': case '2': case '3': case 'n': case 's': case 'I': case 'c': return 4;
+    default: return 0;
+  }
+}
+// Smallest valid length for variable-size messages.
+uint32_t min_length(Direction d, char type) {
+  if (d == Direction::Frontend) {
+    switch (type) {
+      case 'Q': case 'f': return 5;
+      case 'P': return 8;    // two empty strings + int16
+      case 'B': return 12;   // two strings + three int16
+      case 'E': return 9;    // string + int32
+      case 'D': case 'C': return 6;
+      default: return 4;
+    }
+  }
+  switch (type) {
+    case 'R': return 8;
+    case 'S': return 6;
+    case 'C': return 5;
+    case 'E': case 'N': return 5;
+    case 'A': return 10;
+    case 'G': case 'H': case 'W': return 7;
+    case 'D': case 'T': case 't': return 6;
+    default: return 4;
+  }
+}
+}  // namespace
+
+bool SessionDecoder::header_ok(Direction d, char type, uint32_t len) const {
+  if (action(d, type) == Action::Unknown) return false;
+  if (len < 4 || len > limits_.max_message) return false;
+  uint32_t fixed = fixed_length(d, type);
+  if (fixed) return len == fixed;
+  return len >= min_length(d, type);
+}
+
+bool SessionDecoder::start_message(Direction d, Dir& s, char type, uint32_t len) {
+  s.type = type;
+  if (s.startup && d == Direction::Frontend) {
+    if (len < 8 || len > limits_.max_startup) {
+      char why[96];
+      std::snprintf(why, sizeof why, "length %u outside 8..%u", len, limits_.max_startup);
+      return fail(d, s, why);
+    }
+    s.body_len = len - 4;
+    s.body_have = 0;
+    s.mode = Mode::Collect;
+    if (s.buf.size() < s.body_len) s.buf.resize(s.body_len);
+    return true;
+  }
+  Action a = action(d, type);
+  if (a == Action::Unknown) return fail(d, s, "unknown message type");
+  if (len > limits_.max_message) {
+    char why[96];
+    std::snprintf(why, sizeof why, "length %u exceeds the maximum message size %u", len,
+                  limits_.max_message);
+    return fail(d, s, why);
+  }
+  if (!header_ok(d, type, len)) {
+    char why[64];
+    std::snprintf(why, sizeof why, "invalid length %u", len);
+    return fail(d, s, why);
+  }
+  s.body_len = len - 4;
+  s.body_have = 0;
+  if (a == Action::Copy)
+    a = s.body_len <= limits_.copy_reassemble_max ? Action::Collect : Action::Copy;
+  switch (a) {
+    case Action::Collect:
+      s.mode = Mode::Collect;
+      if (s.buf.size() < s.body_len) s.buf.resize(s.body_len);
+      break;
+    case Action::Copy:
+      s.mode = Mode::Stream;
+      break;
+    default:
+      s.mode = Mode::Skip;
+      break;
+  }
+  return true;
+}
+
+bool SessionDecoder::feed(Direction d, const uint8_t* data, size_t len, trace::Nanos ts) {
+  if (failed_) return false;
+  stats_.bytes[idx(d)] += len;
+  return feed_dir(d, dirs_[idx(d)], data, len, ts);
+}
+
+bool SessionDecoder::feed_dir(Direction d, Dir& s, const uint8_t* p, size_t n,
+                              trace::Nanos ts) {
+  size_t pos = 0;
+  while (pos < n) {
+    switch (s.mode) {
+      case Mode::Opaque:
+        s.offset += n - pos;
+        return true;
+
+      case Mode::Hunt: {
+        s.offset += 0;  // hunt() accounts offsets itself
+        return hunt(d, s, p + pos, n - pos, ts);
+      }
+
+      case Mode::SslByte: {
+        char c = static_cast<char>(p[pos]);
+        if (c == 'N') {
+          ++pos;
+          ++s.offset;
+          s.mode = Mode::Header;
+        } else if (c == 'S' || c == 'G') {
+          ++pos;
+          ++s.offset;
+          tls_ = true;
+          flags_ |= trace::kSessionTls;
+          for (Dir& x : dirs_) x.mode = Mode::Opaque;
+        } else if (c == 'E') {
+          s.mode = Mode::Header;  // the server refused with an ErrorResponse
+        } else {
+          s.msg_offset = s.offset;
+          s.type = c;
+          return fail(d, s, "answer to SSLRequest/GSSENCRequest is not 'S', 'G' or 'N'");
+        }
+        break;
+      }
+
+      case Mode::Header: {
+        const bool startup = s.startup && d == Direction::Frontend;
+        const size_t hsize = startup ? 4 : 5;
+        const uint8_t* h;
+        if (s.hdr_have == 0 && n - pos >= hsize) {
+          h = p + pos;  // fast path: the whole header is in this piece
+          pos += hsize;
+        } else {
+          if (s.hdr_have == 0) s.msg_offset = s.offset;
+          size_t take = std::min(hsize - s.hdr_have, n - pos);
+          std::memcpy(s.hdr + s.hdr_have, p + pos, take);
+          s.hdr_have = static_cast<uint8_t>(s.hdr_have + take);
+          pos += take;
+          s.offset += take;
+          if (s.hdr_have < hsize) return true;
+          h = s.hdr;
+          s.hdr_have = 0;
+          s.offset -= hsize;  // re-added below
+          s.msg_offset = s.offset;
+        }
+        s.msg_offset = s.offset;
+        s.offset += hsize;
+        char type = startup ? 0 : static_cast<char>(h[0]);
+        uint32_t len = rd32(h + (startup ? 0 : 1));
+        if (!start_message(d, s, type, len)) return false;
+        // Fast path: deliver straight from the caller's buffer, no copy.
+        if (s.body_len <= n - pos) {
+          if (s.mode == Mode::Collect) {
+            if (!deliver(d, s, type, p + pos, s.body_len, ts)) return false;
+          } else {
+            ++stats_.messages[idx(d)];
+            if (s.mode == Mode::Stream) {
+              emit(ts, trace::CopyData{d == Direction::Frontend ? trace::CopyDir::In : trace::CopyDir::Out,
+                                       std::string_view(reinterpret_cast<const char*>(p + pos), s.body_len)});
+            }
+          }
+          pos += s.body_len;
+          s.offset += s.body_len;
+          if (s.mode != Mode::Opaque && s.mode != Mode::SslByte && s.mode != Mode::Hunt)
+            s.mode = Mode::Header;
+        }
+        break;
+      }
+
+      case Mode::Collect: {
+        size_t take = std::min<size_t>(s.body_len - s.body_have, n - pos);
+        std::memcpy(s.buf.data() + s.body_have, p + pos, take);
+        s.body_have += static_cast<uint32_t>(take);
+        pos += take;
+        s.offset += take;
+        if (s.body_have == s.body_len) {
+          s.mode = Mode::Header;
+          if (!deliver(d, s, s.type, s.buf.data(), s.body_len, ts)) return false;
+        }
+        break;
+      }
+
+      case Mode::Skip:
+      case Mode::Stream: {
+        size_t take = std::min<size_t>(s.body_len - s.body_have, n - pos);
+        if (s.mode == Mode::Stream && take > 0) {
+          emit(ts, trace::CopyData{d == Direction::Frontend ? trace::CopyDir::In : trace::CopyDir::Out,
+                                   std::string_view(reinterpret_cast<const char*>(p + pos), take)});
+        }
+        s.body_have += static_cast<uint32_t>(take);
+        pos += take;
+        s.offset += take;
+        if (s.body_have == s.body_len) {
+          ++stats_.messages[idx(d)];
+          s.mode = Mode::Header;
+        }
+        break;
+      }
+    }
+  }
+  return true;
+}
+
+bool SessionDecoder::deliver(Direction d, Dir& s, char type, const uint8_t* body, uint32_t len,
+                             trace::Nanos ts) {
+  ++stats_.messages[idx(d)];
+  if (d == Direction::Frontend) {
+    if (s.startup) return deliver_startup(s, body, len, ts);
+    if (!frontend_message(type, body, len, ts)) return false;
+  } else {
+    if (!backend_message(type, body, len, ts)) return false;
+  }
+  return true;
+}
+
+bool SessionDecoder::deliver_startup(Dir& s, const uint8_t* b, uint32_t len, trace::Nanos ts) {
+  const Direction d = Direction::Frontend;
+  uint32_t code = rd32(b);
+  Dir& backend = dirs_[idx(Direction::Backend)];
+  if (code == kSslCode || code == kGssEncCode) {
+    if (len != 4) return fail(d, s, "SSLRequest/GSSENCRequest of wrong length");
+    backend.mode = Mode::SslByte;
+    return true;
+  }
+  if (code == kCancelCode) {
+    if (len != 12) return fail(d, s, "CancelRequest of wrong length");
+    cancel_ = true;
+    s.mode = Mode::Opaque;
+    backend.mode = Mode::Opaque;
+    return true;
+  }
+  if ((code >> 16) != 3) {
+    char why[80];
+    std::snprintf(why, sizeof why, "unsupported protocol version %u.%u", code >> 16, code & 0xffff);
+    return fail(d, s, why);
+  }
+  // Parameters: key\0value\0 ... \0. Keep a copy for SessionBegin.
+  if (len - 4 > startup_.size()) return fail(d, s, "startup packet too long");
+  std::memcpy(startup_.data(), b + 4, len - 4);
+  Cursor c{reinterpret_cast<const uint8_t*>(startup_.data()),
+           reinterpret_cast<const uint8_t*>(startup_.data()) + (len - 4)};
+  std::string_view user, database, app;
+  for (;;) {
+    std::string_view key = c.cstr();
+    if (!c.ok()) return fail(d, s, c.problem);
+    if (key.empty()) break;
+    std::string_view value = c.cstr();
+    if (!c.ok()) return fail(d, s, c.problem);
+    if (key == "user") user = value;
+    else if (key == "database") database = value;
+    else if (key == "application_name") app = value;
+  }
+  if (!c.finish()) return fail(d, s, c.problem);
+  if (user.empty()) return fail(d, s, "no user in StartupMessage");
+  user_ = user;
+  database_ = database.empty() ? user : database;
+  app_ = app;
+  started_ = true;
+  begin_pending_ = true;
+  begin_ts_ = ts;
+  s.startup = false;
+  return true;
+}
+
+bool SessionDecoder::frontend_message(char type, const uint8_t* b, uint32_t len, trace::Nanos ts) {
+  const Direction d = Direction::Frontend;
+  Dir& s = dirs_[idx(d)];
+  Cursor c{b, b + len};
+  switch (type) {
+    case 'Q': {
+      std::string_view sql = c.cstr();
+      if (!c.finish()) return fail(d, s, c.problem);
+      ++stats_.statements;
+      ++unit_statements_;
+      emit(ts, trace::Query{sql});
+      return true;
+    }
+    case 'P': {
+      std::string_view name = c.cstr();
+      std::string_view sql = c.cstr();
+      int16_t n = c.i16();
+      if (c.ok() && n < 0) return fail(d, s, "negative parameter type count");
+      if (!c.need(static_cast<size_t>(n) * 4)) return fail(d, s, c.problem);
+      if (param_types_.size() < static_cast<size_t>(n)) param_types_.resize(static_cast<size_t>(n));
+      for (int i = 0; i < n; ++i) param_types_[static_cast<size_t>(i)] = c.u32();
+      if (!c.finish()) return fail(d, s, c.problem);
+      emit(ts, trace::Parse{name, sql, std::span<const uint32_t>(param_types_.data(), static_cast<size_t>(n))});
+      return true;
+    }
+    case 'B': {
+      std::string_view portal = c.cstr();
+      std::string_view stmt = c.cstr();
+      int16_t nfmt = c.i16();
+      if (c.ok() && nfmt < 0) return fail(d, s, "negative parameter format count");
+      const uint8_t* fmts = c.p;
+      if (!c.need(static_cast<size_t>(nfmt) * 2)) return fail(d, s, c.problem);
+      c.p += static_cast<size_t>(nfmt) * 2;
+      int16_t np = c.i16();
+      if (c.ok() && np < 0) return fail(d, s, "negative parameter count");
+      if (!c.ok()) return fail(d, s, c.problem);
+      if (nfmt > 1 && nfmt != np) return fail(d, s, "parameter format count differs from parameter count");
+      if (params_.size() < static_cast<size_t>(np)) params_.resize(static_cast<size_t>(np));
+      for (int i = 0; i < np; ++i) {
+        trace::Param& prm = params_[static_cast<size_t>(i)];
+        prm.format = nfmt == 0 ? 0 : static_cast<int16_t>(rd16(fmts + 2 * (nfmt == 1 ? 0 : i)));
+        int32_t plen = static_cast<int32_t>(c.u32());
+        if (!c.ok()) return fail(d, s, c.problem);
+        if (plen < -1) return fail(d, s, "negative parameter length");
+        prm.is_null = plen == -1;
+        prm.value = plen >= 0 ? c.bytes(static_cast<size_t>(plen)) : std::string_view{};
+        if (!c.ok()) return fail(d, s, c.problem);
+      }
+      int16_t nres = c.i16();
+      if (c.ok() && nres < 0) return fail(d, s, "negative result format count");
+      if (!c.need(static_cast<size_t>(nres) * 2)) return fail(d, s, c.problem);
+      if (result_formats_.size() < static_cast<size_t>(nres)) result_formats_.resize(static_cast<size_t>(nres));
+      for (int i = 0; i < nres; ++i) result_formats_[static_cast<size_t>(i)] = c.i16();
+      if (!c.finish()) return fail(d, s, c.problem);
+      emit(ts, trace::Bind{portal, stmt,
+                           std::span<const trace::Param>(params_.data(), static_cast<size_t>(np)),
+                           std::span<const int16_t>(result_formats_.data(), static_cast<size_t>(nres))});
+      return true;
+    }
+    case 'E': {
+      std::string_view portal = c.cstr();
+      uint32_t max_rows = c.u32();
+      if (!c.finish()) return fail(d, s, c.problem);
+      ++stats_.statements;
+      ++unit_statements_;
+      emit(ts, trace::Execute{portal, max_rows});
+      return true;
+    }
+    case 'D':
+    case 'C': {
+      char target = static_cast<char>(c.u8());
+      std::string_view name = c.cstr();
+      if (!c.finish()) return fail(d, s, c.problem);
+      if (target != 'S' && target != 'P') return fail(d, s, "target is neither 'S' nor 'P'");
+      if (type == 'D') emit(ts, trace::Describe{target, name});
+      else emit(ts, trace::Close{target, name});
+      return true;
+    }
+    case 'S':
+      emit(ts, trace::Sync{});
+      return true;
+    case 'H':
+      emit(ts, trace::Flush{});
+      return true;
+    case 'X':
+      terminated_ = true;
+      return true;
+    case 'd':
+      emit(ts, trace::CopyData{trace::CopyDir::In,
+                               std::string_view(reinterpret_cast<const char*>(b), len)});
+      return true;
+    case 'c':
+      emit(ts, trace::CopyDone{trace::CopyDir::In});
+      return true;
+    case 'f': {
+      std::string_view msg = c.cstr();
+      if (!c.finish()) return fail(d, s, c.problem);
+      emit(ts, trace::CopyFail{msg});
+      return true;
+    }
+    default:
+      return true;  // 'p' and 'F' are skipped, never collected
+  }
+}
+
+bool SessionDecoder::backend_message(char type, const uint8_t* b, uint32_t len, trace::Nanos ts) {
+  const Direction d = Direction::Backend;
+  Dir& s = dirs_[idx(d)];
+  Cursor c{b, b + len};
+  switch (type) {
+    case 'R': {
+      uint32_t code = c.u32();
+      if (!c.ok()) return fail(d, s, c.problem);
+      if (code > 12) return fail(d, s, "unknown authentication request");
+      return true;  // authentication exchanges are never recorded
+    }
+    case 'K': {
+      backend_pid_ = static_cast<int32_t>(c.u32());
+      c.u32();
+      if (!c.finish()) return fail(d, s, c.problem);
+      flush_begin();
+      return true;
+    }
+    case 'S': {
+      std::string_view name = c.cstr();
+      std::string_view value = c.cstr();
+      if (!c.finish()) return fail(d, s, c.problem);
+      sink_.parameter_status(session_, name, value, ts);
+      return true;
+    }
+    case 'Z': {
+      char st = static_cast<char>(c.u8());
+      if (st != 'I' && st != 'T' && st != 'E') return fail(d, s, "unknown transaction status");
+      if (st == 'I' && unit_statements_ > 0) {
+        ++stats_.transactions;
+        unit_statements_ = 0;
+      }
+      emit(ts, trace::Ready{st});
+      return true;
+    }
+    case 'C': {
+      std::string_view tag = c.cstr();
+      if (!c.finish()) return fail(d, s, c.problem);
+      emit(ts, split_command_tag(tag));
+      return true;
+    }
+    case 'E':
+    case 'N': {
+      std::string_view sev, vsev, code, msg;
+      for (;;) {
+        uint8_t f = c.u8();
+        if (!c.ok()) return fail(d, s, c.problem);
+        if (f == 0) break;
+        std::string_view v = c.cstr();
+        if (!c.ok()) return fail(d, s, c.problem);
+        switch (f) {
+          case 'S': sev = v; break;
+          case 'V': vsev = v; break;
+          case 'C': code = v; break;
+          case 'M': msg = v; break;
+          default: break;
+        }
+      }
+      if (!c.finish()) return fail(d, s, c.problem);
+      if (type == 'N') return true;
+      std::string_view severity = vsev.empty() ? sev : vsev;
+      if (severity == "FATAL" || severity == "PANIC") fatal_seen_ = true;
+      ++stats_.errors;
+      emit(ts, trace::Error{code, severity, msg});
+      return true;
+    }
+    case 'A': {
+      c.u32();
+      c.cstr();
+      c.cstr();
+      if (!c.finish()) return fail(d, s, c.problem);
+      return true;
+    }
+    case 'G':
+    case 'H':
+    case 'W': {
+      c.u8();
+      int16_t n = c.i16();
+      if (c.ok() && n < 0) return fail(d, s, "negative column count");
+      c.bytes(static_cast<size_t>(n) * 2);
+      if (!c.finish()) return fail(d, s, c.problem);
+      return true;
+    }
+    case 'd':
+      emit(ts, trace::CopyData{trace::CopyDir::Out,
+                               std::string_view(reinterpret_cast<const char*>(b), len)});
+      return true;
+    case 'c':
+      emit(ts, trace::CopyDone{trace::CopyDir::Out});
+      return true;
+    default:
+      return true;
+  }
+}
+
+void SessionDecoder::gap(Direction d, uint64_t bytes, trace::Nanos ts) {
+  if (failed_ || bytes == 0) return;
+  stats_.gap_bytes += bytes;
+  emit(ts, trace::Loss{trace::LossKind::StreamGap, bytes});
+  Dir& s = dirs_[idx(d)];
+  s.offset += bytes;
+  switch (s.mode) {
+    case Mode::Opaque:
+      return;
+    case Mode::Collect:
+    case Mode::Skip:
+    case Mode::Stream: {
+      uint64_t rest = s.body_len - s.body_have;
+      if (bytes <= rest) {
+        s.body_have += static_cast<uint32_t>(bytes);
+        // A message being reassembled is lost as a whole.
+        if (s.mode == Mode::Collect) s.mode = Mode::Skip;
+        if (s.body_have == s.body_len) {
+          ++stats_.messages[idx(d)];
+          s.mode = Mode::Header;
+        }
+        return;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  s.mode = Mode::Hunt;
+  s.startup = false;
+  s.hdr_have = 0;
+  s.body_have = 0;  // fill of the hunt window
+}
+
+bool SessionDecoder::hunt(Direction d, Dir& s, const uint8_t* p, size_t n, trace::Nanos ts) {
+  if (s.buf.size() < kHuntWindow) s.buf.resize(kHuntWindow);
+  // Invariant: s.buf[0, s.body_have) holds bytes not yet decoded; the first
+  // of them is at stream offset s.offset - s.body_have.
+  while (n > 0) {
+    size_t take = std::min(n, kHuntWindow - s.body_have);
+    std::memcpy(s.buf.data() + s.body_have, p, take);
+    s.body_have += static_cast<uint32_t>(take);
+    s.offset += take;
+    p += take;
+    n -= take;
+
+    const uint8_t* w = s.buf.data();
+    const size_t have = s.body_have;
+    size_t accept = have, wait_from = have;
+    for (size_t i = 0; i < have && accept == have; ++i) {
+      // Walk the chain of headers from i.
+      size_t j = i;
+      int count = 0;
+      enum { Undecided, Yes, No } verdict = Undecided;
+      for (;;) {
+        if (j == have) { verdict = count >= 1 ? Yes : Undecided; break; }
+        if (have - j < 5) { verdict = count >= 2 ? Yes : Undecided; break; }
+        char type = static_cast<char>(w[j]);
+        uint32_t len = rd32(w + j + 1);
+        if (!header_ok(d, type, len) || (count == 0 && len > kHuntWindow - 5)) {
+          verdict = No;
+          break;
+        }
+        if (j + 1 + len > have) { verdict = count >= 2 ? Yes : Undecided; break; }
+        ++count;
+        j += 1 + len;
+      }
+      if (verdict == Yes) accept = i;
+      else if (verdict == Undecided && wait_from == have) wait_from = i;
+    }
+    if (accept < have) {
+      stats_.hunt_discarded += accept;
+      // Decode the window from the accepted offset, then the rest of input.
+      hunt_scratch_.assign(w + accept, w + have);
+      s.mode = Mode::Header;
+      s.hdr_have = 0;
+      s.offset -= have - accept;
+      s.body_have = 0;
+      if (!feed_dir(d, s, hunt_scratch_.data(), hunt_scratch_.size(), ts)) return false;
+      return n == 0 ? true : feed_dir(d, s, p, n, ts);
+    }
+    // Keep what may still start a message; drop the rest.
+    size_t keep_from = wait_from;
+    if (keep_from == have) keep_from = have > 4 ? have - 4 : 0;
+    if (keep_from == 0 && have == kHuntWindow) keep_from = have / 2;
+    if (keep_from > 0) {
+      std::memmove(s.buf.data(), s.buf.data() + keep_from, have - keep_from);
+      s.body_have = static_cast<uint32_t>(have - keep_from);
+      stats_.hunt_discarded += keep_from;
+    }
+  }
+  return true;
+}
+
+}  // namespace tierlab::capture

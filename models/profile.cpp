@@ -1,0 +1,764 @@
+#include "models/profile.h"
+
+#include "common/error.h"
+#include "common/histogram.h"
+#include "models/mrc.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <ostream>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace tierlab::models {
+
+using trace::Nanos;
+
+namespace {
+
+constexpr double kNs = 1e9;
+
+uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+bool ident_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$';
+}
+
+LatencySummary summarise(const Histogram& h) {
+  LatencySummary s;
+  s.count = h.count();
+  if (s.count == 0) return s;
+  s.mean_s = h.mean() / kNs;
+  s.p50_s = static_cast<double>(h.quantile(0.5)) / kNs;
+  s.p99_s = static_cast<double>(h.quantile(0.99)) / kNs;
+  return s;
+}
+
+struct Counter {
+  Nanos first_ts = 0, last_ts = 0;
+  double first = 0, last = 0;
+  bool seen = false;
+};
+
+struct TxRec {
+  Nanos start = 0, end = 0;
+  uint32_t tmpl = 0;
+};
+
+struct IoRec {
+  Nanos ts = 0, complete = 0;
+  int32_t pid = 0;
+  uint32_t length = 0;
+  trace::IoOp op = trace::IoOp::Read;
+  bool file = false;  // a FileIo flush (fdatasync), not a block request
+};
+
+struct Session {
+  int32_t pid = 0;
+  Nanos begin = -1, last_seen = 0, end = -1;
+  bool in_tx = false;
+  Nanos tx_start = 0;
+  Nanos last_idle = -1;
+  int nstmt = 0;
+  uint64_t fp = 0;
+  std::string text;
+  bool had_tx = false;
+  std::unordered_map<std::string, std::string> prepared;  // statement name -> sql
+  std::unordered_map<std::string, std::string> portals;   // portal -> sql
+};
+
+struct Template {
+  uint64_t id = 0;
+  std::string text;
+  int statements = 0;
+  uint64_t count = 0;
+  double latency_sum_s = 0;
+  double reads = 0;
+};
+
+}  // namespace
+
+struct ProfileBuilder::Impl {
+  explicit Impl(ProfileOptions o)
+      : opts(o),
+        file_stack({.rate = 1.0, .max_pages = o.exact_pages, .bucket_pages = 4}),
+        block_stack({.rate = 1.0, .max_pages = o.exact_pages, .bucket_pages = 4}) {}
+
+  ProfileOptions opts;
+  std::unordered_map<uint64_t, Session> sessions;
+  std::vector<Template> templates;
+  std::unordered_map<uint64_t, uint32_t> template_index;
+  std::vector<std::pair<int32_t, TxRec>> txs;  // (backend pid, tx)
+  Histogram tx_latency;
+  double think_sum_s = 0;
+  uint64_t think_n = 0;
+  uint64_t statements = 0, errors = 0;
+  std::vector<IoRec> ios;
+  bool any_file_flush = false;
+  StackDistances file_stack, block_stack;
+  std::unordered_map<std::string, uint64_t> file_ids;
+  std::map<std::string, Counter> counters;
+  std::map<std::string, std::string> meta;
+
+  void start_statement(Session& s, Nanos ts, std::string_view sql) {
+    if (!s.in_tx) {
+      s.in_tx = true;
+      s.tx_start = ts;
+      s.nstmt = 0;
+      s.fp = 1469598103934665603ull;
+      s.text.clear();
+      if (s.last_idle >= 0 && ts >= s.last_idle) {
+        think_sum_s += static_cast<double>(ts - s.last_idle) / kNs;
+        ++think_n;
+      }
+    }
+    ++statements;
+    ++s.nstmt;
+    std::string f = fingerprint_sql(sql);
+    s.fp = fnv1a(f, fnv1a(";", s.fp));
+    if (s.text.size() < 300) {
+      if (!s.text.empty()) s.text += "; ";
+      s.text += f;
+    }
+  }
+
+  void end_transaction(Session& s, Nanos ts) {
+    s.in_tx = false;
+    s.last_idle = ts;
+    if (s.nstmt == 0) return;
+    s.had_tx = true;
+    auto [it, fresh] = template_index.try_emplace(s.fp, static_cast<uint32_t>(templates.size()));
+    if (fresh) {
+      Template t;
+      t.id = s.fp;
+      t.text = s.text.size() > 300 ? s.text.substr(0, 300) : s.text;
+      t.statements = s.nstmt;
+      templates.push_back(std::move(t));
+    }
+    Template& t = templates[it->second];
+    ++t.count;
+    double lat = static_cast<double>(ts - s.tx_start) / kNs;
+    t.latency_sum_s += lat;
+    tx_latency.record(ts - s.tx_start);
+    txs.push_back({s.pid, TxRec{s.tx_start, ts, it->second}});
+  }
+
+  uint64_t file_key(std::string_view file) {
+    auto it = file_ids.find(std::string(file));
+    if (it != file_ids.end()) return it->second;
+    uint64_t id = fnv1a(file);
+    file_ids.emplace(std::string(file), id);
+    return id;
+  }
+
+  void add(const trace::Record& r) {
+    using namespace trace;
+    std::visit(
+        [&](const auto& b) {
+          using T = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<T, SessionBegin>) {
+            auto& s = sessions[r.session];
+            s.pid = b.backend_pid;
+            s.begin = r.ts;
+            s.last_seen = r.ts;
+          } else if constexpr (std::is_same_v<T, SessionEnd>) {
+            auto& s = sessions[r.session];
+            s.end = r.ts;
+            s.last_seen = r.ts;
+          } else if constexpr (std::is_same_v<T, Query>) {
+            auto& s = touch(r);
+            start_statement(s, r.ts, b.sql);
+          } else if constexpr (std::is_same_v<T, Parse>) {
+            auto& s = touch(r);
+            s.prepared[std::string(b.statement)] = std::string(b.sql);
+            if (!s.in_tx) begin_without_statement(s, r.ts);
+          } else if constexpr (std::is_same_v<T, Bind>) {
+            auto& s = touch(r);
+            auto it = s.prepared.find(std::string(b.statement));
+            s.portals[std::string(b.portal)] = it == s.prepared.end() ? std::string() : it->second;
+            if (!s.in_tx) begin_without_statement(s, r.ts);
+          } else if constexpr (std::is_same_v<T, Execute>) {
+            auto& s = touch(r);
+            auto it = s.portals.find(std::string(b.portal));
+            start_statement(s, r.ts, it == s.portals.end() ? std::string_view() : it->second);
+          } else if constexpr (std::is_same_v<T, Error>) {
+            touch(r);
+            ++errors;
+          } else if constexpr (std::is_same_v<T, Ready>) {
+            auto& s = touch(r);
+            if (b.status == 'I') end_transaction(s, r.ts);
+          } else if constexpr (std::is_same_v<T, BlockIo>) {
+            ios.push_back(IoRec{r.ts, b.complete_ns, b.pid, b.length, b.op, false});
+            if (b.op == IoOp::Read && b.length > 0) {
+              uint64_t first = b.offset / opts.page_bytes;
+              uint64_t last = (b.offset + b.length - 1) / opts.page_bytes;
+              uint64_t dev = static_cast<uint64_t>(b.device) << 40;
+              for (uint64_t p = first; p <= last; ++p) block_stack.reference(dev ^ p);
+            }
+          } else if constexpr (std::is_same_v<T, FileIo>) {
+            if (b.op == IoOp::Flush) {
+              any_file_flush = true;
+              ios.push_back(IoRec{r.ts, r.ts + b.latency_ns, b.pid, 0, IoOp::Flush, true});
+            } else if (b.op == IoOp::Read && b.length > 0) {
+              uint64_t id = file_key(b.file) * 0x9e3779b97f4a7c15ull;
+              uint64_t first = b.offset / opts.page_bytes;
+              uint64_t last = (b.offset + b.length - 1) / opts.page_bytes;
+              for (uint64_t p = first; p <= last; ++p) file_stack.reference(id ^ p);
+            }
+          } else if constexpr (std::is_same_v<T, Sample>) {
+            auto& c = counters[std::string(b.name)];
+            if (!c.seen) {
+              c.seen = true;
+              c.first_ts = r.ts;
+              c.first = b.value;
+            }
+            c.last_ts = r.ts;
+            c.last = b.value;
+          } else if constexpr (std::is_same_v<T, Meta>) {
+            meta[std::string(b.key)] = std::string(b.value);
+          } else {
+            if (r.session != 0) touch(r);
+          }
+        },
+        r.body);
+  }
+
+  // Parse/Bind open a transaction window without counting a statement.
+  void begin_without_statement(Session& s, Nanos ts) {
+    s.in_tx = true;
+    s.tx_start = ts;
+    s.nstmt = 0;
+    s.fp = 1469598103934665603ull;
+    s.text.clear();
+    if (s.last_idle >= 0 && ts >= s.last_idle) {
+      think_sum_s += static_cast<double>(ts - s.last_idle) / kNs;
+      ++think_n;
+    }
+  }
+
+  Session& touch(const trace::Record& r) {
+    auto& s = sessions[r.session];
+    if (s.begin < 0) s.begin = r.ts;
+    s.last_seen = r.ts;
+    return s;
+  }
+
+  Profile finish(const std::string& source);
+  void block_io(Profile& p, Nanos w0, Nanos w1);
+  void samples(Profile& p, Nanos w0, Nanos w1);
+  void memory(Profile& p);
+};
+
+ProfileBuilder::ProfileBuilder(ProfileOptions opts) : impl_(std::make_unique<Impl>(opts)) {}
+ProfileBuilder::~ProfileBuilder() = default;
+void ProfileBuilder::add(const trace::Record& r) { impl_->add(r); }
+Profile ProfileBuilder::finish(const std::string& source) { return impl_->finish(source); }
+
+Profile ProfileBuilder::Impl::finish(const std::string& source) {
+  Profile p;
+  p.source = source;
+  if (txs.empty())
+    throw InputError(source + ": no completed transaction (no idle ReadyForQuery after a statement)");
+  Nanos w0 = std::numeric_limits<Nanos>::max(), w1 = std::numeric_limits<Nanos>::min();
+  for (const auto& [pid, t] : txs) {
+    w0 = std::min(w0, t.start);
+    w1 = std::max(w1, t.end);
+  }
+  p.duration_s = std::max(1e-9, static_cast<double>(w1 - w0) / kNs);
+  p.transactions = txs.size();
+  p.statements = statements;
+  p.errors = errors;
+  p.tps = static_cast<double>(p.transactions) / p.duration_s;
+  p.latency = summarise(tx_latency);
+  p.concurrency = tx_latency.sum() / kNs / p.duration_s;
+  p.think_time_s = think_n ? think_sum_s / static_cast<double>(think_n) : 0.0;
+
+  // Sessions that ran transactions: how many at once, and on average.
+  std::vector<std::pair<Nanos, int>> edges;
+  double open_sum = 0;
+  for (const auto& [id, s] : sessions) {
+    if (!s.had_tx) continue;
+    ++p.sessions;
+    Nanos b = s.begin, e = s.end >= 0 ? s.end : s.last_seen;
+    edges.push_back({b, +1});
+    edges.push_back({e, -1});
+    Nanos ob = std::max(b, w0), oe = std::min(e, w1);
+    if (oe > ob) open_sum += static_cast<double>(oe - ob);
+  }
+  std::sort(edges.begin(), edges.end());
+  int open = 0;
+  for (const auto& [t, d] : edges) p.clients = std::max(p.clients, open += d);
+  p.mean_clients = open_sum / kNs / p.duration_s;
+
+  block_io(p, w0, w1);
+  for (const auto& t : templates) {
+    TemplateStats ts;
+    ts.id = t.id;
+    ts.text = t.text;
+    ts.statements = t.statements;
+    ts.count = t.count;
+    ts.share = static_cast<double>(t.count) / static_cast<double>(p.transactions);
+    ts.mean_latency_s = t.latency_sum_s / static_cast<double>(t.count);
+    ts.concurrency = t.latency_sum_s / p.duration_s;
+    ts.reads_per_tx = t.reads / static_cast<double>(t.count);
+    p.templates.push_back(std::move(ts));
+  }
+  std::sort(p.templates.begin(), p.templates.end(),
+            [](const TemplateStats& a, const TemplateStats& b) { return a.count > b.count; });
+  samples(p, w0, w1);
+  memory(p);
+  return p;
+}
+
+void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
+  // Transaction windows per backend pid, sorted by start.
+  std::unordered_map<int32_t, std::vector<TxRec>> windows;
+  for (const auto& [pid, t] : txs)
+    if (pid != 0) windows[pid].push_back(t);
+  for (auto& [pid, v] : windows)
+    std::sort(v.begin(), v.end(), [](const TxRec& a, const TxRec& b) { return a.start < b.start; });
+  std::unordered_set<int32_t> backends;
+  for (const auto& [id, s] : sessions)
+    if (s.pid != 0) backends.insert(s.pid);
+
+  Histogram rd, wr, fl;
+  double reads = 0, read_bytes = 0, writes = 0, write_bytes = 0, flushes = 0;
+  double other_reads = 0, bg_writes = 0, bg_write_bytes = 0, all_reads = 0, all_writes = 0;
+  double unattributed = 0;
+  uint64_t block_records = 0;
+  for (const auto& io : ios) {
+    if (!io.file) ++block_records;
+    bool completed = io.complete > io.ts;
+    if (!io.file && completed) {
+      Nanos lat = io.complete - io.ts;
+      if (io.op == trace::IoOp::Read) rd.record(lat);
+      else if (io.op == trace::IoOp::Write) wr.record(lat);
+      else if (io.op == trace::IoOp::Flush) fl.record(lat);
+    } else if (io.file && io.op == trace::IoOp::Flush && io.complete > io.ts) {
+      fl.record(io.complete - io.ts);
+    }
+    if (io.ts < w0 || io.ts > w1) continue;
+    if (!io.file) {
+      if (io.op == trace::IoOp::Read) ++all_reads;
+      if (io.op == trace::IoOp::Write) ++all_writes;
+    }
+    bool backend = backends.count(io.pid) > 0;
+    if (!backend) {
+      if (io.file) continue;
+      if (io.op == trace::IoOp::Read) ++other_reads;
+      if (io.op == trace::IoOp::Write) {
+        ++bg_writes;
+        bg_write_bytes += io.length;
+      }
+      continue;
+    }
+    // A backend's I/O: inside which of its transactions?
+    const TxRec* tx = nullptr;
+    if (auto w = windows.find(io.pid); w != windows.end()) {
+      auto& v = w->second;
+      auto it = std::upper_bound(v.begin(), v.end(), io.ts,
+                                 [](Nanos t, const TxRec& r) { return t < r.start; });
+      if (it != v.begin() && io.ts <= std::prev(it)->end) tx = &*std::prev(it);
+    }
+    if (!tx) {
+      if (!(io.file && !any_file_flush)) ++unattributed;
+      continue;
+    }
+    switch (io.op) {
+      case trace::IoOp::Read:
+        if (io.file) break;
+        ++reads;
+        read_bytes += io.length;
+        templates[tx->tmpl].reads += 1;
+        break;
+      case trace::IoOp::Write:
+        if (io.file) break;
+        ++writes;
+        write_bytes += io.length;
+        break;
+      case trace::IoOp::Flush:
+        // fdatasync calls when the trace has them; block flushes otherwise.
+        if (io.file == any_file_flush) ++flushes;
+        break;
+      default:
+        break;
+    }
+  }
+  p.has_block_io = block_records > 0;
+  double n = static_cast<double>(p.transactions);
+  p.reads_per_tx = reads / n;
+  p.read_bytes_per_tx = read_bytes / n;
+  p.sync_writes_per_tx = writes / n;
+  p.write_bytes_per_tx = write_bytes / n;
+  p.flushes_per_tx = flushes / n;
+  p.unattributed_backend_ios = unattributed;
+  p.other_reads_per_s = other_reads / p.duration_s;
+  p.background_writes_per_s = bg_writes / p.duration_s;
+  p.background_write_bytes_per_s = bg_write_bytes / p.duration_s;
+  p.native_read = summarise(rd);
+  p.native_write = summarise(wr);
+  p.native_flush = summarise(fl);
+  p.device_read_iops = all_reads / p.duration_s;
+  p.device_write_iops = all_writes / p.duration_s;
+  if (!p.has_block_io)
+    p.notes.push_back("no block I/O in the trace: device reads and writes per transaction unknown");
+  else if (backends.empty())
+    p.notes.push_back("no backend pids (BackendKeyData) in the trace: device I/O not attributed");
+}
+
+void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
+  // Transactions ending inside (a, b].
+  std::vector<Nanos> ends;
+  ends.reserve(txs.size());
+  for (const auto& [pid, t] : txs) ends.push_back(t.end);
+  std::sort(ends.begin(), ends.end());
+  auto tx_between = [&](Nanos a, Nanos b) {
+    return static_cast<double>(std::upper_bound(ends.begin(), ends.end(), b) -
+                               std::upper_bound(ends.begin(), ends.end(), a));
+  };
+  (void)w0;
+  (void)w1;
+  double cpu_ns = 0;
+  Nanos c0 = std::numeric_limits<Nanos>::max(), c1 = std::numeric_limits<Nanos>::min();
+  for (const auto& [name, c] : counters) {
+    bool cpu = name.rfind("cpu.", 0) == 0 && name.size() > 3 &&
+               name.compare(name.size() - 3, 3, "_ns") == 0;
+    if (!cpu || c.last_ts <= c.first_ts) continue;
+    cpu_ns += c.last - c.first;
+    c0 = std::min(c0, c.first_ts);
+    c1 = std::max(c1, c.last_ts);
+  }
+  if (c1 > c0) {
+    double n = tx_between(c0, c1);
+    if (n > 0) {
+      p.has_cpu = true;
+      p.cpu_s_per_tx = cpu_ns / kNs / n;
+      p.cpu_cores_busy = cpu_ns / static_cast<double>(c1 - c0);
+    }
+  }
+  if (!p.has_cpu) p.notes.push_back("no CPU samples in the trace: CPU demand estimated from latency");
+  auto per_tx = [&](const char* name) {
+    auto it = counters.find(name);
+    if (it == counters.end() || it->second.last_ts <= it->second.first_ts) return -1.0;
+    double n = tx_between(it->second.first_ts, it->second.last_ts);
+    return n > 0 ? (it->second.last - it->second.first) / n : -1.0;
+  };
+  p.pg_blks_read_per_tx = per_tx("pg.blks_read");
+  p.pg_blks_hit_per_tx = per_tx("pg.blks_hit");
+  p.pg_wal_bytes_per_tx = per_tx("pg.wal_bytes");
+}
+
+void ProfileBuilder::Impl::memory(Profile& p) {
+  if (auto it = meta.find("device"); it != meta.end()) p.device = it->second;
+  if (auto it = meta.find("cpu.count"); it != meta.end()) p.vcpus = std::atoi(it->second.c_str());
+  if (auto it = meta.find("memory.bytes"); it != meta.end()) {
+    try {
+      p.memory_bytes = parse_size(it->second, "meta memory.bytes");
+    } catch (const InputError&) {
+      p.notes.push_back("meta memory.bytes unreadable: " + it->second);
+    }
+  }
+  if (auto it = meta.find("setting.shared_buffers"); it != meta.end()) {
+    try {
+      p.shared_buffers_bytes = parse_size(it->second, "meta setting.shared_buffers");
+    } catch (const InputError&) {
+      p.notes.push_back("meta setting.shared_buffers unreadable: " + it->second);
+    }
+  }
+  StackDistances* sd = nullptr;
+  if (file_stack.references() > 0) {
+    sd = &file_stack;
+    p.mrc.source = "file_io";
+  } else if (block_stack.references() > 0) {
+    sd = &block_stack;
+    p.mrc.source = "block_io";
+  }
+  if (!sd) {
+    p.notes.push_back("no page references (file or block reads): no miss-ratio curve");
+    return;
+  }
+  MissRatioCurve c = sd->curve();
+  p.mrc.references = c.references();
+  p.mrc.distinct_pages = c.cold_misses();
+  p.mrc.sample_rate = sd->rate();
+  p.mrc.sampled = sd->rate() < 1.0;
+  double maxp = static_cast<double>(c.max_distance_pages()) * 1.05 + 1;
+  std::vector<double> sizes{0.0};
+  for (int i = 0; i <= 64; ++i) sizes.push_back(std::pow(maxp, i / 64.0));
+  for (int i = 1; i <= 128; ++i) sizes.push_back(maxp * i / 128.0);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end(),
+                          [](double a, double b) { return std::abs(a - b) < 0.5; }),
+              sizes.end());
+  for (double s : sizes)
+    p.mrc.points.push_back({s * opts.page_bytes, s <= 0 ? 1.0 : c.miss_ratio(s)});
+}
+
+double MissCurve::at(double cache_bytes) const {
+  if (points.empty()) return 1.0;
+  if (cache_bytes <= points.front().first) return points.front().second;
+  if (cache_bytes >= points.back().first) return points.back().second;
+  auto it = std::lower_bound(points.begin(), points.end(), cache_bytes,
+                             [](const std::pair<double, double>& p, double v) { return p.first < v; });
+  auto lo = std::prev(it);
+  double f = (cache_bytes - lo->first) / (it->first - lo->first);
+  return lo->second + f * (it->second - lo->second);
+}
+
+double parse_size(const std::string& text, const std::string& what) {
+  size_t i = 0;
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  size_t start = i;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == start) throw InputError(what + ": not a size: '" + text + "'");
+  double v = std::stod(text.substr(start, i - start));
+  std::string unit;
+  for (; i < text.size(); ++i)
+    if (!std::isspace(static_cast<unsigned char>(text[i])))
+      unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  double mult = 1;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kb" || unit == "kib") mult = 1024.0;
+  else if (unit == "m" || unit == "mb" || unit == "mib") mult = 1024.0 * 1024;
+  else if (unit == "g" || unit == "gb" || unit == "gib") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "t" || unit == "tb" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
+  else throw InputError(what + ": unknown size unit '" + unit + "' in '" + text + "'");
+  return v * mult;
+}
+
+std::string fingerprint_sql(std::string_view sql) {
+  std::string out;
+  out.reserve(sql.size());
+  bool space = false;
+  for (size_t i = 0; i < sql.size();) {
+    char c = sql[i];
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      space = true;
+      ++i;
+      continue;
+    }
+    if (space && !out.empty()) out += ' ';
+    space = false;
+    if (c == '\'') {  // string literal, '' escapes a quote
+      ++i;
+      while (i < sql.size()) {
+        if (sql[i] == '\'') {
+          if (i + 1 < sql.size() && sql[i + 1] == '\'') {
+            i += 2;
+            continue;
+          }
+          ++i;
+          break;
+        }
+        ++i;
+      }
+      out += '?';
+      continue;
+    }
+    if (c == '"') {  // quoted identifier, kept as written
+      size_t j = sql.find('"', i + 1);
+      if (j == std::string_view::npos) j = sql.size() - 1;
+      out.append(sql.substr(i, j - i + 1));
+      i = j + 1;
+      continue;
+    }
+    bool prev_ident = !out.empty() && ident_char(out.back()) && !space;
+    if (std::isdigit(static_cast<unsigned char>(c)) && !(prev_ident && out.back() != '?')) {
+      while (i < sql.size() && (std::isalnum(static_cast<unsigned char>(sql[i])) || sql[i] == '.'))
+        ++i;
+      out += '?';
+      continue;
+    }
+    if (ident_char(c)) {
+      while (i < sql.size() && ident_char(sql[i]))
+        out += static_cast<char>(std::tolower(static_cast<unsigned char>(sql[i++])));
+      continue;
+    }
+    out += c;
+    ++i;
+  }
+  return out;
+}
+
+// --- output ------------------------------------------------------------------
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string ms(double s) { return fmt("%.3f ms", s * 1e3); }
+
+std::string bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return fmt(u == 0 ? "%.0f" : "%.1f", b) + " " + units[u];
+}
+
+std::string hex(uint64_t v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+nlohmann::json lat_json(const LatencySummary& l) {
+  return {{"count", l.count}, {"mean_ms", l.mean_s * 1e3}, {"p50_ms", l.p50_s * 1e3},
+          {"p99_ms", l.p99_s * 1e3}};
+}
+
+}  // namespace
+
+void print_profile(std::ostream& out, const Profile& p) {
+  out << "trace: " << p.source << "\n";
+  out << "window: " << fmt("%.1f s", p.duration_s) << ", " << p.sessions << " sessions ("
+      << p.clients << " at most open at once, " << fmt("%.1f", p.mean_clients) << " on average)\n";
+  out << "transactions: " << p.transactions << " (" << fmt("%.1f", p.tps) << " tps), "
+      << p.statements << " statements, " << p.errors << " errors\n";
+  out << "latency: mean " << ms(p.latency.mean_s) << ", p50 " << ms(p.latency.p50_s) << ", p99 "
+      << ms(p.latency.p99_s) << "; concurrency " << fmt("%.2f", p.concurrency)
+      << " in flight; think time " << ms(p.think_time_s) << "\n";
+  out << "\ntemplates (" << p.templates.size() << "):\n";
+  size_t shown = 0;
+  for (const auto& t : p.templates) {
+    if (++shown > 10) {
+      out << "  ... " << (p.templates.size() - 10) << " more\n";
+      break;
+    }
+    out << "  " << fmt("%5.1f%%", t.share * 100) << "  " << t.count << " tx, " << t.statements
+        << " stmt, mean " << ms(t.mean_latency_s) << ", concurrency " << fmt("%.2f", t.concurrency)
+        << ", reads/tx " << fmt("%.2f", t.reads_per_tx) << "\n      " << t.text << "\n";
+  }
+  out << "\nper transaction:\n";
+  if (p.has_cpu)
+    out << "  cpu: " << ms(p.cpu_s_per_tx) << " (server busy " << fmt("%.2f", p.cpu_cores_busy)
+        << " cores)\n";
+  else
+    out << "  cpu: not sampled\n";
+  if (p.has_block_io) {
+    out << "  device reads: " << fmt("%.3f", p.reads_per_tx) << " (" << bytes(p.read_bytes_per_tx)
+        << ")\n";
+    out << "  device writes by the backend: " << fmt("%.3f", p.sync_writes_per_tx) << " ("
+        << bytes(p.write_bytes_per_tx) << "), WAL flushes " << fmt("%.3f", p.flushes_per_tx) << "\n";
+  }
+  if (p.pg_blks_read_per_tx >= 0)
+    out << "  pg blocks read " << fmt("%.2f", p.pg_blks_read_per_tx) << ", hit "
+        << fmt("%.2f", p.pg_blks_hit_per_tx) << "\n";
+  if (p.pg_wal_bytes_per_tx >= 0) out << "  WAL " << bytes(p.pg_wal_bytes_per_tx) << "\n";
+  if (p.has_block_io) {
+    out << "\ndevice" << (p.device.empty() ? "" : " " + p.device) << ": "
+        << fmt("%.0f", p.device_read_iops) << " read IOPS, " << fmt("%.0f", p.device_write_iops)
+        << " write IOPS; background writes " << fmt("%.1f/s", p.background_writes_per_s) << " ("
+        << bytes(p.background_write_bytes_per_s) << "/s), other reads "
+        << fmt("%.1f/s", p.other_reads_per_s) << "\n";
+    auto line = [&](const char* what, const LatencySummary& l) {
+      if (l.count)
+        out << "  " << what << " latency: mean " << ms(l.mean_s) << ", p50 " << ms(l.p50_s)
+            << ", p99 " << ms(l.p99_s) << " (" << l.count << ")\n";
+    };
+    line("read", p.native_read);
+    line("write", p.native_write);
+    line("flush", p.native_flush);
+  }
+  out << "\nmemory at capture: "
+      << (p.memory_bytes > 0 ? bytes(p.memory_bytes) : std::string("unknown"))
+      << ", shared_buffers "
+      << (p.shared_buffers_bytes > 0 ? bytes(p.shared_buffers_bytes) : std::string("unknown"))
+      << "\n";
+  if (!p.mrc.empty()) {
+    out << "miss-ratio curve (" << p.mrc.source << ", " << fmt("%.0f", p.mrc.references)
+        << " page references, " << bytes(p.mrc.distinct_pages * 8192) << " touched"
+        << (p.mrc.sampled ? fmt(", sampled at %.4f", p.mrc.sample_rate) : std::string()) << "):\n";
+    double top = p.mrc.points.back().first;
+    for (double f : {0.05, 0.1, 0.25, 0.5, 0.75, 1.0})
+      out << "  cache " << bytes(top * f) << ": miss ratio " << fmt("%.3f", p.mrc.at(top * f))
+          << "\n";
+  }
+  for (const auto& n : p.notes) out << "note: " << n << "\n";
+}
+
+std::string profile_json(const Profile& p, int indent) {
+  nlohmann::json j;
+  j["source"] = p.source;
+  j["duration_s"] = p.duration_s;
+  j["sessions"] = p.sessions;
+  j["clients"] = p.clients;
+  j["mean_clients"] = p.mean_clients;
+  j["transactions"] = p.transactions;
+  j["statements"] = p.statements;
+  j["errors"] = p.errors;
+  j["tps"] = p.tps;
+  j["concurrency"] = p.concurrency;
+  j["latency"] = lat_json(p.latency);
+  j["think_time_ms"] = p.think_time_s * 1e3;
+  auto& tj = j["templates"] = nlohmann::json::array();
+  for (const auto& t : p.templates)
+    tj.push_back({{"id", hex(t.id)},
+                  {"text", t.text},
+                  {"statements", t.statements},
+                  {"count", t.count},
+                  {"share", t.share},
+                  {"mean_latency_ms", t.mean_latency_s * 1e3},
+                  {"concurrency", t.concurrency},
+                  {"reads_per_tx", t.reads_per_tx}});
+  nlohmann::json per;
+  per["cpu_ms"] = p.has_cpu ? nlohmann::json(p.cpu_s_per_tx * 1e3) : nlohmann::json();
+  per["device_reads"] = p.reads_per_tx;
+  per["device_read_bytes"] = p.read_bytes_per_tx;
+  per["sync_writes"] = p.sync_writes_per_tx;
+  per["sync_write_bytes"] = p.write_bytes_per_tx;
+  per["wal_flushes"] = p.flushes_per_tx;
+  auto opt = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(); };
+  per["pg_blks_read"] = opt(p.pg_blks_read_per_tx);
+  per["pg_blks_hit"] = opt(p.pg_blks_hit_per_tx);
+  per["pg_wal_bytes"] = opt(p.pg_wal_bytes_per_tx);
+  j["per_transaction"] = per;
+  j["cpu_cores_busy"] = p.has_cpu ? nlohmann::json(p.cpu_cores_busy) : nlohmann::json();
+  nlohmann::json dev;
+  dev["has_block_io"] = p.has_block_io;
+  dev["name"] = p.device;
+  dev["read_iops"] = p.device_read_iops;
+  dev["write_iops"] = p.device_write_iops;
+  dev["background_writes_per_s"] = p.background_writes_per_s;
+  dev["background_write_bytes_per_s"] = p.background_write_bytes_per_s;
+  dev["other_reads_per_s"] = p.other_reads_per_s;
+  dev["unattributed_backend_ios"] = p.unattributed_backend_ios;
+  dev["read_latency"] = lat_json(p.native_read);
+  dev["write_latency"] = lat_json(p.native_write);
+  dev["flush_latency"] = lat_json(p.native_flush);
+  j["device"] = dev;
+  j["memory_bytes"] = p.memory_bytes;
+  j["shared_buffers_bytes"] = p.shared_buffers_bytes;
+  nlohmann::json m;
+  m["source"] = p.mrc.source;
+  m["references"] = p.mrc.references;
+  m["distinct_pages"] = p.mrc.distinct_pages;
+  m["sampled"] = p.mrc.sampled;
+  m["sample_rate"] = p.mrc.sample_rate;
+  auto& pts = m["points"] = nlohmann::json::array();
+  for (const auto& [b, r] : p.mrc.points) pts.push_back({b, r});
+  j["mrc"] = m;
+  j["notes"] = p.notes;
+  return j.dump(indent);
+}
+
+}  // namespace tierlab::models

@@ -1,0 +1,159 @@
+// Workload profile: what one transaction of a captured workload asks of the
+// machine, measured from a trace.
+//
+// From the session records: transaction templates (the fingerprinted
+// statement sequence between two idle ReadyForQuery states), their counts,
+// latency and concurrency; the clients' think time between a session's
+// transactions. From periodic samples: CPU time of the server's process tree
+// per transaction ("cpu.*_ns" counters) and PostgreSQL's own counters
+// ("pg.*"). From block I/O: device reads and synchronous writes issued by the
+// backend that ran a transaction (BlockIo.pid == SessionBegin.backend_pid,
+// inside that transaction's time window), WAL flushes, writes of other
+// processes (checkpointer, writeback) per second, and the device latency seen
+// at capture. From file I/O (or block I/O when there is none): a miss-ratio
+// curve of the page references below shared_buffers, so reads can be
+// projected to another memory size.
+#pragma once
+
+#include "trace/record.h"
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tierlab::trace {
+class Reader;
+}
+
+namespace tierlab::models {
+
+// Latency summary of a set of operations, seconds.
+struct LatencySummary {
+  uint64_t count = 0;
+  double mean_s = 0;
+  double p50_s = 0;
+  double p99_s = 0;
+};
+
+struct TemplateStats {
+  uint64_t id = 0;           // fingerprint hash
+  std::string text;          // normalised statements joined by "; " (cut at 300 chars)
+  int statements = 0;        // statements per transaction
+  uint64_t count = 0;
+  double share = 0;          // count / all transactions
+  double mean_latency_s = 0;
+  double concurrency = 0;    // mean transactions of this template in flight
+  double reads_per_tx = 0;   // attributed device reads per transaction
+};
+
+// A miss-ratio curve over cache sizes in bytes (LRU over 8 KiB pages).
+struct MissCurve {
+  std::string source;           // "file_io", "block_io" or "" (none)
+  double references = 0;        // page references it was built from
+  double distinct_pages = 0;    // cold misses (footprint)
+  bool sampled = false;         // SHARDS sampling was used
+  double sample_rate = 1.0;
+  std::vector<std::pair<double, double>> points;  // (cache bytes, miss ratio), ascending
+  // Miss ratio at `cache_bytes` (linear between points; 1 below the first
+  // point's size if it is not 0; the last value past the end).
+  double at(double cache_bytes) const;
+  bool empty() const { return points.empty(); }
+};
+
+struct Profile {
+  std::string source;        // path of the trace
+  double duration_s = 0;     // window from the first transaction start to the last end
+  uint64_t sessions = 0;
+  uint64_t transactions = 0;
+  uint64_t statements = 0;
+  uint64_t errors = 0;
+  double tps = 0;
+  int clients = 0;           // most sessions open at once that ran transactions
+  double mean_clients = 0;   // mean sessions open over the window
+  double concurrency = 0;    // mean transactions in flight (Little's law)
+  LatencySummary latency;    // transaction latency (first message to idle ReadyForQuery)
+  double think_time_s = 0;   // mean gap between a session's transactions
+  std::vector<TemplateStats> templates;  // by count, descending
+
+  // CPU (from "cpu.*_ns" samples); has_cpu false when the trace has none.
+  bool has_cpu = false;
+  double cpu_s_per_tx = 0;
+  double cpu_cores_busy = 0;  // mean cores the server kept busy
+
+  // PostgreSQL counters (from "pg.*" samples), per transaction; -1 if absent.
+  double pg_blks_read_per_tx = -1;
+  double pg_blks_hit_per_tx = -1;
+  double pg_wal_bytes_per_tx = -1;
+
+  // Block I/O.
+  bool has_block_io = false;
+  std::string device;               // Meta "device" if recorded
+  double reads_per_tx = 0;          // device reads by the transaction's backend
+  double read_bytes_per_tx = 0;
+  double sync_writes_per_tx = 0;    // device writes by the transaction's backend (WAL at commit)
+  double write_bytes_per_tx = 0;
+  double flushes_per_tx = 0;        // WAL flushes (Flush ops, fdatasync) per transaction
+  double unattributed_backend_ios = 0;  // backend I/Os outside any transaction window
+  double other_reads_per_s = 0;     // reads by processes that are not backends
+  double background_writes_per_s = 0;  // writes by processes that are not backends
+  double background_write_bytes_per_s = 0;
+  LatencySummary native_read;       // device latency at capture
+  LatencySummary native_write;
+  LatencySummary native_flush;
+  double device_read_iops = 0;      // all device reads / duration
+  double device_write_iops = 0;
+
+  // Memory at capture (Meta "memory.bytes" and "setting.shared_buffers");
+  // 0 when unknown.
+  double memory_bytes = 0;
+  double shared_buffers_bytes = 0;
+  int vcpus = 0;                    // Meta "cpu.count"; 0 when unknown
+  MissCurve mrc;
+
+  std::vector<std::string> notes;   // what could not be measured, and why
+};
+
+struct ProfileOptions {
+  // Exact stack distances up to this many distinct pages; SHARDS with this
+  // many tracked pages (fixed size) beyond.
+  size_t exact_pages = 1 << 20;
+  uint32_t page_bytes = 8192;
+};
+
+// Builds a profile from records in trace order (roughly: sources may
+// interleave slightly out of order, which the builder tolerates).
+class ProfileBuilder {
+ public:
+  explicit ProfileBuilder(ProfileOptions opts = {});
+  ~ProfileBuilder();
+  ProfileBuilder(const ProfileBuilder&) = delete;
+  ProfileBuilder& operator=(const ProfileBuilder&) = delete;
+
+  void add(const trace::Record& r);
+  // Throws InputError if there is no completed transaction.
+  Profile finish(const std::string& source);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads the whole trace. Throws InputError (no transactions, corrupt trace).
+Profile profile_trace(trace::Reader& reader, const std::string& source, ProfileOptions opts = {});
+Profile profile_file(const std::string& path, ProfileOptions opts = {});
+
+// Parses "512MB", "8GB", "16384kB", "1024" (bytes), "8kB": PostgreSQL and
+// tierlab size syntax, case-insensitive, binary multiples. Throws InputError
+// naming `what` on bad input.
+double parse_size(const std::string& text, const std::string& what);
+
+// Normalises one statement: literals -> '?', whitespace collapsed, lower case
+// outside quoted identifiers.
+std::string fingerprint_sql(std::string_view sql);
+
+void print_profile(std::ostream& out, const Profile& p);
+std::string profile_json(const Profile& p, int indent = 2);
+
+}  // namespace tierlab::models

@@ -1,0 +1,383 @@
+#include "models/project.h"
+
+#include "common/error.h"
+#include "models/mva.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+#include <thread>
+
+namespace tierlab::models {
+
+namespace {
+
+constexpr double kZ99 = 2.326347874;  // standard normal 99th percentile
+
+double lognormal_sigma(const Latency& l) {
+  if (l.p99_ns <= l.p50_ns || l.p50_ns <= 0) return 0;
+  return std::log(static_cast<double>(l.p99_ns) / static_cast<double>(l.p50_ns)) / kZ99;
+}
+
+// E[L^2] of the distribution, seconds squared.
+double second_moment(const Latency& l) {
+  double m = static_cast<double>(l.p50_ns) / 1e9;
+  switch (l.dist) {
+    case LatencyDist::Fixed:
+      return m * m;
+    case LatencyDist::Lognormal: {
+      double s = lognormal_sigma(l);
+      return m * m * std::exp(2 * s * s);
+    }
+    case LatencyDist::Exponential: {
+      double mean = m / std::log(2.0);
+      return 2 * mean * mean;
+    }
+  }
+  return m * m;
+}
+
+// 99th percentile of a gamma distribution with this mean and variance
+// (Wilson-Hilferty cube-root normal approximation).
+double gamma_p99(double mean, double var) {
+  if (mean <= 0) return 0;
+  if (var <= 0) return mean;
+  double k = mean * mean / var;
+  double theta = var / mean;
+  double c = 1.0 - 1.0 / (9 * k) + kZ99 * std::sqrt(1.0 / (9 * k));
+  return k * theta * std::max(0.0, c * c * c);
+}
+
+// Counted I/Os for an I/O of `bytes` on a tier counting in `unit` bytes.
+double counted(double bytes, uint64_t unit) {
+  if (unit == 0 || bytes <= 0) return 1;
+  return std::max(1.0, std::ceil(bytes / static_cast<double>(unit)));
+}
+
+// What one transaction asks of the storage, per transaction.
+struct Demands {
+  double cpu_s = 0;
+  double reads = 0, read_bytes = 0;
+  double writes = 0, write_bytes = 0;
+  double flushes = 0;
+  double bg_reads = 0;
+  double bg_writes = 0, bg_write_bytes = 0;
+};
+
+struct Network {
+  std::vector<Station> stations;
+  int think = 0, cpu = 1, storage = 2, other = 3;
+  double io_var = 0;  // compound-Poisson variance of the device service time
+  double read_ios = 0, write_ios = 0, bytes = 0;  // counted per transaction
+};
+
+Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double other_s,
+              bool bg_uncapped) {
+  Network n;
+  n.stations.push_back({"think", StationKind::Delay, think_s, 1});
+  n.stations.push_back({"cpu", StationKind::Multi, d.cpu_s, std::max(1, vcpus)});
+  double lr = mean_latency_s(t.read), lw = mean_latency_s(t.write), lf = mean_latency_s(t.flush);
+  double service = d.reads * lr + d.writes * lw + d.flushes * lf;
+  if (t.parallelism > 0)
+    n.stations.push_back({"storage", StationKind::Multi, service, static_cast<int>(t.parallelism)});
+  else
+    n.stations.push_back({"storage", StationKind::Delay, service, 1});
+  n.stations.push_back({"other", StationKind::Delay, other_s, 1});
+  n.io_var = d.reads * second_moment(t.read) + d.writes * second_moment(t.write) +
+             d.flushes * second_moment(t.flush);
+
+  double read_size = d.reads > 0 ? d.read_bytes / d.reads : 8192;
+  double write_size = d.writes > 0 ? d.write_bytes / d.writes : 8192;
+  double bg_size = d.bg_writes > 0 ? d.bg_write_bytes / d.bg_writes : 8192;
+  double bgw = bg_uncapped ? 0 : d.bg_writes;
+  n.read_ios = (d.reads + d.bg_reads) * counted(read_size, t.io_unit_bytes);
+  n.write_ios = d.writes * counted(write_size, t.io_unit_bytes) + bgw * counted(bg_size, t.io_unit_bytes);
+  n.bytes = d.read_bytes + d.bg_reads * read_size + d.write_bytes + (bg_uncapped ? 0 : d.bg_write_bytes);
+  auto cap = [&](const char* name, double per_tx, double rate) {
+    if (rate > 0 && per_tx > 0) n.stations.push_back({name, StationKind::Queue, per_tx / rate, 1});
+  };
+  double read_cap = t.read_iops, write_cap = t.write_iops, total_cap = t.total_iops;
+  if (t.burst.enabled()) {
+    // Sustained rate: the baseline the bucket refills at.
+    total_cap = total_cap > 0 ? std::min(total_cap, t.burst.refill_iops) : t.burst.refill_iops;
+  }
+  cap("read IOPS cap", n.read_ios, read_cap);
+  cap("write IOPS cap", n.write_ios, write_cap);
+  cap("IOPS cap", n.read_ios + n.write_ios, total_cap);
+  cap("throughput cap", n.bytes, t.bytes_per_sec);
+  return n;
+}
+
+struct Solved {
+  std::vector<MvaPoint> pts;
+  Network net;
+};
+
+Solved solve(const Demands& d, const Tier& t, int vcpus, double think_s, double other_s,
+             bool bg_uncapped, int max_n) {
+  Solved s;
+  s.net = build(d, t, vcpus, think_s, other_s, bg_uncapped);
+  s.pts = solve_mva(s.net.stations, max_n, s.net.think);
+  return s;
+}
+
+// Reads per transaction at `memory` relative to the capture's.
+double memory_factor(const Profile& p, double memory, double capture_memory,
+                     std::vector<std::string>& notes) {
+  if (memory <= 0 || memory == capture_memory) return 1.0;
+  if (p.mrc.empty())
+    throw InputError(p.source + ": no page references in the trace, so --memory cannot be projected "
+                     "(capture with file or block I/O recording)");
+  if (capture_memory <= 0)
+    throw InputError(p.source + ": the trace does not record the capture's memory (meta "
+                     "memory.bytes); give --capture-memory");
+  double sb = p.shared_buffers_bytes;
+  if (p.mrc.source == "file_io") {
+    // The curve is of references below shared_buffers: the OS cache is what
+    // is left of memory once shared_buffers is taken (kept as captured).
+    double before = p.mrc.at(std::max(0.0, capture_memory - sb));
+    double after = p.mrc.at(std::max(0.0, memory - sb));
+    if (before <= 0) {
+      notes.push_back("the capture's reads all hit in the modelled cache; reads per transaction kept");
+      return 1.0;
+    }
+    return after / before;
+  }
+  // Block-level curve: the reads that already missed the capture's cache.
+  // More memory acts as a further LRU cache of the difference in front of
+  // them; for less memory the curve has nothing to say.
+  if (memory > capture_memory) return p.mrc.at(memory - capture_memory);
+  notes.push_back("less memory than at capture with only block-level references: reads per "
+                  "transaction kept as captured (record file I/O to project smaller memory)");
+  return 1.0;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+double mean_latency_s(const Latency& l) {
+  double m = static_cast<double>(l.p50_ns) / 1e9;
+  switch (l.dist) {
+    case LatencyDist::Fixed:
+      return m;
+    case LatencyDist::Lognormal: {
+      double s = lognormal_sigma(l);
+      return m * std::exp(s * s / 2);
+    }
+    case LatencyDist::Exponential:
+      return m / std::log(2.0);
+  }
+  return m;
+}
+
+Projection project(const Profile& p, const std::vector<Tier>& tiers, const ProjectOptions& o) {
+  if (tiers.empty()) throw InputError("project: no tier given (--tier NAME)");
+  if (p.transactions == 0) throw InputError(p.source + ": no completed transaction");
+  Projection out;
+  out.source = p.source;
+  out.notes = p.notes;
+  int cap_clients = std::max(1, p.clients);
+  out.clients_hi = o.clients_hi > 0 ? o.clients_hi : cap_clients;
+  out.clients_lo = o.clients_lo > 0 ? o.clients_lo : out.clients_hi;
+  if (out.clients_lo > out.clients_hi)
+    throw InputError("--clients: range " + std::to_string(out.clients_lo) + ".." +
+                     std::to_string(out.clients_hi) + " is empty");
+  if (out.clients_hi > 100000) throw InputError("--clients: at most 100000");
+  out.vcpus = o.vcpus > 0 ? o.vcpus
+                          : (p.vcpus > 0 ? p.vcpus
+                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  out.capture_memory_bytes = o.capture_memory_bytes > 0 ? o.capture_memory_bytes : p.memory_bytes;
+  out.memory_bytes = o.memory_bytes > 0 ? o.memory_bytes : out.capture_memory_bytes;
+  out.read_factor = memory_factor(p, o.memory_bytes, out.capture_memory_bytes, out.notes);
+
+  Demands d;
+  d.cpu_s = p.has_cpu ? p.cpu_s_per_tx : 0.0;
+  d.reads = p.reads_per_tx * out.read_factor;
+  d.read_bytes = p.read_bytes_per_tx * out.read_factor;
+  d.writes = p.sync_writes_per_tx;
+  d.write_bytes = p.write_bytes_per_tx;
+  d.flushes = p.flushes_per_tx;
+  d.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps * out.read_factor : 0;
+  d.bg_writes = p.tps > 0 ? p.background_writes_per_s / p.tps : 0;
+  d.bg_write_bytes = p.tps > 0 ? p.background_write_bytes_per_s / p.tps : 0;
+  out.cpu_s_per_tx = d.cpu_s;
+  out.reads_per_tx = d.reads;
+  out.sync_writes_per_tx = d.writes;
+  out.flushes_per_tx = d.flushes;
+  out.think_time_s = p.think_time_s;
+
+  // Calibrate "other" on the captured device at the captured client count,
+  // with the captured memory (factor 1).
+  Tier native;
+  native.name = "captured device";
+  native.read = {LatencyDist::Fixed, static_cast<Nanos>(p.native_read.mean_s * 1e9), 0};
+  native.write = {LatencyDist::Fixed, static_cast<Nanos>(p.native_write.mean_s * 1e9), 0};
+  native.flush = {LatencyDist::Fixed, static_cast<Nanos>(p.native_flush.mean_s * 1e9), 0};
+  Demands dc = d;
+  dc.reads = p.reads_per_tx;
+  dc.read_bytes = p.read_bytes_per_tx;
+  dc.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps : 0;
+  int n_cap = std::max(1, static_cast<int>(std::lround(p.mean_clients > 0 ? p.mean_clients : p.clients)));
+  {
+    // Fixed point: a larger "other" lowers throughput and so the queueing
+    // elsewhere; the response time grows by at most the added delay, so
+    // the iteration converges from below.
+    out.other_s = 0;
+    for (int i = 0; i < 50; ++i) {
+      auto s = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.background_writes_uncapped, n_cap);
+      double gap = p.latency.mean_s - s.pts.back().response_s;
+      if (gap <= 0 && out.other_s == 0) break;
+      out.other_s = std::max(0.0, out.other_s + gap);
+      if (std::abs(gap) < 1e-9) break;
+    }
+    auto c = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.background_writes_uncapped, n_cap);
+    out.modelled_capture_tps = c.pts.back().throughput;
+    out.captured_tps = p.tps;
+  }
+  if (!p.has_cpu)
+    out.notes.push_back("no CPU samples: the CPU is not modelled as a resource; its time is in 'other'");
+
+  for (const auto& t : tiers) {
+    auto s = solve(d, t, out.vcpus, p.think_time_s, out.other_s, o.background_writes_uncapped,
+                   out.clients_hi);
+    const auto& net = s.net;
+    const MvaPoint& pt = s.pts.back();
+    TierProjection tp;
+    tp.tier = t.name;
+    tp.description = t.description;
+    tp.clients = out.clients_hi;
+    tp.tps = pt.throughput;
+    tp.latency_s = pt.response_s;
+    tp.read_iops = pt.throughput * net.read_ios;
+    tp.write_iops = pt.throughput * net.write_ios;
+    tp.bytes_per_s = pt.throughput * net.bytes;
+    tp.split.cpu_s = pt.residence_s[static_cast<size_t>(net.cpu)];
+    tp.split.storage_s = 0;
+    for (size_t i = 0; i < net.stations.size(); ++i)
+      if (static_cast<int>(i) == net.storage || static_cast<int>(i) > net.other)
+        tp.split.storage_s += pt.residence_s[i];
+    tp.split.other_s = pt.residence_s[static_cast<size_t>(net.other)];
+    tp.split.think_s = pt.residence_s[static_cast<size_t>(net.think)];
+    // Variance: exponential queueing stations, compound-Poisson device time.
+    double var = 0;
+    for (size_t i = 0; i < net.stations.size(); ++i) {
+      const auto& st = net.stations[i];
+      double r = pt.residence_s[i];
+      if (static_cast<int>(i) == net.think || static_cast<int>(i) == net.other) continue;
+      if (static_cast<int>(i) == net.storage) {
+        double wait = std::max(0.0, r - st.demand_s);
+        var += net.io_var + wait * wait;
+      } else {
+        var += r * r;
+      }
+    }
+    tp.p99_s = gamma_p99(tp.latency_s, var);
+    if (pt.bottleneck >= 0) {
+      tp.bottleneck = net.stations[static_cast<size_t>(pt.bottleneck)].name;
+      tp.bottleneck_utilisation = pt.utilisation[static_cast<size_t>(pt.bottleneck)];
+    }
+    for (const auto& q : s.pts) tp.curve.push_back({q.n, q.throughput, q.response_s});
+    out.tiers.push_back(std::move(tp));
+  }
+  double base = out.tiers.front().tps;
+  for (auto& t : out.tiers) t.ratio = base > 0 ? t.tps / base : 0;
+  return out;
+}
+
+void print_projection(std::ostream& out, const Projection& p) {
+  out << "trace: " << p.source << "\n";
+  out << "per transaction: cpu " << fmt("%.3f ms", p.cpu_s_per_tx * 1e3) << ", device reads "
+      << fmt("%.3f", p.reads_per_tx);
+  if (p.read_factor != 1.0) out << " (x" << fmt("%.3f", p.read_factor) << " for memory)";
+  out << ", commit writes " << fmt("%.3f", p.sync_writes_per_tx) << ", WAL flushes "
+      << fmt("%.3f", p.flushes_per_tx) << "; think " << fmt("%.3f ms", p.think_time_s * 1e3)
+      << ", other " << fmt("%.3f ms", p.other_s * 1e3) << "\n";
+  out << "model at capture: " << fmt("%.1f", p.modelled_capture_tps) << " tps (measured "
+      << fmt("%.1f", p.captured_tps) << ")\n";
+  out << "clients " << p.clients_hi << ", vcpus " << p.vcpus;
+  if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
+  out << "\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-22s %10s %8s %11s %11s %9s %9s  %s\n", "tier", "tps", "ratio",
+                "lat avg ms", "lat p99 ms", "read/s", "write/s", "bottleneck");
+  out << line;
+  for (const auto& t : p.tiers) {
+    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f  %s %.0f%%\n",
+                  t.tier.c_str(), t.tps, t.ratio, t.latency_s * 1e3, t.p99_s * 1e3, t.read_iops,
+                  t.write_iops, t.bottleneck.c_str(), t.bottleneck_utilisation * 100);
+    out << line;
+  }
+  if (p.clients_lo < p.clients_hi) {
+    out << "\ntps by clients:\n";
+    std::snprintf(line, sizeof line, "%8s", "clients");
+    out << line;
+    for (const auto& t : p.tiers) {
+      std::snprintf(line, sizeof line, " %14.14s", t.tier.c_str());
+      out << line;
+    }
+    out << "\n";
+    int span = p.clients_hi - p.clients_lo;
+    int step = std::max(1, span / 10);
+    for (int n = p.clients_lo; n <= p.clients_hi; n += step) {
+      std::snprintf(line, sizeof line, "%8d", n);
+      out << line;
+      for (const auto& t : p.tiers) {
+        std::snprintf(line, sizeof line, " %14.1f", t.curve[static_cast<size_t>(n - 1)].tps);
+        out << line;
+      }
+      out << "\n";
+      if (n != p.clients_hi && n + step > p.clients_hi) n = p.clients_hi - step;
+    }
+  }
+  for (const auto& n : p.notes) out << "note: " << n << "\n";
+}
+
+std::string projection_json(const Projection& p, int indent) {
+  nlohmann::json j;
+  j["source"] = p.source;
+  j["clients"] = {p.clients_lo, p.clients_hi};
+  j["vcpus"] = p.vcpus;
+  j["memory_bytes"] = p.memory_bytes;
+  j["capture_memory_bytes"] = p.capture_memory_bytes;
+  j["read_factor"] = p.read_factor;
+  j["per_transaction"] = {{"cpu_ms", p.cpu_s_per_tx * 1e3},
+                          {"device_reads", p.reads_per_tx},
+                          {"sync_writes", p.sync_writes_per_tx},
+                          {"wal_flushes", p.flushes_per_tx},
+                          {"think_ms", p.think_time_s * 1e3},
+                          {"other_ms", p.other_s * 1e3}};
+  j["capture"] = {{"measured_tps", p.captured_tps}, {"modelled_tps", p.modelled_capture_tps}};
+  auto& tj = j["tiers"] = nlohmann::json::array();
+  for (const auto& t : p.tiers) {
+    nlohmann::json c = nlohmann::json::array();
+    for (const auto& q : t.curve)
+      if (q.clients >= p.clients_lo) c.push_back({{"clients", q.clients}, {"tps", q.tps}, {"latency_ms", q.latency_s * 1e3}});
+    tj.push_back({{"tier", t.tier},
+                  {"description", t.description},
+                  {"clients", t.clients},
+                  {"tps", t.tps},
+                  {"ratio", t.ratio},
+                  {"latency_avg_ms", t.latency_s * 1e3},
+                  {"latency_p99_ms", t.p99_s * 1e3},
+                  {"read_iops", t.read_iops},
+                  {"write_iops", t.write_iops},
+                  {"bytes_per_s", t.bytes_per_s},
+                  {"bottleneck", t.bottleneck},
+                  {"bottleneck_utilisation", t.bottleneck_utilisation},
+                  {"time_ms", {{"cpu", t.split.cpu_s * 1e3}, {"storage", t.split.storage_s * 1e3},
+                               {"other", t.split.other_s * 1e3}, {"think", t.split.think_s * 1e3}}},
+                  {"curve", c}});
+  }
+  j["notes"] = p.notes;
+  return j.dump(indent);
+}
+
+}  // namespace tierlab::models

@@ -1,0 +1,122 @@
+// Projection: what a profiled workload would do on other storage tiers.
+//
+// The workload is a closed queueing network solved by exact mean value
+// analysis (models/mva.h): N clients cycle through
+//
+//   think   — delay station, the captured think time between transactions
+//   cpu     — `vcpus` servers (exact load-dependent MVA), the server's CPU
+//             time per transaction from the capture's samples
+//   storage — the tier's per-I/O service time (mean of its latency
+//             distribution, the same definitions iosim's shaper draws from)
+//             times the transaction's synchronous I/Os: device reads by its
+//             backend, its commit writes and WAL flushes. A tier with
+//             `parallelism` P serves P I/Os at once (P servers), 0 = a pure
+//             delay.
+//   caps    — one single-server queue per cap of the tier (read IOPS, write
+//             IOPS, total IOPS, bytes/s): demand = counted I/Os (or bytes)
+//             per transaction / cap, counting the transaction's own I/Os
+//             and its share of the background I/O (checkpointer, writeback,
+//             scaled with throughput). At saturation the cap bounds
+//             throughput at cap / (I/Os per transaction). A burst bucket
+//             projects the sustained (refill) rate.
+//   other   — delay station: what the capture's mean transaction latency
+//             holds beyond the model at the captured client count on the
+//             captured device (network round trips, locks, client time).
+//
+// Reads per transaction follow the miss-ratio curve when `memory_bytes`
+// differs from the capture's memory (see project.cpp, memory_factor).
+//
+// p99 estimate: the transaction's response time is taken as a sum of
+// independent parts — queueing stations exponential (variance R_k^2), the
+// storage time a compound Poisson sum of I/Os with the tier's latency
+// distribution (variance r E[L^2]), "other" fixed — and a gamma distribution
+// with that mean and variance is fitted; its 99th percentile
+// (Wilson-Hilferty) is reported. It is a model estimate, not a measurement.
+#pragma once
+
+#include "models/profile.h"
+#include "models/tiers.h"
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace tierlab::models {
+
+struct ProjectOptions {
+  int clients_lo = 0;  // 0: the capture's client count
+  int clients_hi = 0;
+  int vcpus = 0;       // 0: Meta "cpu.count" of the capture, else this machine's
+  double memory_bytes = 0;          // 0: the capture's
+  double capture_memory_bytes = 0;  // overrides the trace's Meta "memory.bytes"
+  // Leave background writes (processes other than backends) out of the IOPS
+  // caps: for ground truth that does not see them, such as cgroup v1 blkio
+  // throttling, which does not apply to buffered writeback.
+  bool background_writes_uncapped = false;
+};
+
+// Time of one transaction, by where it goes, seconds.
+struct TimeSplit {
+  double cpu_s = 0;      // CPU service and queueing
+  double storage_s = 0;  // device service, device queueing and cap waits
+  double other_s = 0;    // calibrated residual
+  double think_s = 0;
+};
+
+struct CurvePoint {
+  int clients = 0;
+  double tps = 0;
+  double latency_s = 0;
+};
+
+struct TierProjection {
+  std::string tier;
+  std::string description;
+  int clients = 0;           // population of the headline figures (clients_hi)
+  double tps = 0;
+  double latency_s = 0;      // mean response time (excludes think time)
+  double p99_s = 0;          // estimate, see the file comment
+  double read_iops = 0;      // device I/Os the tier serves (counted units)
+  double write_iops = 0;
+  double bytes_per_s = 0;
+  std::string bottleneck;    // "cpu", "storage", "read_iops cap", ... or "clients"
+  double bottleneck_utilisation = 0;
+  double ratio = 1;          // tps / the first tier's tps
+  TimeSplit split;
+  std::vector<CurvePoint> curve;  // 1..clients_hi (index = clients - 1)
+};
+
+struct Projection {
+  std::string source;
+  int clients_lo = 0, clients_hi = 0;
+  int vcpus = 0;
+  double memory_bytes = 0;
+  double capture_memory_bytes = 0;
+  double read_factor = 1;     // reads per transaction relative to the capture
+  double cpu_s_per_tx = 0;
+  double reads_per_tx = 0;
+  double sync_writes_per_tx = 0;
+  double flushes_per_tx = 0;
+  double think_time_s = 0;
+  double other_s = 0;
+  // The model at the capture's own conditions, against what was measured.
+  double captured_tps = 0;
+  double modelled_capture_tps = 0;
+  std::vector<TierProjection> tiers;
+  std::vector<std::string> notes;
+};
+
+// Throws InputError for unusable input (no tiers, bad client range, a
+// memory size the curve cannot answer for, ...).
+Projection project(const Profile& profile, const std::vector<Tier>& tiers,
+                   const ProjectOptions& opts);
+
+// Mean of a latency distribution as the shaper draws it, seconds.
+double mean_latency_s(const Latency& l);
+
+void print_projection(std::ostream& out, const Projection& p);
+std::string projection_json(const Projection& p, int indent = 2);
+// One self-contained HTML page: inline CSS and SVG, no scripts, no fonts.
+std::string projection_html(const Projection& p, const Profile& profile);
+
+}  // namespace tierlab::models

@@ -1,0 +1,171 @@
+// Workload profile from synthetic record streams whose every figure is known.
+#include "models/profile.h"
+
+#include "common/error.h"
+
+#include <catch2/catch.hpp>
+
+#include <deque>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace tierlab;
+using namespace tierlab::models;
+using trace::Nanos;
+using trace::Record;
+
+namespace {
+
+constexpr Nanos kMs = 1000000;
+
+// Records hold string_views: the SQL text lives here for the test's duration.
+std::deque<std::string> g_text;
+std::string_view keep(std::string s) { return g_text.emplace_back(std::move(s)); }
+
+// Two sessions (backends 100 and 101), each running `n` transactions of
+// "BEGIN; UPDATE t SET v = v + <k> WHERE id = <k>; END;" taking 4 ms, with
+// 1 ms of think time between them, and a read-only autocommit SELECT every
+// 4th transaction. Each update transaction reads two blocks and writes one
+// (commit) in its backend; a background process writes once every 10 ms.
+std::vector<Record> workload(int n) {
+  std::vector<Record> out;
+  for (uint64_t s = 1; s <= 2; ++s) {
+    out.push_back({0, s, trace::SessionBegin{"u", "db", "app", "127.0.0.1:1", int32_t(99 + s), 0}});
+  }
+  for (uint64_t s = 1; s <= 2; ++s) {
+    Nanos t = kMs;
+    int32_t pid = int32_t(99 + s);
+    for (int i = 0; i < n; ++i) {
+      if (i % 4 == 3) {
+        out.push_back({t, s, trace::Query{keep("SELECT v FROM t WHERE id = " + std::to_string(i))}});
+        out.push_back({t + 2 * kMs, s, trace::Ready{'I'}});
+        t += 3 * kMs;
+        continue;
+      }
+      std::string k = std::to_string(i * 7 + 1);
+      out.push_back({t, s, trace::Query{"BEGIN"}});
+      out.push_back({t + kMs / 10, s, trace::Ready{'T'}});
+      out.push_back({t + kMs / 5, s, trace::Query{keep("UPDATE t SET v = v + " + k + " WHERE id = " + k)}});
+      out.push_back({t + kMs / 2, s, trace::BlockIo{t + kMs, 0x00fe00000, uint64_t(i) * 8192 * 3, 8192, trace::IoOp::Read, 0, pid}});
+      out.push_back({t + kMs + 1, s, trace::BlockIo{t + 2 * kMs, 0x00fe00000, uint64_t(i) * 8192 * 3 + 8192, 8192, trace::IoOp::Read, 0, pid}});
+      out.push_back({t + 3 * kMs, s, trace::Ready{'T'}});
+      out.push_back({t + 3 * kMs + kMs / 10, s, trace::Query{"END"}});
+      out.push_back({t + 3 * kMs + kMs / 5, s, trace::BlockIo{t + 3 * kMs + kMs / 2, 0x00fe00000, 1u << 30, 4096, trace::IoOp::Write, trace::kIoSync, pid}});
+      out.push_back({t + 4 * kMs, s, trace::Ready{'I'}});
+      t += 5 * kMs;
+    }
+    out.push_back({t, s, trace::SessionEnd{}});
+  }
+  for (Nanos t = 0; t < 5 * kMs * n; t += 10 * kMs)
+    out.push_back({t, 0, trace::BlockIo{t + kMs, 0x00fe00000, 2u << 30, 8192, trace::IoOp::Write, 0, 999}});
+  // CPU samples: the server burns 1 ms per transaction.
+  out.push_back({0, 0, trace::Sample{"cpu.user_ns", 0}});
+  out.push_back({0, 0, trace::Sample{"cpu.system_ns", 0}});
+  out.push_back({Nanos(5) * kMs * n + kMs, 0, trace::Sample{"cpu.user_ns", 0.75e6 * 2 * n}});
+  out.push_back({Nanos(5) * kMs * n + kMs, 0, trace::Sample{"cpu.system_ns", 0.25e6 * 2 * n}});
+  out.push_back({0, 0, trace::Meta{"setting.shared_buffers", "128MB"}});
+  out.push_back({0, 0, trace::Meta{"memory.bytes", "1GB"}});
+  std::stable_sort(out.begin(), out.end(), [](const Record& a, const Record& b) { return a.ts < b.ts; });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("profile: templates, latency, think time and clients", "[profile]") {
+  ProfileBuilder b;
+  for (const auto& r : workload(400)) b.add(r);
+  Profile p = b.finish("synthetic");
+  CHECK(p.transactions == 800);
+  CHECK(p.sessions == 2);
+  CHECK(p.clients == 2);
+  REQUIRE(p.templates.size() == 2);
+  CHECK(p.templates[0].count == 600);
+  CHECK(p.templates[0].statements == 3);
+  CHECK(p.templates[0].text == "begin; update t set v = v + ? where id = ?; end");
+  CHECK(p.templates[0].mean_latency_s == Approx(0.004));
+  CHECK(p.templates[1].text == "select v from t where id = ?");
+  CHECK(p.templates[1].mean_latency_s == Approx(0.002));
+  CHECK(p.templates[1].share == Approx(0.25));
+  CHECK(p.latency.mean_s == Approx(0.75 * 0.004 + 0.25 * 0.002));
+  CHECK(p.think_time_s == Approx(0.001));
+  // 2 sessions, each busy 3.5 ms of every 4.5 ms on average.
+  CHECK(p.concurrency == Approx(2 * 3.5 / 4.5).epsilon(0.01));
+  CHECK(p.tps == Approx(800 / (0.0045 * 400)).epsilon(0.01));
+}
+
+TEST_CASE("profile: device I/O is attributed to the transaction's backend", "[profile]") {
+  ProfileBuilder b;
+  for (const auto& r : workload(400)) b.add(r);
+  Profile p = b.finish("synthetic");
+  CHECK(p.has_block_io);
+  CHECK(p.reads_per_tx == Approx(2 * 0.75));
+  CHECK(p.templates[0].reads_per_tx == Approx(2.0));
+  CHECK(p.templates[1].reads_per_tx == Approx(0.0));
+  CHECK(p.sync_writes_per_tx == Approx(0.75));
+  CHECK(p.read_bytes_per_tx == Approx(2 * 0.75 * 8192));
+  CHECK(p.background_writes_per_s == Approx(100).epsilon(0.02));
+  CHECK(p.unattributed_backend_ios == 0);
+  // Reads take 0.5 ms and 1 ms; 600 commit writes 0.3 ms, 200 background 1 ms.
+  CHECK(p.native_read.mean_s == Approx(0.00075).epsilon(0.01));
+  CHECK(p.native_write.count == 800);
+  CHECK(p.native_write.mean_s == Approx((600 * 0.3 + 200 * 1.0) / 800 * 1e-3).epsilon(0.01));
+}
+
+TEST_CASE("profile: CPU per transaction, memory and the miss-ratio curve", "[profile]") {
+  ProfileBuilder b;
+  for (const auto& r : workload(400)) b.add(r);
+  Profile p = b.finish("synthetic");
+  REQUIRE(p.has_cpu);
+  CHECK(p.cpu_s_per_tx == Approx(0.001).epsilon(0.001));
+  CHECK(p.shared_buffers_bytes == 128.0 * 1024 * 1024);
+  CHECK(p.memory_bytes == 1024.0 * 1024 * 1024);
+  // Both sessions read the same pages once each: half the reads hit a
+  // cache large enough to hold them.
+  CHECK(p.mrc.source == "block_io");
+  CHECK(p.mrc.references == 1200);
+  CHECK(p.mrc.distinct_pages == 600);
+  CHECK(p.mrc.at(1e9) == Approx(0.5));
+  std::ostringstream out;
+  print_profile(out, p);
+  CHECK(out.str().find("select v from t where id = ?") != std::string::npos);
+  CHECK(profile_json(p).find("\"reads_per_tx\"") != std::string::npos);
+}
+
+TEST_CASE("profile: file reads give the curve; re-reads hit", "[profile]") {
+  ProfileBuilder b;
+  b.add({0, 1, trace::SessionBegin{"u", "db", "", "", 7, 0}});
+  Nanos t = 0;
+  for (int round = 0; round < 4; ++round)
+    for (uint64_t page = 0; page < 100; ++page)
+      b.add({t += 1000, 0, trace::FileIo{7, "base/5/16384", page * 8192, 8192, trace::IoOp::Read, 0, 500}});
+  b.add({t + 1, 1, trace::Query{"select 1"}});
+  b.add({t + 2, 1, trace::Ready{'I'}});
+  Profile p = b.finish("f");
+  CHECK(p.mrc.source == "file_io");
+  CHECK(p.mrc.references == 400);
+  CHECK(p.mrc.distinct_pages == 100);
+  CHECK(p.mrc.at(50 * 8192.0) == Approx(1.0));
+  CHECK(p.mrc.at(120 * 8192.0) == Approx(0.25));
+}
+
+TEST_CASE("profile: a trace without transactions is bad input", "[profile]") {
+  ProfileBuilder b;
+  b.add({0, 1, trace::SessionBegin{}});
+  b.add({1, 1, trace::Ready{'I'}});
+  CHECK_THROWS_AS(b.finish("empty.tlt"), InputError);
+}
+
+TEST_CASE("profile: statement fingerprints and sizes", "[profile]") {
+  CHECK(fingerprint_sql("SELECT  abalance FROM pgbench_accounts WHERE aid = 12345;") ==
+        "select abalance from pgbench_accounts where aid = ?;");
+  CHECK(fingerprint_sql("insert into t1 values ('it''s', -3.5, $1)") ==
+        "insert into t1 values (?, -?, $1)");
+  CHECK(fingerprint_sql("SELECT \"MixedCase\" FROM x2") == "select \"MixedCase\" from x2");
+  CHECK(parse_size("128MB", "x") == 128.0 * 1024 * 1024);
+  CHECK(parse_size("16384kB", "x") == 16384.0 * 1024);
+  CHECK(parse_size("4096", "x") == 4096.0);
+  CHECK(parse_size("2g", "x") == 2.0 * 1024 * 1024 * 1024);
+  CHECK_THROWS_AS(parse_size("lots", "--memory"), InputError);
+  CHECK_THROWS_AS(parse_size("3 parsecs", "--memory"), InputError);
+}

@@ -1,0 +1,168 @@
+// Projection: the queueing model's figures on hand-built profiles.
+#include "models/project.h"
+
+#include "common/error.h"
+
+#include <catch2/catch.hpp>
+
+#include <sstream>
+
+using namespace tierlab;
+using namespace tierlab::models;
+
+namespace {
+
+Profile base_profile() {
+  Profile p;
+  p.source = "synthetic";
+  p.transactions = 10000;
+  p.duration_s = 10;
+  p.tps = 1000;
+  p.clients = 4;
+  p.mean_clients = 4;
+  p.think_time_s = 0.001;
+  p.has_cpu = true;
+  p.cpu_s_per_tx = 0.0005;
+  p.has_block_io = true;
+  p.reads_per_tx = 2;
+  p.read_bytes_per_tx = 2 * 8192;
+  p.native_read = {20000, 0.0002, 0.0002, 0.0004};
+  p.native_write = {1, 0.0001, 0.0001, 0.0001};
+  p.native_flush = {1, 0.0001, 0.0001, 0.0001};
+  p.vcpus = 2;
+  // Measured latency 1.2 ms: the model's 0.5 + 0.4 leave 0.3 ms of "other"
+  // at 4 clients (plus queueing).
+  p.latency = {10000, 0.0012, 0.001, 0.003};
+  return p;
+}
+
+Tier fixed_tier(const std::string& name, double read_ms, double iops) {
+  Tier t;
+  t.name = name;
+  t.read = {LatencyDist::Fixed, static_cast<Nanos>(read_ms * 1e6), 0};
+  t.write = t.read;
+  t.flush = t.read;
+  t.total_iops = iops;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("project: one client is the sum of its demands", "[project]") {
+  Profile p = base_profile();
+  ProjectOptions o;
+  o.clients_lo = o.clients_hi = 1;
+  auto pr = project(p, {fixed_tier("fast", 0.1, 0)}, o);
+  REQUIRE(pr.tiers.size() == 1);
+  const auto& t = pr.tiers[0];
+  double r = 0.0005 + 2 * 0.0001 + pr.other_s;
+  CHECK(t.latency_s == Approx(r));
+  CHECK(t.tps == Approx(1.0 / (r + 0.001)));
+  CHECK(t.split.cpu_s == Approx(0.0005));
+  CHECK(t.split.storage_s == Approx(0.0002));
+  CHECK(t.read_iops == Approx(2 * t.tps));
+  CHECK(t.p99_s > t.latency_s);
+}
+
+TEST_CASE("project: calibration reproduces the capture on the captured device", "[project]") {
+  Profile p = base_profile();
+  auto pr = project(p, {fixed_tier("native", 0.2, 0)}, {});
+  CHECK(pr.other_s > 0);
+  // On the captured device at the captured client count the model gives the
+  // measured latency, so throughput follows from the response time law.
+  CHECK(pr.tiers[0].latency_s == Approx(p.latency.mean_s).epsilon(1e-6));
+  CHECK(pr.modelled_capture_tps == Approx(4 / (0.0012 + 0.001)).epsilon(1e-6));
+}
+
+TEST_CASE("project: an IOPS cap bounds throughput and is the bottleneck", "[project]") {
+  Profile p = base_profile();
+  ProjectOptions o;
+  o.clients_lo = 1;
+  o.clients_hi = 64;
+  auto pr = project(p, {fixed_tier("uncapped", 0.2, 0), fixed_tier("capped", 0.2, 1000)}, o);
+  const auto& free = pr.tiers[0];
+  const auto& capped = pr.tiers[1];
+  // 2 reads per transaction under 1,000 IOPS: at most 500 tps.
+  CHECK(capped.tps <= 500.0 * (1 + 1e-9));
+  CHECK(capped.tps == Approx(500).epsilon(0.02));
+  CHECK(capped.bottleneck == "IOPS cap");
+  CHECK(capped.read_iops == Approx(2 * capped.tps));
+  CHECK(free.bottleneck == "cpu");
+  CHECK(free.tps == Approx(2 / 0.0005).epsilon(0.05));
+  CHECK(capped.ratio == Approx(capped.tps / free.tps));
+  REQUIRE(capped.curve.size() == 64);
+  for (size_t i = 1; i < capped.curve.size(); ++i) CHECK(capped.curve[i].tps >= capped.curve[i - 1].tps * (1 - 1e-12));
+}
+
+TEST_CASE("project: separate read and write caps, background writes", "[project]") {
+  Profile p = base_profile();
+  p.sync_writes_per_tx = 1;
+  p.write_bytes_per_tx = 8192;
+  p.background_writes_per_s = 1000;  // one more write per transaction at capture
+  Tier t = fixed_tier("split", 0.2, 0);
+  t.read_iops = 4000;
+  t.write_iops = 1000;
+  ProjectOptions o;
+  o.clients_lo = o.clients_hi = 256;
+  auto pr = project(p, {t}, o);
+  CHECK(pr.tiers[0].bottleneck == "write IOPS cap");
+  CHECK(pr.tiers[0].tps == Approx(500).epsilon(0.02));
+  o.background_writes_uncapped = true;
+  pr = project(p, {t}, o);
+  // Now the reads (2 per tx at 4,000) and the commit write (1 at 1,000)
+  // tie at 1,000 tps, and the CPU (2 vcpus, 0.5 ms) too: below 1,000.
+  CHECK(pr.tiers[0].tps <= 1000.0);
+  CHECK(pr.tiers[0].tps > 900.0);
+}
+
+TEST_CASE("project: more memory means fewer reads along the curve", "[project]") {
+  Profile p = base_profile();
+  p.memory_bytes = 1024.0 * 1024 * 1024;
+  p.shared_buffers_bytes = 128.0 * 1024 * 1024;
+  p.mrc.source = "file_io";
+  // Miss ratio falls linearly from 1 at 0 to 0 at 2 GiB of cache.
+  p.mrc.points = {{0, 1.0}, {2048.0 * 1024 * 1024, 0.0}};
+  ProjectOptions o;
+  o.memory_bytes = 1024.0 * 1024 * 1024 + 512.0 * 1024 * 1024;
+  auto pr = project(p, {fixed_tier("x", 0.2, 1000)}, o);
+  // Cache 896 MiB -> 1408 MiB: miss 0.5625 -> 0.3125.
+  CHECK(pr.read_factor == Approx(0.3125 / 0.5625));
+  CHECK(pr.reads_per_tx == Approx(2 * 0.3125 / 0.5625));
+  o.memory_bytes = 0;
+  CHECK(project(p, {fixed_tier("x", 0.2, 1000)}, o).read_factor == 1.0);
+  Profile q = base_profile();
+  o.memory_bytes = 1e9;
+  CHECK_THROWS_AS(project(q, {fixed_tier("x", 0.2, 1000)}, o), InputError);
+}
+
+TEST_CASE("project: latency distributions' means match their definitions", "[project]") {
+  CHECK(mean_latency_s({LatencyDist::Fixed, 500000, 0}) == Approx(0.0005));
+  CHECK(mean_latency_s({LatencyDist::Exponential, 693147, 0}) == Approx(0.001).epsilon(1e-5));
+  // Lognormal with p99 = p50: no spread.
+  double m = mean_latency_s({LatencyDist::Lognormal, 100000, 1000000});
+  CHECK(m > 0.0001);
+  CHECK(m < 0.0002);
+}
+
+TEST_CASE("project: bad input and reports", "[project]") {
+  Profile p = base_profile();
+  CHECK_THROWS_AS(project(p, {}, {}), InputError);
+  ProjectOptions o;
+  o.clients_lo = 5;
+  o.clients_hi = 2;
+  CHECK_THROWS_AS(project(p, {fixed_tier("x", 0.2, 0)}, o), InputError);
+  o.clients_lo = 1;
+  o.clients_hi = 16;
+  auto pr = project(p, {fixed_tier("nvme <fast>", 0.1, 0), fixed_tier("capped", 0.5, 2000)}, o);
+  std::string html = projection_html(pr, p);
+  CHECK(html.find("<svg") != std::string::npos);
+  CHECK(html.find("<polyline") != std::string::npos);
+  CHECK(html.find("nvme &lt;fast&gt;") != std::string::npos);
+  CHECK(html.find("<script") == std::string::npos);
+  CHECK(html.find("http") == std::string::npos);
+  CHECK(html.find("@font-face") == std::string::npos);
+  std::ostringstream text;
+  print_projection(text, pr);
+  CHECK(text.str().find("tps by clients") != std::string::npos);
+  CHECK(projection_json(pr).find("\"bottleneck\"") != std::string::npos);
+}

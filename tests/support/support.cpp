@@ -1,0 +1,130 @@
+#include "support/support.h"
+
+#include "common/error.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+
+extern char** environ;
+
+namespace tierlab::test {
+
+TempDir::TempDir() {
+  const char* t = std::getenv("TMPDIR");
+  std::string tmpl = std::string((t && *t) ? t : "/tmp") + "/tierlab-test.XXXXXX";
+  if (!mkdtemp(tmpl.data())) throw RuntimeError(errno_message("mkdtemp " + tmpl, errno));
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+RunResult run_tierlab(const std::vector<std::string>& args, const std::optional<std::string>& stdin_text,
+                      const std::vector<std::string>& env) {
+  std::vector<std::string> argv_s{TIERLAB_BINARY};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_s;
+  for (char** e = environ; e && *e; ++e) env_s.emplace_back(*e);
+  env_s.insert(env_s.end(), env.begin(), env.end());
+  std::vector<char*> envp;
+  for (auto& e : env_s) envp.push_back(e.data());
+  envp.push_back(nullptr);
+
+  int in[2], out[2], err[2];
+  if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC))
+    throw RuntimeError(errno_message("pipe", errno));
+  pid_t pid = fork();
+  if (pid < 0) throw RuntimeError(errno_message("fork", errno));
+  if (pid == 0) {
+    signal(SIGPIPE, SIG_DFL);
+    dup2(in[0], 0);
+    dup2(out[1], 1);
+    dup2(err[1], 2);
+    execve(argv[0], argv.data(), envp.data());
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  // The test process must survive a child that stops reading its stdin.
+  signal(SIGPIPE, SIG_IGN);
+  const std::string input = stdin_text.value_or("");
+  size_t written = 0;
+  if (input.empty()) {
+    close(in[1]);
+    in[1] = -1;  // poll() ignores negative fds
+  }
+  RunResult r;
+  pollfd fds[3] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}, {in[1], POLLOUT, 0}};
+  while (fds[0].fd >= 0 || fds[1].fd >= 0) {
+    if (poll(fds, 3, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[65536];
+      ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n > 0) {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+      }
+    }
+    if (fds[2].fd >= 0 && (fds[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      ssize_t n = write(fds[2].fd, input.data() + written, input.size() - written);
+      if (n > 0) written += static_cast<size_t>(n);
+      if (n < 0 && errno != EINTR && errno != EAGAIN) written = input.size();
+      if (written == input.size()) {
+        close(fds[2].fd);
+        fds[2].fd = -1;
+      }
+    }
+  }
+  if (fds[2].fd >= 0) close(fds[2].fd);
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+void skip(const std::string& why) {
+  std::cout << "SKIP: " << why << std::endl;
+  std::exit(77);
+}
+
+void require_root(const char* what) {
+  if (geteuid() != 0) skip(std::string(what) + " needs root");
+}
+
+pgtmp::Server& shared_server() {
+  static std::unique_ptr<pgtmp::Server> server;
+  if (!server) server = std::make_unique<pgtmp::Server>();
+  return *server;
+}
+
+size_t count_lines(const std::string& s) {
+  size_t n = 0;
+  for (char c : s) n += c == '\n';
+  if (!s.empty() && s.back() != '\n') ++n;
+  return n;
+}
+
+}  // namespace tierlab::test

@@ -1,0 +1,63 @@
+// Helpers shared by every test binary.
+//
+//   tierlab::test::TempDir dir;                  // removed when it goes out of scope
+//   auto r = tierlab::test::run_tierlab({"trace", "info", f});  // the real binary
+//   tierlab::test::require_root("tracefs");      // exits 77 (skipped) unless root
+//   auto& pg = tierlab::test::shared_server();   // one throwaway PostgreSQL per process
+//
+// Each Catch2 test case runs as its own ctest entry (its own process), so
+// shared_server() is in effect one server per test case.
+#pragma once
+
+#include "pgtmp/pgtmp.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tierlab::test {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with everything in it by
+// the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  // path() + "/" + name
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct RunResult {
+  int status = -1;  // exit code, or 128 + signal number
+  std::string out;  // everything written to stdout
+  std::string err;  // everything written to stderr
+};
+
+// Runs the built tierlab executable (TIERLAB_BINARY) with `args` (without
+// argv[0]), feeding `stdin_text` (or /dev/null) and capturing stdout, stderr
+// and the exit status. `env` entries ("NAME=value") are added to the
+// environment. Waits for it to exit.
+RunResult run_tierlab(const std::vector<std::string>& args,
+                      const std::optional<std::string>& stdin_text = std::nullopt,
+                      const std::vector<std::string>& env = {});
+
+// Prints "SKIP: why" and exits with status 77, which ctest reports as skipped.
+[[noreturn]] void skip(const std::string& why);
+
+// skip()s unless running as root; `what` names what needs root.
+void require_root(const char* what);
+
+// A throwaway PostgreSQL started on first use and kept until the process
+// exits. Throws RuntimeError (the test fails) if it cannot start.
+pgtmp::Server& shared_server();
+
+// The number of lines in `s` (a last line without '\n' counts).
+size_t count_lines(const std::string& s);
+
+}  // namespace tierlab::test
