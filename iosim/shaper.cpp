@@ -19,17 +19,27 @@ int op_index(IoOp op) {
   return 0;
 }
 
-// Restores the min-heap property from the root down after the root grew.
+// Restores the min-heap property after the root grew. Bottom-up: the hole
+// walks to a leaf along the smaller children (branch-free), then the value
+// sifts up; a new completion usually belongs near the bottom.
 void sift_down(Nanos* h, size_t n) {
+  const Nanos v = h[0];
   size_t i = 0;
-  Nanos v = h[0];
   for (;;) {
     size_t c = 2 * i + 1;
-    if (c >= n) break;
-    if (c + 1 < n && h[c + 1] < h[c]) ++c;
-    if (h[c] >= v) break;
+    if (c + 1 < n) {
+      c += h[c + 1] < h[c];
+    } else if (c >= n) {
+      break;
+    }
     h[i] = h[c];
     i = c;
+  }
+  while (i > 0) {
+    size_t p = (i - 1) / 2;
+    if (h[p] <= v) break;
+    h[i] = h[p];
+    i = p;
   }
   h[i] = v;
 }
@@ -94,6 +104,13 @@ Shaper::Shaper(const models::Tier& tier, uint64_t seed) : tier_(tier), rng_(seed
     if (d.kind == models::LatencyDist::Lognormal)
       d.sigma = std::log(static_cast<double>(lat[i]->p99_ns) / d.p50) / kZ99;
     d.mean = d.p50 / std::log(2.0);
+    if (d.kind != models::LatencyDist::Fixed) {
+      d.table.resize(kQuantiles + 1);
+      d.table[0] = 0;
+      for (int q = 1; q < kQuantiles; ++q)
+        d.table[q] = static_cast<float>(d.quantile(static_cast<double>(q) / kQuantiles));
+      d.table[kQuantiles] = d.table[kQuantiles - 1];  // never read: top segment is exact
+    }
   }
   if (tier_.parallelism > 0) slots_.assign(tier_.parallelism, INT64_MIN);
 }
@@ -117,17 +134,24 @@ uint32_t Shaper::count(const IoRequest& req) {
   return static_cast<uint32_t>(n);
 }
 
+double Shaper::Dist::quantile(double u) const {
+  switch (kind) {
+    case models::LatencyDist::Fixed: return p50;
+    case models::LatencyDist::Lognormal: return p50 * std::exp(sigma * inverse_normal_cdf(u));
+    case models::LatencyDist::Exponential: return -mean * std::log1p(-u);
+  }
+  return p50;
+}
+
 Nanos Shaper::service_time(IoOp op) {
   const Dist& d = dist_[op_index(op)];
-  switch (d.kind) {
-    case models::LatencyDist::Fixed:
-      return static_cast<Nanos>(d.p50);
-    case models::LatencyDist::Lognormal:
-      return static_cast<Nanos>(d.p50 * std::exp(d.sigma * inverse_normal_cdf(rng_.uniform())));
-    case models::LatencyDist::Exponential:
-      return static_cast<Nanos>(-d.mean * std::log(rng_.uniform()));
-  }
-  return 0;
+  if (d.kind == models::LatencyDist::Fixed) return static_cast<Nanos>(d.p50);
+  const double u = rng_.uniform();
+  const double x = u * kQuantiles;
+  const int i = static_cast<int>(x);
+  if (i == 0 || i >= kQuantiles - 1) return static_cast<Nanos>(d.quantile(u));
+  const double lo = d.table[i], hi = d.table[i + 1];
+  return static_cast<Nanos>(lo + (hi - lo) * (x - i));
 }
 
 Schedule Shaper::schedule(const IoRequest& req, Nanos now) {
@@ -158,7 +182,8 @@ Schedule Shaper::schedule(const IoRequest& req, Nanos now) {
   // A merged I/O rides with the one it was merged into: never before it.
   const int oi = op_index(req.op);
   if (n == 0 && oi < 2) ready = std::max(ready, static_cast<double>(merge_start_[oi]));
-  Nanos tok = static_cast<Nanos>(std::ceil(ready));
+  Nanos tok = static_cast<Nanos>(ready);  // ceil, without a libm call
+  if (static_cast<double>(tok) < ready) ++tok;
   if (tok < now) tok = now;
   const double t = static_cast<double>(tok);
   if (n > 0) {

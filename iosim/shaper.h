@@ -126,11 +126,17 @@ class Shaper {
     double ready() const { return tat - tau; }
     void take(double t, double cost) { tat = (tat > t ? tat : t) + cost * interval; }
   };
+  // A service-time distribution, sampled by inverse transform: a table of
+  // its quantile function at i / kQuantiles, interpolated linearly, with
+  // the two outer segments computed exactly so the tails stay exact.
+  static constexpr int kQuantiles = 4096;
   struct Dist {
     models::LatencyDist kind = models::LatencyDist::Fixed;
     double p50 = 0;
     double sigma = 0;  // lognormal
     double mean = 0;   // exponential
+    std::vector<float> table;  // kQuantiles + 1 entries unless Fixed
+    double quantile(double u) const;  // exact
   };
 
   models::Tier tier_;

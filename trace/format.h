@@ -64,14 +64,47 @@ enum ParamTag : uint8_t {
   kParamNullOther = 6,
 };
 
-// BlockIo header byte.
+// BlockIo: bit 7 of the kind byte says an extension byte follows the header
+// byte. Header byte: bits 0-1 op, 2-3 offset unit (0 bytes, 1 = 512,
+// 2 = 4096), 4-7 pid slot (0-14: index in the recent-pid list, 15: a new pid
+// follows).
+inline constexpr uint8_t kBioExt = 0x80;  // in the kind byte
 inline constexpr uint8_t kBioOpMask = 0x03;
-inline constexpr uint8_t kBioUnitShift = 2;  // 2 bits: 0 bytes, 1 = 512, 2 = 4096
+inline constexpr uint8_t kBioUnitShift = 2;
 inline constexpr uint8_t kBioUnitMask = 0x0c;
-inline constexpr uint8_t kBioNewLength = 0x10;
-inline constexpr uint8_t kBioNewPid = 0x20;
-inline constexpr uint8_t kBioNewDevice = 0x40;
-inline constexpr uint8_t kBioNewFlags = 0x80;
+inline constexpr uint8_t kBioPidShift = 4;
+inline constexpr uint8_t kBioPidMask = 0xf0;
+inline constexpr uint8_t kBioPidNew = 15;
+inline constexpr int kRecentPids = 15;
+// BlockIo extension byte.
+inline constexpr uint8_t kBioNewLength = 0x01;
+inline constexpr uint8_t kBioNewDevice = 0x02;
+inline constexpr uint8_t kBioNewFlags = 0x04;
+inline constexpr uint8_t kBioExtKnown = 0x07;
+
+// Move-to-front list of the most recent block I/O pids.
+struct RecentPids {
+  int32_t pid[kRecentPids] = {};
+  // Index of `p`, or -1. Moves it to the front either way (inserting it).
+  int touch(int32_t p) {
+    int i = 0;
+    while (i < kRecentPids && pid[i] != p) ++i;
+    int found = i < kRecentPids ? i : -1;
+    if (found < 0) i = kRecentPids - 1;
+    for (; i > 0; --i) pid[i] = pid[i - 1];
+    pid[0] = p;
+    return found;
+  }
+  int32_t front() const { return pid[0]; }
+  // The pid at slot `i`, moved to the front.
+  int32_t take(int i) {
+    int32_t p = pid[i];
+    for (; i > 0; --i) pid[i] = pid[i - 1];
+    pid[0] = p;
+    return p;
+  }
+  void reset() { *this = RecentPids{}; }
+};
 
 // Interned-string table bounds; past them strings are written inline.
 inline constexpr size_t kMaxInternLen = 64 * 1024;

@@ -129,9 +129,10 @@ struct Reader::Impl {
   uint64_t prev_session = 0;
   bool have_session = false;
   uint64_t bio_end = 0;
-  uint32_t bio_len = 0, bio_dev = 0;
-  int32_t bio_pid = 0;
-  uint8_t bio_flags = 0;
+  uint32_t bio_dev = 0;
+  RecentPids bio_pids;
+  uint32_t bio_len[4] = {};   // per op
+  uint8_t bio_flags[4] = {};  // per op
   uint64_t fio_end = 0;
   int32_t fio_pid = 0;
 
@@ -200,9 +201,10 @@ struct Reader::Impl {
     prev_session = 0;
     have_session = false;
     bio_end = 0;
-    bio_len = bio_dev = 0;
-    bio_pid = 0;
-    bio_flags = 0;
+    bio_dev = 0;
+    bio_pids.reset();
+    std::fill(std::begin(bio_len), std::end(bio_len), 0u);
+    std::fill(std::begin(bio_flags), std::end(bio_flags), uint8_t{0});
     fio_end = 0;
     fio_pid = 0;
     chunk_seen = 0;
@@ -334,22 +336,33 @@ struct Reader::Impl {
     return pa;
   }
 
-  void block(Nanos ts, BlockIo& b) {
+  void block(uint8_t kb, Nanos ts, BlockIo& b) {
     uint8_t h = byte();
-    b.op = static_cast<IoOp>(h & kBioOpMask);
-    if (h & kBioNewFlags) bio_flags = byte();
-    if (h & kBioNewDevice) bio_dev = static_cast<uint32_t>(varint());
-    if (h & kBioNewPid) bio_pid = static_cast<int32_t>(bio_pid + unzigzag(varint()));
-    if (h & kBioNewLength) bio_len = static_cast<uint32_t>(varint());
+    const unsigned op = h & kBioOpMask;
+    b.op = static_cast<IoOp>(op);
+    if (kb & kBioExt) {
+      uint8_t ext = byte();
+      if (ext & ~kBioExtKnown) corrupt("undecodable payload (block I/O extension bits)");
+      if (ext & kBioNewFlags) bio_flags[op] = byte();
+      if (ext & kBioNewDevice) bio_dev = static_cast<uint32_t>(varint());
+      if (ext & kBioNewLength) bio_len[op] = static_cast<uint32_t>(varint());
+    }
+    int slot = (h & kBioPidMask) >> kBioPidShift;
+    if (slot == kBioPidNew) {
+      int32_t pid = static_cast<int32_t>(bio_pids.front() + unzigzag(varint()));
+      bio_pids.touch(pid);
+    } else {
+      bio_pids.take(slot);
+    }
     unsigned unit = (h & kBioUnitMask) >> kBioUnitShift;
     if (unit == 3) corrupt("undecodable payload (block offset unit)");
     unsigned shift = unit == 2 ? 12 : unit == 1 ? 9 : 0;
     int64_t delta = unzigzag(varint());
     b.offset = bio_end + (static_cast<uint64_t>(delta) << shift);
-    b.flags = bio_flags;
+    b.flags = bio_flags[op];
     b.device = bio_dev;
-    b.pid = bio_pid;
-    b.length = bio_len;
+    b.pid = bio_pids.front();
+    b.length = bio_len[op];
     bio_end = b.offset + b.length;
     b.complete_ns = static_cast<Nanos>(static_cast<uint64_t>(ts) + static_cast<uint64_t>(unzigzag(varint())));
   }
@@ -405,7 +418,7 @@ struct Reader::Impl {
           have_session = true;
         }
         session = prev_session;
-      } else if (kb & kSameSession) {
+      } else if ((kb & kSameSession) && code != static_cast<uint8_t>(Kind::BlockIo)) {
         corrupt("undecodable payload (session flag on a storage record)");
       }
       if (code >= kFirstExtension && code <= kLastExtension) {
@@ -418,7 +431,7 @@ struct Reader::Impl {
       }
       if (code >= static_cast<uint8_t>(Kind::Count_))
         corrupt("undecodable payload (unknown record kind " + std::to_string(code) + ")");
-      decode(code, out);
+      decode(kb, code, out);
       out.ts = prev_ts;
       out.session = session;
       ++stats.records;
@@ -430,7 +443,7 @@ struct Reader::Impl {
     }
   }
 
-  void decode(uint8_t code, Record& out) {
+  void decode(uint8_t kb, uint8_t code, Record& out) {
     switch (static_cast<Kind>(code)) {
       case Kind::SessionBegin: {
         auto& b = out.body.emplace<SessionBegin>();
@@ -519,7 +532,7 @@ struct Reader::Impl {
         break;
       }
       case Kind::Ready: out.body.emplace<Ready>().status = static_cast<char>(byte()); break;
-      case Kind::BlockIo: block(prev_ts, out.body.emplace<BlockIo>()); break;
+      case Kind::BlockIo: block(kb, prev_ts, out.body.emplace<BlockIo>()); break;
       case Kind::FileIo: {
         auto& b = out.body.emplace<FileIo>();
         uint64_t of = varint();

@@ -212,9 +212,10 @@ struct Writer::Impl {
   uint64_t prev_session = 0;
   bool have_session = false;
   uint64_t bio_end = 0;
-  uint32_t bio_len = 0, bio_dev = 0;
-  int32_t bio_pid = 0;
-  uint8_t bio_flags = 0;
+  uint32_t bio_dev = 0;
+  RecentPids bio_pids;
+  uint32_t bio_len[4] = {};   // per op
+  uint8_t bio_flags[4] = {};  // per op
   uint64_t fio_end = 0;
   int32_t fio_pid = 0;
 
@@ -224,9 +225,10 @@ struct Writer::Impl {
     prev_session = 0;
     have_session = false;
     bio_end = 0;
-    bio_len = bio_dev = 0;
-    bio_pid = 0;
-    bio_flags = 0;
+    bio_dev = 0;
+    bio_pids.reset();
+    std::fill(std::begin(bio_len), std::end(bio_len), 0u);
+    std::fill(std::begin(bio_flags), std::end(bio_flags), uint8_t{0});
     fio_end = 0;
     fio_pid = 0;
   }
@@ -290,7 +292,7 @@ struct Writer::Impl {
           else if constexpr (std::is_same_v<T, Error>)
             return str_bound(b.sqlstate) + str_bound(b.severity) + str_bound(b.message);
           else if constexpr (std::is_same_v<T, BlockIo>)
-            return 2 + 5 * kMaxVarint;
+            return 3 + 5 * kMaxVarint;
           else if constexpr (std::is_same_v<T, FileIo>)
             return str_bound(b.file) + 5 * kMaxVarint;
           else if constexpr (std::is_same_v<T, Sample>)
@@ -424,7 +426,7 @@ struct Writer::Impl {
           } else if constexpr (std::is_same_v<T, Ready>) {
             *p++ = static_cast<uint8_t>(b.status);
           } else if constexpr (std::is_same_v<T, BlockIo>) {
-            p = put_block(p, r.ts, b);
+            p = put_block(p, r.ts, b, *kind_at);
           } else if constexpr (std::is_same_v<T, FileIo>) {
             p = put_varint(p, static_cast<uint64_t>(b.op) | (uint64_t{b.flags} << 2));
             p = put_varint(p, zigzag(static_cast<int64_t>(b.pid) - fio_pid));
@@ -486,28 +488,40 @@ struct Writer::Impl {
     return p + pa.value.size();
   }
 
-  uint8_t* put_block(uint8_t* p, Nanos ts, const BlockIo& b) {
+  // Returns the end; sets kBioExt in `kind` when the extension byte is used.
+  uint8_t* put_block(uint8_t* p, Nanos ts, const BlockIo& b, uint8_t& kind) {
     uint8_t* h_at = p++;
-    uint8_t h = static_cast<uint8_t>(b.op) & kBioOpMask;
-    if (b.flags != bio_flags) {
-      h |= kBioNewFlags;
-      *p++ = b.flags;
-      bio_flags = b.flags;
+    const unsigned op = static_cast<uint8_t>(b.op) & kBioOpMask;
+    uint8_t h = static_cast<uint8_t>(op);
+    uint8_t ext = 0;
+    uint8_t* ext_at = p;
+    if (b.flags != bio_flags[op] || b.device != bio_dev || b.length != bio_len[op]) {
+      kind |= kBioExt;
+      ++p;
+      if (b.flags != bio_flags[op]) {
+        ext |= kBioNewFlags;
+        *p++ = b.flags;
+        bio_flags[op] = b.flags;
+      }
+      if (b.device != bio_dev) {
+        ext |= kBioNewDevice;
+        p = put_varint(p, b.device);
+        bio_dev = b.device;
+      }
+      if (b.length != bio_len[op]) {
+        ext |= kBioNewLength;
+        p = put_varint(p, b.length);
+        bio_len[op] = b.length;
+      }
+      *ext_at = ext;
     }
-    if (b.device != bio_dev) {
-      h |= kBioNewDevice;
-      p = put_varint(p, b.device);
-      bio_dev = b.device;
-    }
-    if (b.pid != bio_pid) {
-      h |= kBioNewPid;
-      p = put_varint(p, zigzag(static_cast<int64_t>(b.pid) - bio_pid));
-      bio_pid = b.pid;
-    }
-    if (b.length != bio_len) {
-      h |= kBioNewLength;
-      p = put_varint(p, b.length);
-      bio_len = b.length;
+    int32_t last_pid = bio_pids.front();
+    int slot = bio_pids.touch(b.pid);
+    if (slot < 0) {
+      h |= kBioPidNew << kBioPidShift;
+      p = put_varint(p, zigzag(static_cast<int64_t>(b.pid) - last_pid));
+    } else {
+      h |= static_cast<uint8_t>(slot << kBioPidShift);
     }
     int64_t delta = static_cast<int64_t>(b.offset - bio_end);
     unsigned shift = 0;

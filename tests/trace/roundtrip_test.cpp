@@ -260,3 +260,24 @@ TEST_CASE("ten million records round trip through a file", "[trace][big]") {
   CHECK(got == want);
   CHECK(r->stats().terminated);
 }
+
+TEST_CASE("the worked example of docs/trace-format.md is what the writer emits", "[trace]") {
+  WriterOptions o;
+  o.compression_level = 0;
+  o.start_mono_ns = 0;
+  o.realtime_offset_ns = 0;
+  auto bytes = write_memory({Record{1000, 5, Query{"a"}}, Record{81000, 3, Result{"SELECT", true, 1}},
+                             Record{81000, 3, Ready{'I'}}},
+                            o);
+  // header 36, chunk header 40, then the payload.
+  std::vector<uint8_t> payload(bytes.begin() + 36 + 40, bytes.end());
+  std::vector<uint8_t> want = {
+      0x3e, 1, 'a',                           // StringDef 1 "a"
+      0x42, 5, 2,                             // Query, Z, session 5, string 1
+      0x3e, 6, 'S', 'E', 'L', 'E', 'C', 'T',  // StringDef 2 "SELECT"
+      0x0d, 0x80, 0xe2, 0x09, 0x03, 0x04, 0x02,  // Result, +80 us, session 3, string 2, rows 1
+      0xcf, 0x49,                             // Ready 'I', Z and S
+      0x7f, 3, 2, 1};                         // End: 3 records, 2 strings, 1 chunk
+  CHECK(payload == want);
+  CHECK(bytes[36 + 4] == 2);  // flags: END, stored raw
+}

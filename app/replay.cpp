@@ -1,0 +1,133 @@
+// tierlab replay: re-drive a captured transaction stream against PostgreSQL.
+#include "app/command.h"
+#include "common/error.h"
+#include "replay/replay.h"
+#include "trace/reader.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+namespace tierlab::app {
+namespace {
+
+struct ReplayOptions {
+  std::string file;
+  std::string db;
+  double speed = 1.0;
+  bool max_speed = false;
+  int threads = 0;
+  double progress_s = 0;
+  std::string json;
+  bool dry_run = false;
+  std::string begin;
+  std::string end;
+  std::string database;
+  std::string user;
+  std::string user_map;
+};
+
+nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& d : v)
+    a.push_back({{"sql", d.sql}, {"count", d.count}, {"captured_ms", d.captured_ms},
+                 {"replay_ms", d.replay_ms}, {"delta_ms", d.replay_ms - d.captured_ms}});
+  return a;
+}
+
+nlohmann::json report_json(const replay::Report& r) {
+  nlohmann::json errs = nlohmann::json::object();
+  for (const auto& [state, n] : r.errors_by_sqlstate) errs[state] = n;
+  return {
+      {"sessions", r.sessions},
+      {"sessions_failed", r.sessions_failed},
+      {"first_session_error", r.first_session_error},
+      {"threads", r.threads},
+      {"speed", r.max_speed ? nlohmann::json("max") : nlohmann::json(r.speed)},
+      {"transactions", r.transactions},
+      {"statements", r.statements},
+      {"errors", r.errors},
+      {"tps", r.tps},
+      {"duration_s", r.duration_s},
+      {"captured_duration_s", r.captured_duration_s},
+      {"latency_ms",
+       {{"avg", r.lat_avg_ms}, {"stddev", r.lat_stddev_ms}, {"p50", r.lat_p50_ms},
+        {"p90", r.lat_p90_ms}, {"p99", r.lat_p99_ms}, {"p999", r.lat_p999_ms}, {"max", r.lat_max_ms}}},
+      {"lag_ms", {{"avg", r.lag_avg_ms}, {"p99", r.lag_p99_ms}, {"max", r.lag_max_ms}}},
+      {"errors_by_sqlstate", errs},
+      {"divergence", {{"error_status", r.divergence_error_status}, {"row_count", r.divergence_row_count}}},
+      {"unsupported", r.unsupported},
+      {"slowed", deltas_json(r.slowed)},
+      {"sped_up", deltas_json(r.sped_up)},
+  };
+}
+
+void run_replay(const ReplayOptions& o) {
+  replay::Window window;
+  if (!o.begin.empty()) window.begin = replay::parse_time(o.begin, "--begin");
+  if (!o.end.empty()) window.end = replay::parse_time(o.end, "--end");
+  if (window.end <= window.begin) throw InputError("--end must be after --begin");
+  if (!o.dry_run && o.db.empty()) throw InputError("--db CONNINFO is required (the target PostgreSQL)");
+  replay::Options opts;
+  opts.conninfo = o.db;
+  opts.speed = o.speed;
+  opts.max_speed = o.max_speed;
+  opts.threads = o.threads;
+  opts.progress_s = o.progress_s;
+  opts.database = o.database;
+  opts.user = o.user;
+  if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
+
+  auto reader = trace::open_reader(o.file);
+  replay::Workload w = replay::load(*reader, window);
+  if (o.dry_run) {
+    replay::print_dry_run(std::cout, w.summary());
+    return;
+  }
+  replay::Report r = replay::run(w, opts, &std::cerr);
+  replay::print_report(std::cout, r);
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    if (!out) throw InputError(errno_message("--json " + o.json, errno));
+    out << report_json(r).dump(2) << "\n";
+    if (!out) throw RuntimeError(errno_message("writing " + o.json, errno));
+  }
+}
+
+void setup_replay(CLI::App& parent) {
+  auto o = std::make_shared<ReplayOptions>();
+  auto* cmd = parent.add_subcommand(
+      "replay",
+      "Replay a captured trace against a PostgreSQL server (one connection per captured session,\n"
+      "on the captured schedule). Users and databases are the captured ones unless remapped;\n"
+      "credentials come from --db, libpq's environment (PGPASSWORD, ...) and ~/.pgpass.\n"
+      "Extended-protocol groups are sent in libpq pipeline mode as captured; a named Close is\n"
+      "sent as DEALLOCATE; portals resumed after Execute with a row limit, and COPY inside the\n"
+      "extended protocol, cannot be re-sent with libpq and are counted as not replayable.");
+  cmd->add_option("file", o->file, "trace file (.tlt)")->required();
+  cmd->add_option("--db", o->db, "target: libpq conninfo or URI");
+  auto* speed = cmd->add_option("--speed", o->speed, "replay speed factor (2 = twice as fast)")
+                    ->check(CLI::PositiveNumber);
+  cmd->add_flag("--max-speed", o->max_speed, "no waits: as fast as the target allows")->excludes(speed);
+  cmd->add_option("--threads", o->threads, "worker threads (default: number of cores)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("-P,--progress", o->progress_s, "print a progress line every SEC seconds")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--json", o->json, "write the report as JSON to OUT");
+  cmd->add_flag("--dry-run", o->dry_run, "print what would be replayed; do not connect");
+  cmd->add_option("--begin", o->begin, "replay from this time (seconds or 30s, 2m) after the trace start");
+  cmd->add_option("--end", o->end, "replay until this time after the trace start");
+  cmd->add_option("--database", o->database, "connect every session to this database");
+  cmd->add_option("--user", o->user, "connect every session as this user");
+  cmd->add_option("--user-map", o->user_map,
+                  "file of captured=target user names, one per line ('#' comments)")
+      ->check(CLI::ExistingFile);
+  cmd->callback([o] { run_replay(*o); });
+}
+
+const Registration reg{"replay", 30, &setup_replay};
+
+}  // namespace
+}  // namespace tierlab::app

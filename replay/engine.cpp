@@ -1,0 +1,747 @@
+// The replay engine: worker threads, each running many sessions over one
+// epoll wait with non-blocking libpq.
+//
+// Steady state (a connected session sending units and reaping results)
+// allocates nothing on tierlab's side: session slots, the timer heap, the
+// epoll event array, statistics and parameter arrays are sized before the
+// workers start; units are sent straight from the Plan's tables. libpq
+// allocates its PGresults (freed with PQclear at once) and grows its own
+// buffers; connecting and failing sessions allocate (libpq's connection,
+// the first error message).
+//
+// Extended-protocol units are sent in libpq pipeline mode, so the captured
+// messages (Parse, Bind, Describe, Execute, ..., Sync) leave in one write as
+// the client sent them; a Simple or COPY unit leaves pipeline mode first
+// (libpq allows simple Query only outside it).
+#include "common/error.h"
+#include "replay/plan.h"
+#include "replay/schedule.h"
+#include "replay/session.h"
+#include "replay/stats.h"
+
+#include <libpq-fe.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cassert>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace tierlab::replay {
+namespace {
+
+static_assert(sizeof(Oid) == sizeof(uint32_t));
+
+constexpr uint32_t kNone = UINT32_MAX;
+constexpr int kMaxEvents = 256;
+
+Nanos now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<Nanos>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// Connection parameters of one session, resolved before the run.
+struct ConnParams {
+  const char* user = nullptr;      // nullptr: from conninfo / environment
+  const char* database = nullptr;
+  const char* application_name = nullptr;
+};
+
+// State shared by all workers.
+struct Shared {
+  const Plan* plan = nullptr;
+  const Options* opts = nullptr;
+  Schedule sched;
+  std::vector<ConnParams> params;     // by plan session
+  std::vector<uint64_t> gate;         // max speed: sessions that must end first
+  std::atomic<uint64_t> ended{0};     // sessions done (any worker)
+};
+
+// One session slot of a worker.
+struct Slot {
+  uint32_t session = 0;
+  State state = State::Pending;
+  bool pipeline = false;
+  bool copy_end_sent = false;
+  bool want_out = false;
+  uint8_t nulls = 0;                 // consecutive NULL results (pipeline)
+  PGconn* conn = nullptr;
+  int fd = -1;                       // fd registered with epoll, -1 none
+  uint32_t events = 0;               // registered interest
+  uint32_t next = 0;                 // next unit, index within the session
+  uint32_t unit = kNone;             // unit in flight (Plan::units)
+  uint32_t op = 0;                   // Extended: next op to get its result
+  uint32_t copy = 0;                 // Copy: next chunk to queue
+  Outcome agg;                       // Simple/Copy: answers folded
+  bool pending_error = false;        // Extended: error of a non-Execute op
+  char pending_state[6] = {0};
+  Nanos sent_at = 0;
+  uint64_t stmts_since_idle = 0;
+};
+
+class Worker {
+ public:
+  Worker(Shared& sh, std::vector<uint32_t> sessions, Live& live)
+      : sh_(sh), plan_(*sh.plan), slots_(sessions.size()),
+        timers_(static_cast<uint32_t>(sessions.size())), stats_(sh.plan->fingerprints.size()),
+        live_(live) {
+    for (size_t i = 0; i < sessions.size(); ++i) slots_[i].session = sessions[i];
+    ep_ = epoll_create1(EPOLL_CLOEXEC);
+    if (ep_ < 0) throw RuntimeError(errno_message("epoll_create1", errno));
+  }
+  ~Worker() {
+    for (Slot& s : slots_)
+      if (s.conn) PQfinish(s.conn);
+    if (ep_ >= 0) close(ep_);
+  }
+
+  void run() {
+    Nanos now = now_ns();
+    active_ = slots_.size();
+    // Timed: each session's connect is a timer. Max speed: sessions start
+    // when enough earlier sessions have ended (order of their gates).
+    for (uint32_t i = 0; i < slots_.size(); ++i) {
+      if (sh_.sched.max_speed) gated_.push_back(i);
+      else timers_.set(i, sh_.sched.at(plan_.sessions[slots_[i].session].begin));
+    }
+    std::sort(gated_.begin(), gated_.end(), [&](uint32_t a, uint32_t b) {
+      return sh_.gate[slots_[a].session] < sh_.gate[slots_[b].session];
+    });
+    epoll_event evs[kMaxEvents];
+    while (active_ > 0) {
+      now = now_ns();
+      while (gate_next_ < gated_.size() &&
+             sh_.gate[slots_[gated_[gate_next_]].session] <= sh_.ended.load(std::memory_order_acquire)) {
+        connect(gated_[gate_next_++], now);
+      }
+      while (!timers_.empty() && timers_.top_due() <= now) on_timer(timers_.pop(), now);
+      if (active_ == 0) break;
+      timespec ts, *tsp = nullptr;
+      Nanos wait = -1;
+      if (!timers_.empty()) wait = std::max<Nanos>(0, timers_.top_due() - now_ns());
+      if (gate_next_ < gated_.size()) wait = wait < 0 ? 1000000 : std::min<Nanos>(wait, 1000000);
+      if (wait >= 0) {
+        ts.tv_sec = wait / 1000000000;
+        ts.tv_nsec = wait % 1000000000;
+        tsp = &ts;
+      }
+      int n = epoll_pwait2(ep_, evs, kMaxEvents, tsp, nullptr);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        throw RuntimeError(errno_message("epoll_pwait2", errno));
+      }
+      for (int i = 0; i < n; ++i) on_event(static_cast<uint32_t>(evs[i].data.u64), evs[i].events);
+    }
+  }
+
+  Stats& stats() { return stats_; }
+  Nanos last_end() const { return last_end_; }
+
+ private:
+  const Session& session_of(const Slot& s) const { return plan_.sessions[s.session]; }
+  const Unit& unit_of(const Slot& s) const { return plan_.units[s.unit]; }
+
+  void move(Slot& s, Event e) {
+    State next = transition(s.state, e);
+    // Invariant: the engine only takes transitions the state machine allows.
+    assert(next != State::Invalid);
+    s.state = next;
+  }
+
+  // Keeps the epoll registration in step with libpq's socket and our
+  // interest (read always, write while libpq has unsent bytes).
+  void watch(uint32_t slot, bool out) {
+    Slot& s = slots_[slot];
+    int fd = PQsocket(s.conn);
+    uint32_t want = EPOLLIN | (out ? EPOLLOUT : 0u);
+    s.want_out = out;
+    if (fd != s.fd) {
+      if (s.fd >= 0) epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
+      s.fd = -1;
+      if (fd < 0) return;
+      epoll_event ev{};
+      ev.events = want;
+      ev.data.u64 = slot;
+      if (epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) == 0) {
+        s.fd = fd;
+        s.events = want;
+      }
+      return;
+    }
+    if (want != s.events && s.fd >= 0) {
+      epoll_event ev{};
+      ev.events = want;
+      ev.data.u64 = slot;
+      epoll_ctl(ep_, EPOLL_CTL_MOD, s.fd, &ev);
+      s.events = want;
+    }
+  }
+
+  void finish_slot(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    if (s.fd >= 0) epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
+    s.fd = -1;
+    if (s.conn) PQfinish(s.conn);
+    s.conn = nullptr;
+    timers_.cancel(slot);
+    --active_;
+    last_end_ = std::max(last_end_, now);
+    sh_.ended.fetch_add(1, std::memory_order_release);
+  }
+
+  void fail(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    ++stats_.sessions_failed;
+    if (stats_.first_session_error.empty()) {
+      const char* msg = s.conn ? PQerrorMessage(s.conn) : "out of memory";
+      std::string m = msg;
+      std::replace(m.begin(), m.end(), '\n', ' ');
+      while (!m.empty() && m.back() == ' ') m.pop_back();
+      stats_.first_session_error = m;
+    }
+    move(s, Event::Failed);
+    finish_slot(slot, now);
+  }
+
+  void connect(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    move(s, Event::Due);
+    const ConnParams& p = sh_.params[s.session];
+    const char* kw[6];
+    const char* val[6];
+    int k = 0;
+    kw[k] = "dbname";
+    val[k++] = sh_.opts->conninfo.c_str();
+    if (p.user) {
+      kw[k] = "user";
+      val[k++] = p.user;
+    }
+    if (p.database) {
+      kw[k] = "dbname";
+      val[k++] = p.database;
+    }
+    if (p.application_name) {
+      kw[k] = "application_name";
+      val[k++] = p.application_name;
+    }
+    kw[k] = nullptr;
+    val[k] = nullptr;
+    s.conn = PQconnectStartParams(kw, val, 1);
+    if (!s.conn || PQstatus(s.conn) == CONNECTION_BAD) return fail(slot, now);
+    // As if PQconnectPoll had returned PGRES_POLLING_WRITING.
+    watch(slot, true);
+    if (s.fd < 0) return fail(slot, now);
+  }
+
+  void poll_connect(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    switch (PQconnectPoll(s.conn)) {
+      case PGRES_POLLING_READING:
+        watch(slot, false);
+        return;
+      case PGRES_POLLING_WRITING:
+        watch(slot, true);
+        return;
+      case PGRES_POLLING_OK:
+        if (PQsetnonblocking(s.conn, 1) != 0) return fail(slot, now);
+        move(s, Event::Connected);
+        watch(slot, false);
+        schedule_next(slot, now);
+        return;
+      default:
+        return fail(slot, now);
+    }
+  }
+
+  // From Idle: arm the timer for the next unit or for the session's end
+  // (or act at once when that time has passed).
+  void schedule_next(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    const Session& ps = session_of(s);
+    Nanos due = s.next < ps.n_units
+                    ? sh_.sched.at(plan_.units[plan_.session_units[ps.first_unit + s.next]].ts)
+                    : sh_.sched.at(ps.end);
+    if (due <= now) on_timer(slot, now);
+    else timers_.set(slot, due);
+  }
+
+  void on_timer(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    if (s.state == State::Pending) return connect(slot, now);
+    if (s.state != State::Idle) return;  // still busy: sends when done
+    const Session& ps = session_of(s);
+    if (s.next >= ps.n_units) {
+      move(s, Event::Ended);
+      return finish_slot(slot, now);
+    }
+    s.unit = plan_.session_units[ps.first_unit + s.next];
+    send_unit(slot, now);
+  }
+
+  void send_unit(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    const Unit& u = unit_of(s);
+    PGconn* c = s.conn;
+    if (!sh_.sched.max_speed) {
+      Nanos lag = std::max<Nanos>(0, now - sh_.sched.at(u.ts));
+      stats_.lag.record(lag);
+      live_.add(live_.lag_sum_ns, static_cast<double>(lag));
+      live_.add(live_.lag_n, 1);
+    }
+    s.op = 0;
+    s.copy = 0;
+    s.copy_end_sent = false;
+    s.nulls = 0;
+    s.pending_error = false;
+    s.agg = Outcome{};
+    s.sent_at = now;
+    bool ok = true;
+    if (u.kind != UnitKind::Extended) {
+      if (s.pipeline) {
+        ok = PQexitPipelineMode(c) == 1;
+        s.pipeline = !ok;
+      }
+      ok = ok && PQsendQuery(c, u.sql) == 1;
+    } else {
+      if (!s.pipeline) {
+        ok = PQenterPipelineMode(c) == 1;
+        s.pipeline = ok;
+      }
+      for (uint32_t i = 0; ok && i < u.n_ops; ++i) {
+        const Op& op = plan_.ops[u.first_op + i];
+        switch (op.kind) {
+          case OpKind::Prepare:
+            ok = PQsendPrepare(c, op.name, op.sql, op.nparams,
+                               op.nparams ? reinterpret_cast<const Oid*>(plan_.types.data() + op.types)
+                                          : nullptr) == 1;
+            break;
+          case OpKind::Execute:
+            ok = PQsendQueryPrepared(c, op.name, op.nparams, plan_.param_values.data() + op.params,
+                                     plan_.param_lengths.data() + op.params,
+                                     plan_.param_formats.data() + op.params, op.result_format) == 1;
+            break;
+          case OpKind::DescribeStmt:
+            ok = PQsendDescribePrepared(c, op.name) == 1;
+            break;
+          case OpKind::DescribePortal:
+            ok = PQsendDescribePortal(c, op.name) == 1;
+            break;
+          case OpKind::Deallocate:
+            ok = PQsendQueryParams(c, op.sql, 0, nullptr, nullptr, nullptr, nullptr, 0) == 1;
+            break;
+        }
+      }
+      ok = ok && PQpipelineSync(c) == 1;
+    }
+    if (!ok) return fail(slot, now);
+    move(s, Event::UnitSent);
+    int f = PQflush(c);
+    if (f < 0) return fail(slot, now);
+    watch(slot, f == 1);
+  }
+
+  void on_event(uint32_t slot, uint32_t ev) {
+    Slot& s = slots_[slot];
+    Nanos now = now_ns();
+    if (s.state == State::Connecting) return poll_connect(slot, now);
+    if (s.state == State::Done || !s.conn) return;
+    if ((ev & EPOLLOUT) && s.want_out) {
+      if (s.state == State::CopyIn) {
+        if (!push_copy(slot, now)) return;
+      } else {
+        int f = PQflush(s.conn);
+        if (f < 0) return fail(slot, now);
+        watch(slot, f == 1);
+      }
+    }
+    if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+      if (PQconsumeInput(s.conn) == 0) return fail(slot, now);
+      if (s.state == State::Idle) {
+        // Nothing is expected: notices, notifications, parameter changes.
+        while (PGnotify* n = PQnotifies(s.conn)) PQfreemem(n);
+        return;
+      }
+      if (s.state == State::Busy || s.state == State::CopyOut) drain(slot, now);
+    }
+  }
+
+  // Queues captured COPY data; false when the session failed. Leaves the
+  // session in CopyIn while libpq's buffer is full.
+  bool push_copy(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    const Unit& u = unit_of(s);
+    while (s.copy < u.n_copy) {
+      const CopyChunk& ch = plan_.copy_chunks[u.first_copy + s.copy];
+      int r = PQputCopyData(s.conn, ch.data, static_cast<int>(ch.len));
+      if (r < 0) return fail(slot, now), false;
+      if (r == 0) {
+        watch(slot, true);
+        return true;
+      }
+      ++s.copy;
+    }
+    if (!s.copy_end_sent) {
+      int r = PQputCopyEnd(s.conn, u.copy_fail ? "COPY failed by the client at capture" : nullptr);
+      if (r < 0) return fail(slot, now), false;
+      if (r == 0) {
+        watch(slot, true);
+        return true;
+      }
+      s.copy_end_sent = true;
+    }
+    int f = PQflush(s.conn);
+    if (f < 0) return fail(slot, now), false;
+    move(s, Event::CopyFinished);
+    watch(slot, f == 1);
+    drain(slot, now);
+    return s.state != State::Done;
+  }
+
+  // Reads every result libpq has complete, without blocking.
+  void drain(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    PGconn* c = s.conn;
+    for (;;) {
+      if (s.state == State::CopyOut) {
+        char* buf = nullptr;
+        int r;
+        while ((r = PQgetCopyData(c, &buf, 1)) > 0) PQfreemem(buf);
+        if (r == 0) return;  // more to come
+        if (r == -2) return fail(slot, now);
+        move(s, Event::CopyFinished);
+      }
+      if (PQisBusy(c)) return;
+      PGresult* res = PQgetResult(c);
+      const Unit& u = unit_of(s);
+      if (!res) {
+        if (u.kind != UnitKind::Extended) return unit_done(slot, now_ns());
+        // Pipeline: end of one command's results. Two in a row means libpq
+        // has nothing queued yet; wait for input.
+        if (++s.nulls >= 2) return;
+        continue;
+      }
+      s.nulls = 0;
+      ExecStatusType st = PQresultStatus(res);
+      if (st == PGRES_PIPELINE_SYNC) {
+        PQclear(res);
+        return unit_done(slot, now_ns());
+      }
+      if (st == PGRES_COPY_IN) {
+        PQclear(res);
+        move(s, Event::CopyInStarted);
+        push_copy(slot, now);
+        return;
+      }
+      if (st == PGRES_COPY_OUT) {
+        PQclear(res);
+        move(s, Event::CopyOutStarted);
+        continue;
+      }
+      on_result(s, res, st);
+      PQclear(res);
+    }
+  }
+
+  void count_error(PGresult* res, char out[6]) {
+    const char* state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (!state || std::strlen(state) != 5) state = "XX000";
+    std::memcpy(out, state, 5);
+    out[5] = 0;
+    stats_.errors.add(state);
+    live_.add(live_.errors, 1);
+  }
+
+  void on_result(Slot& s, PGresult* res, ExecStatusType st) {
+    const Unit& u = unit_of(s);
+    bool error = st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR;
+    if (u.kind != UnitKind::Extended) {
+      if (error) {
+        char state[6];
+        count_error(res, state);
+        if (s.agg.status != Status::Error) {
+          s.agg.status = Status::Error;
+          std::memcpy(s.agg.sqlstate, state, 6);
+        }
+      } else {
+        const char* rows = PQcmdTuples(res);
+        if (rows && *rows) {
+          s.agg.has_rows = true;
+          s.agg.rows += std::strtoull(rows, nullptr, 10);
+        }
+      }
+      return;
+    }
+    if (s.op >= u.n_ops) return;  // more results than commands: ignore
+    const Op& op = plan_.ops[u.first_op + s.op++];
+    if (op.kind != OpKind::Execute) {
+      if (error) {
+        char state[6];
+        count_error(res, state);
+        if (!s.pending_error) {
+          s.pending_error = true;
+          std::memcpy(s.pending_state, state, 6);
+        }
+      }
+      return;
+    }
+    Outcome out;
+    if (error) {
+      out.status = Status::Error;
+      count_error(res, out.sqlstate);
+    } else if (st == PGRES_PIPELINE_ABORTED) {
+      if (s.pending_error) {
+        // The earlier error (Parse, Describe) is this statement's answer,
+        // as the capture attributes it.
+        out.status = Status::Error;
+        std::memcpy(out.sqlstate, s.pending_state, 6);
+        s.pending_error = false;
+      } else {
+        out.status = Status::Skipped;
+      }
+    } else {
+      out.status = Status::Ok;
+      const char* rows = PQcmdTuples(res);
+      if (rows && *rows) {
+        out.has_rows = true;
+        out.rows = std::strtoull(rows, nullptr, 10);
+      }
+    }
+    Nanos lat = now_ns() - s.sent_at;
+    stats_.statement(plan_.stmts[op.stmt], out, lat);
+    live_.add(live_.statements, 1);
+    live_.add(live_.lat_sum_ns, static_cast<double>(lat));
+    live_.add(live_.lat_sumsq_ns, static_cast<double>(lat) * static_cast<double>(lat));
+  }
+
+  void unit_done(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    const Unit& u = unit_of(s);
+    if (u.kind != UnitKind::Extended && u.n_stmts) {
+      if (s.agg.status != Status::Error) s.agg.status = Status::Ok;
+      Nanos lat = now - s.sent_at;
+      stats_.statement(plan_.stmts[u.first_stmt], s.agg, lat);
+      live_.add(live_.statements, 1);
+      live_.add(live_.lat_sum_ns, static_cast<double>(lat));
+      live_.add(live_.lat_sumsq_ns, static_cast<double>(lat) * static_cast<double>(lat));
+    }
+    s.stmts_since_idle += u.n_stmts;
+    if (PQtransactionStatus(s.conn) == PQTRANS_IDLE) {
+      if (s.stmts_since_idle > 0) {
+        ++stats_.transactions;
+        live_.add(live_.transactions, 1);
+      }
+      s.stmts_since_idle = 0;
+    }
+    move(s, Event::UnitDone);
+    ++s.next;
+    s.unit = kNone;
+    schedule_next(slot, now);
+  }
+
+  Shared& sh_;
+  const Plan& plan_;
+  std::vector<Slot> slots_;
+  TimerHeap timers_;
+  Stats stats_;
+  Live& live_;
+  std::vector<uint32_t> gated_;
+  size_t gate_next_ = 0;
+  size_t active_ = 0;
+  int ep_ = -1;
+  Nanos last_end_ = 0;
+};
+
+// Raises RLIMIT_NOFILE so `need` descriptors fit.
+void ensure_fd_limit(uint64_t need) {
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) throw RuntimeError(errno_message("getrlimit(RLIMIT_NOFILE)", errno));
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur >= need) return;
+  rlimit want = rl;
+  want.rlim_cur = need;
+  if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < need) want.rlim_max = need;
+  if (setrlimit(RLIMIT_NOFILE, &want) == 0) return;
+  int err = errno;
+  if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
+    throw RuntimeError(errno_message("replay needs " + std::to_string(need) +
+                                         " open files; setrlimit(RLIMIT_NOFILE) to that failed",
+                                     err));
+  }
+  throw RuntimeError("replay needs " + std::to_string(need) + " open files for its sessions but the hard "
+                     "limit is " + std::to_string(rl.rlim_max) +
+                     " and cannot be raised (run as root or raise `ulimit -Hn`)");
+}
+
+std::string one_line(const char* msg) {
+  std::string m = msg ? msg : "";
+  std::replace(m.begin(), m.end(), '\n', ' ');
+  while (!m.empty() && m.back() == ' ') m.pop_back();
+  return m;
+}
+
+// The first session's connection, made synchronously: an unreachable target
+// or a rejected user fails the replay at once with libpq's message.
+void preflight(const Options& opts, const ConnParams& p) {
+  const char* kw[6];
+  const char* val[6];
+  int k = 0;
+  kw[k] = "dbname";
+  val[k++] = opts.conninfo.c_str();
+  if (p.user) {
+    kw[k] = "user";
+    val[k++] = p.user;
+  }
+  if (p.database) {
+    kw[k] = "dbname";
+    val[k++] = p.database;
+  }
+  kw[k] = nullptr;
+  val[k] = nullptr;
+  PGconn* c = PQconnectdbParams(kw, val, 1);
+  if (!c) throw RuntimeError("replay: cannot connect to the target: out of memory");
+  if (PQstatus(c) != CONNECTION_OK) {
+    std::string msg = one_line(PQerrorMessage(c));
+    PQfinish(c);
+    throw RuntimeError("replay: cannot connect to the target (" + opts.conninfo + "): " + msg);
+  }
+  PQfinish(c);
+}
+
+}  // namespace
+
+Report run(const Workload& w, const Options& opts, std::ostream* progress) {
+  const Plan& plan = w.plan();
+  if (!opts.max_speed && !(opts.speed > 0))
+    throw InputError("--speed must be greater than 0");
+  Shared sh;
+  sh.plan = &plan;
+  sh.opts = &opts;
+  sh.sched.t0 = plan.t0;
+  sh.sched.speed = opts.speed;
+  sh.sched.max_speed = opts.max_speed;
+
+  // Who connects where.
+  sh.params.resize(plan.sessions.size());
+  for (size_t i = 0; i < plan.sessions.size(); ++i) {
+    const Session& s = plan.sessions[i];
+    ConnParams& p = sh.params[i];
+    if (!opts.user.empty()) p.user = opts.user.c_str();
+    else if (const std::string* m = opts.user_map.find(s.user)) p.user = m->c_str();
+    else if (*s.user) p.user = s.user;
+    if (!opts.database.empty()) p.database = opts.database.c_str();
+    else if (*s.database) p.database = s.database;
+    if (*s.application_name) p.application_name = s.application_name;
+  }
+  // Max speed: a session waits for as many sessions to end as had ended in
+  // the capture when it started, which keeps the captured concurrency.
+  std::vector<uint32_t> order(plan.sessions.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](uint32_t a, uint32_t b) { return plan.sessions[a].begin < plan.sessions[b].begin; });
+  sh.gate.assign(plan.sessions.size(), 0);
+  {
+    std::vector<Nanos> ends;
+    ends.reserve(plan.sessions.size());
+    for (const Session& s : plan.sessions) ends.push_back(s.end);
+    std::sort(ends.begin(), ends.end());
+    for (size_t i = 0; i < plan.sessions.size(); ++i)
+      sh.gate[i] = static_cast<uint64_t>(
+          std::upper_bound(ends.begin(), ends.end(), plan.sessions[i].begin) - ends.begin());
+  }
+
+  int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, plan.sessions.size())));
+
+  uint64_t conc = plan.summary.max_concurrency;
+  uint64_t need = std::min<uint64_t>(plan.sessions.size(), std::max<uint64_t>(2 * conc, conc + 1000)) +
+                  64 + 4 * static_cast<uint64_t>(threads);
+  ensure_fd_limit(need);
+
+  if (!plan.sessions.empty()) preflight(opts, sh.params[order.front()]);
+
+  // Sessions dealt round-robin in start order, so each worker gets its
+  // share of every period of the capture.
+  std::vector<std::vector<uint32_t>> per(threads);
+  for (size_t i = 0; i < order.size(); ++i) per[i % threads].push_back(order[i]);
+  std::vector<Live> live(threads);
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (int t = 0; t < threads; ++t) workers.push_back(std::make_unique<Worker>(sh, per[t], live[t]));
+
+  std::atomic<int> running{threads};
+  std::vector<std::exception_ptr> errors(threads);
+  sh.sched.epoch = now_ns() + 1000000;  // 1 ms for the threads to start
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      try {
+        workers[t]->run();
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+      running.fetch_sub(1);
+    });
+  }
+
+  // This thread owns the progress output.
+  Nanos period = static_cast<Nanos>(opts.progress_s * 1e9);
+  Nanos next_tick = sh.sched.epoch + period;
+  uint64_t p_txn = 0, p_stmt = 0, p_err = 0, p_lag_n = 0;
+  double p_lat = 0, p_latsq = 0, p_lag = 0;
+  while (running.load() > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!progress || period <= 0 || now_ns() < next_tick) continue;
+    uint64_t txn = 0, stmt = 0, err = 0, lag_n = 0;
+    double lat = 0, latsq = 0, lag = 0;
+    for (const Live& l : live) {
+      txn += l.transactions.load(std::memory_order_relaxed);
+      stmt += l.statements.load(std::memory_order_relaxed);
+      err += l.errors.load(std::memory_order_relaxed);
+      lag_n += l.lag_n.load(std::memory_order_relaxed);
+      lat += l.lat_sum_ns.load(std::memory_order_relaxed);
+      latsq += l.lat_sumsq_ns.load(std::memory_order_relaxed);
+      lag += l.lag_sum_ns.load(std::memory_order_relaxed);
+    }
+    double secs = static_cast<double>(period) / 1e9;
+    double n = static_cast<double>(stmt - p_stmt);
+    double mean = n > 0 ? (lat - p_lat) / n : 0;
+    double var = n > 0 ? (latsq - p_latsq) / n - mean * mean : 0;
+    double lag_mean = lag_n > p_lag_n ? (lag - p_lag) / static_cast<double>(lag_n - p_lag_n) : 0;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "progress: %.1f s, %.1f tps, lat %.3f ms stddev %.3f, lag %.3f ms, %llu errors\n",
+                  static_cast<double>(next_tick - sh.sched.epoch) / 1e9,
+                  static_cast<double>(txn - p_txn) / secs, mean / 1e6,
+                  var > 0 ? std::sqrt(var) / 1e6 : 0.0, lag_mean / 1e6,
+                  static_cast<unsigned long long>(err - p_err));
+    *progress << line << std::flush;
+    p_txn = txn, p_stmt = stmt, p_err = err, p_lag_n = lag_n, p_lat = lat, p_latsq = latsq, p_lag = lag;
+    next_tick += period;
+  }
+  for (auto& th : pool) th.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+
+  Stats total(plan.fingerprints.size());
+  Nanos end = sh.sched.epoch;
+  for (auto& wk : workers) {
+    total.merge(wk->stats());
+    end = std::max(end, wk->last_end());
+  }
+  Report r;
+  r.speed = opts.speed;
+  r.max_speed = opts.max_speed;
+  r.threads = threads;
+  fill_report(r, total, plan, end - sh.sched.epoch);
+  return r;
+}
+
+}  // namespace tierlab::replay

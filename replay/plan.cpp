@@ -1,0 +1,547 @@
+// Turning trace records into a Plan.
+//
+// Records arrive in trace order: per session, client messages in the order
+// the client sent them and server messages in the order the server sent
+// them, interleaved as the capture saw them. A unit is what the client sent
+// before waiting: one Query (plus its COPY data) or the extended-protocol
+// messages up to Sync. Server answers (Result, Error) belong to the oldest
+// unit of the session still waiting for its ReadyForQuery.
+#include "replay/plan.h"
+
+#include "common/error.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <unordered_map>
+
+namespace tierlab::replay {
+
+const char* Arena::copy(std::string_view s) {
+  size_t need = s.size() + 1;
+  char* p;
+  if (need > kBlock / 4) {
+    blocks_.push_back(std::make_unique<char[]>(need));
+    p = blocks_.back().get();
+    // keep filling the previous block: swap the big one behind it
+    if (blocks_.size() >= 2) std::swap(blocks_[blocks_.size() - 1], blocks_[blocks_.size() - 2]);
+  } else {
+    if (used_ + need > kBlock) {
+      blocks_.push_back(std::make_unique<char[]>(kBlock));
+      used_ = 0;
+    }
+    p = blocks_.back().get() + used_;
+    used_ += need;
+  }
+  if (!s.empty()) std::memcpy(p, s.data(), s.size());
+  p[s.size()] = '\0';
+  bytes_ += need;
+  return p;
+}
+
+namespace {
+
+constexpr uint32_t kNone = UINT32_MAX;
+
+struct Prepared {
+  const char* sql = nullptr;
+  uint32_t fp = 0;
+  uint32_t types = 0;
+  int ntypes = 0;
+};
+
+// Per-unit bookkeeping while its answers arrive.
+struct UnitTmp {
+  uint32_t cursor = 0;     // next statement of the unit to get an answer
+  bool error_seen = false;
+  // Simple / Copy: answers folded into one outcome.
+  Outcome agg;
+  bool any_result = false;
+};
+
+struct SessionBuild {
+  uint32_t index = 0;
+  bool has_begin = false;
+  Nanos last_ts = 0;
+  // extended unit under construction
+  bool ext_open = false;
+  Nanos ext_ts = 0;
+  std::vector<Op> ops;
+  std::vector<uint32_t> exec_fps;   // fp per Execute op, in order
+  bool bind_pending = false;
+  Op bind;                          // Execute op prepared by the last Bind
+  uint32_t bind_fp = 0;
+  // units sent, waiting for ReadyForQuery
+  std::deque<uint32_t> awaiting;
+  uint32_t last_unit = kNone;
+  std::vector<CopyChunk> copy_tmp;
+  std::unordered_map<std::string, Prepared> prepared;
+  bool dropped_before = false;  // units before the window were left out
+  bool restored = false;        // prepared statements were re-created
+  uint64_t stmts_since_idle = 0;
+};
+
+}  // namespace
+
+struct PlanBuilder::Impl {
+  Window window;
+  std::shared_ptr<Plan> plan = std::make_shared<Plan>();
+  std::unordered_map<uint64_t, SessionBuild> sessions;
+  std::vector<UnitTmp> unit_tmp;
+  std::unordered_map<std::string_view, uint32_t> sql_fp;    // interned SQL -> fp
+  std::unordered_map<std::string_view, const char*> sql_intern;
+  std::unordered_map<uint64_t, uint32_t> hash_fp;
+  bool have_origin = false;
+  Nanos origin = 0;
+
+  const char* intern_sql(std::string_view sql, uint32_t* fp_out) {
+    auto it = sql_intern.find(sql);
+    if (it == sql_intern.end()) {
+      const char* copy = plan->arena.copy(sql);
+      std::string_view key(copy, sql.size());
+      it = sql_intern.emplace(key, copy).first;
+      std::string norm = normalize_sql(sql);
+      uint64_t h = hash_text(norm);
+      auto [hit, fresh] = hash_fp.emplace(h, static_cast<uint32_t>(plan->fingerprints.size()));
+      if (fresh) plan->fingerprints.push_back(std::move(norm));
+      sql_fp.emplace(key, hit->second);
+    }
+    if (fp_out) *fp_out = sql_fp.at(std::string_view(it->second, sql.size()));
+    return it->second;
+  }
+
+  uint32_t fp_for_text(const std::string& text) {
+    uint32_t fp;
+    intern_sql(text, &fp);
+    return fp;
+  }
+
+  bool in_window(Nanos ts) const {
+    Nanos rel = ts - origin;
+    return rel >= window.begin && rel < window.end;
+  }
+
+  SessionBuild& session(uint64_t id, Nanos ts) {
+    auto [it, fresh] = sessions.try_emplace(id);
+    if (fresh) {
+      it->second.index = static_cast<uint32_t>(plan->sessions.size());
+      Session s;
+      s.begin = ts;
+      s.end = ts;
+      plan->sessions.push_back(s);
+    }
+    it->second.last_ts = ts;
+    return it->second;
+  }
+
+  uint32_t new_unit(SessionBuild& sb, UnitKind kind, Nanos ts) {
+    Unit u;
+    u.kind = kind;
+    u.session = sb.index;
+    u.ts = ts;
+    u.in_window = in_window(ts);
+    if (!u.in_window && !sb.restored) sb.dropped_before = true;
+    plan->units.push_back(u);
+    unit_tmp.emplace_back();
+    return static_cast<uint32_t>(plan->units.size() - 1);
+  }
+
+  // Before the first replayed unit of a session whose earlier units fall
+  // before the window: a unit that prepares the statements still open then.
+  void restore_prepared(SessionBuild& sb, Nanos ts, const std::vector<Op>* about_to_parse) {
+    if (!sb.dropped_before || sb.restored || !in_window(ts)) return;
+    sb.restored = true;
+    std::vector<Op> ops;
+    for (const auto& [name, p] : sb.prepared) {
+      bool reparsed = false;
+      if (about_to_parse)
+        for (const Op& o : *about_to_parse)
+          if (o.kind == OpKind::Prepare && name == o.name) reparsed = true;
+      if (reparsed) continue;
+      Op op;
+      op.kind = OpKind::Prepare;
+      op.name = plan->arena.copy(name);
+      op.sql = p.sql;
+      op.types = p.types;
+      op.nparams = p.ntypes;
+      ops.push_back(op);
+    }
+    if (ops.empty()) return;
+    uint32_t u = new_unit(sb, UnitKind::Extended, ts);
+    Unit& unit = plan->units[u];
+    unit.first_op = static_cast<uint32_t>(plan->ops.size());
+    unit.n_ops = static_cast<uint32_t>(ops.size());
+    unit.first_stmt = static_cast<uint32_t>(plan->stmts.size());
+    plan->ops.insert(plan->ops.end(), ops.begin(), ops.end());
+    // Not awaited: the capture holds no answers for it.
+    sb.last_unit = u;
+  }
+
+  void finish_ext(SessionBuild& sb) {
+    if (!sb.ext_open) return;
+    if (sb.bind_pending) {
+      ++plan->summary.unsupported;  // a Bind never executed
+      sb.bind_pending = false;
+    }
+    restore_prepared(sb, sb.ext_ts, &sb.ops);
+    uint32_t u = new_unit(sb, UnitKind::Extended, sb.ext_ts);
+    Unit& unit = plan->units[u];
+    unit.first_op = static_cast<uint32_t>(plan->ops.size());
+    unit.n_ops = static_cast<uint32_t>(sb.ops.size());
+    unit.first_stmt = static_cast<uint32_t>(plan->stmts.size());
+    size_t k = 0;
+    for (Op& op : sb.ops) {
+      if (op.kind == OpKind::Execute) {
+        op.stmt = static_cast<uint32_t>(plan->stmts.size());
+        Stmt st;
+        st.fp = sb.exec_fps[k++];
+        plan->stmts.push_back(st);
+      }
+      plan->ops.push_back(op);
+    }
+    unit.n_stmts = static_cast<uint32_t>(plan->stmts.size()) - unit.first_stmt;
+    sb.ops.clear();
+    sb.exec_fps.clear();
+    sb.ext_open = false;
+    sb.awaiting.push_back(u);
+    sb.last_unit = u;
+  }
+
+  void open_ext(SessionBuild& sb, Nanos ts) {
+    if (sb.ext_open) return;
+    sb.ext_open = true;
+    sb.ext_ts = ts;
+  }
+
+  void on_answer(SessionBuild& sb, Nanos ts, bool is_error, std::string_view sqlstate,
+                 bool has_rows, uint64_t rows) {
+    if (sb.awaiting.empty()) return;  // answer to something not recorded
+    uint32_t ui = sb.awaiting.front();
+    Unit& u = plan->units[ui];
+    UnitTmp& t = unit_tmp[ui];
+    if (is_error) ++plan->summary.captured_errors;
+    if (u.kind == UnitKind::Extended) {
+      if (t.cursor >= u.n_stmts) {
+        if (is_error) t.error_seen = true;
+        return;
+      }
+      Stmt& st = plan->stmts[u.first_stmt + t.cursor++];
+      st.captured_latency = ts - u.ts;
+      if (is_error) {
+        st.captured.status = Status::Error;
+        std::memcpy(st.captured.sqlstate, sqlstate.data(), std::min<size_t>(5, sqlstate.size()));
+        t.error_seen = true;
+      } else {
+        st.captured.status = Status::Ok;
+        st.captured.has_rows = has_rows;
+        st.captured.rows = rows;
+      }
+      return;
+    }
+    // Simple or Copy: fold.
+    if (is_error) {
+      if (t.agg.status != Status::Error) {
+        t.agg.status = Status::Error;
+        std::memcpy(t.agg.sqlstate, sqlstate.data(), std::min<size_t>(5, sqlstate.size()));
+      }
+    } else {
+      t.any_result = true;
+      if (has_rows) {
+        t.agg.has_rows = true;
+        t.agg.rows += rows;
+      }
+    }
+  }
+
+  void on_ready(SessionBuild& sb, Nanos ts, char status) {
+    if (status == 'I') {
+      if (sb.stmts_since_idle > 0 && !sb.awaiting.empty() &&
+          plan->units[sb.awaiting.front()].in_window) {
+        ++plan->summary.transactions;
+        ++plan->sessions[sb.index].captured_transactions;
+      }
+      sb.stmts_since_idle = 0;
+    }
+    if (sb.awaiting.empty()) return;
+    uint32_t ui = sb.awaiting.front();
+    sb.awaiting.pop_front();
+    Unit& u = plan->units[ui];
+    UnitTmp& t = unit_tmp[ui];
+    u.ready = status;
+    u.ready_ts = ts;
+    if (u.kind == UnitKind::Extended) {
+      for (uint32_t i = t.cursor; i < u.n_stmts; ++i) {
+        Stmt& st = plan->stmts[u.first_stmt + i];
+        st.captured.status = t.error_seen ? Status::Skipped : Status::Unknown;
+      }
+      return;
+    }
+    if (u.n_stmts == 0) return;
+    Stmt& st = plan->stmts[u.first_stmt];
+    st.captured_latency = ts - u.ts;
+    if (t.agg.status == Status::Error) {
+      st.captured = t.agg;
+    } else {
+      st.captured = t.agg;
+      st.captured.status = Status::Ok;
+    }
+  }
+
+  void add(const trace::Record& r) {
+    if (r.session == 0) return;
+    if (!have_origin) {
+      have_origin = true;
+      origin = r.ts;
+    }
+    SessionBuild& sb = session(r.session, r.ts);
+    Session& s = plan->sessions[sb.index];
+    s.end = std::max(s.end, r.ts);
+    std::visit([&](const auto& b) { on(sb, r.ts, b); }, r.body);
+  }
+
+  void on(SessionBuild& sb, Nanos ts, const trace::SessionBegin& b) {
+    Session& s = plan->sessions[sb.index];
+    s.begin = ts;
+    s.user = plan->arena.copy(b.user);
+    s.database = plan->arena.copy(b.database);
+    s.application_name = plan->arena.copy(b.application_name);
+    sb.has_begin = true;
+  }
+  void on(SessionBuild& sb, Nanos ts, const trace::SessionEnd&) {
+    finish_ext(sb);
+    plan->sessions[sb.index].end = ts;
+  }
+  void on(SessionBuild& sb, Nanos ts, const trace::Query& q) {
+    finish_ext(sb);  // a Query after unsynced extended messages ends them
+    restore_prepared(sb, ts, nullptr);
+    uint32_t fp;
+    const char* sql = intern_sql(q.sql, &fp);
+    uint32_t u = new_unit(sb, UnitKind::Simple, ts);
+    Unit& unit = plan->units[u];
+    unit.sql = sql;
+    unit.first_stmt = static_cast<uint32_t>(plan->stmts.size());
+    unit.n_stmts = 1;
+    Stmt st;
+    st.fp = fp;
+    plan->stmts.push_back(st);
+    sb.awaiting.push_back(u);
+    sb.last_unit = u;
+    ++sb.stmts_since_idle;
+  }
+  void on(SessionBuild& sb, Nanos ts, const trace::Parse& p) {
+    open_ext(sb, ts);
+    Op op;
+    op.kind = OpKind::Prepare;
+    op.name = plan->arena.copy(p.statement);
+    uint32_t fp;
+    op.sql = intern_sql(p.sql, &fp);
+    op.types = static_cast<uint32_t>(plan->types.size());
+    op.nparams = static_cast<int>(p.param_types.size());
+    plan->types.insert(plan->types.end(), p.param_types.begin(), p.param_types.end());
+    sb.ops.push_back(op);
+    sb.prepared[std::string(p.statement)] = Prepared{op.sql, fp, op.types, op.nparams};
+  }
+  void on(SessionBuild& sb, Nanos ts, const trace::Bind& b) {
+    open_ext(sb, ts);
+    if (sb.bind_pending) ++plan->summary.unsupported;  // Bind never executed
+    Op op;
+    op.kind = OpKind::Execute;
+    op.name = plan->arena.copy(b.statement);
+    op.nparams = static_cast<int>(b.params.size());
+    op.params = static_cast<uint32_t>(plan->param_values.size());
+    for (const trace::Param& prm : b.params) {
+      plan->param_values.push_back(prm.is_null ? nullptr : plan->arena.copy(prm.value));
+      plan->param_lengths.push_back(static_cast<int>(prm.value.size()));
+      plan->param_formats.push_back(prm.format);
+    }
+    // libpq asks for one result format for all columns: the first given.
+    op.result_format = b.result_formats.empty() ? 0 : b.result_formats[0];
+    auto it = sb.prepared.find(std::string(b.statement));
+    if (it != sb.prepared.end()) {
+      sb.bind_fp = it->second.fp;
+    } else {
+      sb.bind_fp = fp_for_text("EXECUTE " + std::string(b.statement) +
+                               " /* prepared before the capture */");
+    }
+    sb.bind = op;
+    sb.bind_pending = true;
+  }
+  void on(SessionBuild& sb, Nanos ts, const trace::Execute&) {
+    open_ext(sb, ts);
+    ++sb.stmts_since_idle;
+    if (!sb.bind_pending) {
+      // Execute of a portal already run once (max_rows): libpq has no call
+      // that resumes a portal.
+      ++plan->summary.unsupported;
+      return;
+    }
+    sb.ops.push_back(sb.bind);
+    sb.exec_fps.push_back(sb.bind_fp);
+    sb.bind_pending = false;
+  }
+  void on(SessionBuild& sb, Nanos ts, const trace::Describe& d) {
+    open_ext(sb, ts);
+    if (d.target == 'P' && sb.bind_pending) return;  // sent with the Execute
+    Op op;
+    op.kind = d.target == 'S' ? OpKind::DescribeStmt : OpKind::DescribePortal;
+    op.name = plan->arena.copy(d.name);
+    sb.ops.push_back(op);
+  }
+  void on(SessionBuild& sb, Nanos ts, const trace::Close& c) {
+    // Closing a portal or the unnamed statement needs no message: the next
+    // Bind or Parse replaces them. A named statement is deallocated.
+    if (c.target != 'S' || c.name.empty()) return;
+    open_ext(sb, ts);
+    Op op;
+    op.kind = OpKind::Deallocate;
+    std::string ident = "DEALLOCATE \"";
+    for (char ch : c.name) {
+      if (ch == '"') ident += '"';
+      ident += ch;
+    }
+    ident += '"';
+    op.sql = plan->arena.copy(ident);
+    sb.ops.push_back(op);
+    sb.prepared.erase(std::string(c.name));
+  }
+  void on(SessionBuild& sb, Nanos, const trace::Sync&) { finish_ext(sb); }
+  void on(SessionBuild&, Nanos, const trace::Flush&) {}
+  void on(SessionBuild& sb, Nanos, const trace::CopyData& d) {
+    if (d.dir != trace::CopyDir::In) return;
+    if (sb.last_unit == kNone || plan->units[sb.last_unit].kind == UnitKind::Extended) {
+      ++plan->summary.unsupported;  // COPY inside the extended protocol
+      return;
+    }
+    plan->units[sb.last_unit].kind = UnitKind::Copy;
+    sb.copy_tmp.push_back(
+        CopyChunk{plan->arena.copy(d.data), static_cast<uint32_t>(d.data.size())});
+    plan->summary.copy_bytes += d.data.size();
+  }
+  void end_copy(SessionBuild& sb, bool fail) {
+    if (sb.last_unit == kNone || plan->units[sb.last_unit].kind == UnitKind::Extended) {
+      sb.copy_tmp.clear();
+      return;
+    }
+    Unit& u = plan->units[sb.last_unit];
+    u.kind = UnitKind::Copy;
+    u.copy_fail = fail;
+    u.first_copy = static_cast<uint32_t>(plan->copy_chunks.size());
+    u.n_copy = static_cast<uint32_t>(sb.copy_tmp.size());
+    plan->copy_chunks.insert(plan->copy_chunks.end(), sb.copy_tmp.begin(), sb.copy_tmp.end());
+    sb.copy_tmp.clear();
+  }
+  void on(SessionBuild& sb, Nanos, const trace::CopyDone& d) {
+    if (d.dir == trace::CopyDir::In) end_copy(sb, false);
+  }
+  void on(SessionBuild& sb, Nanos, const trace::CopyFail&) { end_copy(sb, true); }
+  void on(SessionBuild& sb, Nanos ts, const trace::Result& r) {
+    on_answer(sb, ts, false, {}, r.has_rows, r.rows);
+  }
+  void on(SessionBuild& sb, Nanos ts, const trace::Error& e) {
+    on_answer(sb, ts, true, e.sqlstate, false, 0);
+  }
+  void on(SessionBuild& sb, Nanos ts, const trace::Ready& r) { on_ready(sb, ts, r.status); }
+  template <typename T>
+  void on(SessionBuild&, Nanos, const T&) {}  // storage records, meta, loss
+
+  std::shared_ptr<const Plan> finish() {
+    for (auto& [id, sb] : sessions) finish_ext(sb);
+    Plan& p = *plan;
+    // Which sessions take part, and their replay interval.
+    std::vector<uint32_t> remap(p.sessions.size(), kNone);
+    std::vector<uint32_t> counts(p.sessions.size(), 0);
+    for (const Unit& u : p.units)
+      if (u.in_window) ++counts[u.session];
+    std::vector<Session> kept;
+    Nanos wb = origin + window.begin;
+    Nanos we = window.end == std::numeric_limits<Nanos>::max()
+                   ? std::numeric_limits<Nanos>::max()
+                   : origin + window.end;
+    for (size_t i = 0; i < p.sessions.size(); ++i) {
+      Session s = p.sessions[i];
+      bool overlaps = s.begin < we && s.end >= wb;
+      if (counts[i] == 0 && !overlaps) continue;
+      s.begin = std::max(s.begin, wb);
+      s.end = std::min(s.end, we);
+      remap[i] = static_cast<uint32_t>(kept.size());
+      kept.push_back(s);
+    }
+    // Group unit indices by session, in creation order (= send order).
+    std::vector<uint32_t> start(kept.size() + 1, 0);
+    for (const Unit& u : p.units)
+      if (u.in_window && remap[u.session] != kNone) ++start[remap[u.session] + 1];
+    for (size_t i = 1; i < start.size(); ++i) start[i] += start[i - 1];
+    p.session_units.assign(start.back(), 0);
+    std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+    uint64_t stmts = 0, units = 0;
+    for (uint32_t i = 0; i < p.units.size(); ++i) {
+      Unit& u = p.units[i];
+      if (!u.in_window || remap[u.session] == kNone) continue;
+      u.session = remap[u.session];
+      p.session_units[fill[u.session]++] = i;
+      stmts += u.n_stmts;
+      ++units;
+    }
+    for (size_t i = 0; i < kept.size(); ++i) {
+      kept[i].first_unit = start[i];
+      kept[i].n_units = start[i + 1] - start[i];
+      if (kept[i].n_units) {
+        const Unit& first = p.units[p.session_units[start[i]]];
+        const Unit& last = p.units[p.session_units[start[i + 1] - 1]];
+        kept[i].begin = std::min(kept[i].begin, first.ts);
+        kept[i].end = std::max(kept[i].end, std::max(last.ts, last.ready_ts));
+      }
+    }
+    p.sessions = std::move(kept);
+    // Schedule origin and the capture's concurrency.
+    p.t0 = 0;
+    Nanos last = 0;
+    std::vector<std::pair<Nanos, int>> edges;
+    edges.reserve(p.sessions.size() * 2);
+    for (size_t i = 0; i < p.sessions.size(); ++i) {
+      const Session& s = p.sessions[i];
+      if (i == 0 || s.begin < p.t0) p.t0 = s.begin;
+      last = std::max(last, s.end);
+      edges.emplace_back(s.begin, 1);
+      edges.emplace_back(s.end, -1);
+    }
+    std::sort(edges.begin(), edges.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second < b.second;
+    });
+    int64_t open = 0, most = 0;
+    for (const auto& e : edges) {
+      open += e.second;
+      most = std::max(most, open);
+    }
+    WorkloadSummary& sum = p.summary;
+    sum.sessions = p.sessions.size();
+    sum.units = units;
+    sum.statements = stmts;
+    sum.max_concurrency = static_cast<uint64_t>(most);
+    sum.fingerprints = p.fingerprints.size();
+    sum.duration_ns = p.sessions.empty() ? 0 : last - p.t0;
+    unit_tmp.clear();
+    unit_tmp.shrink_to_fit();
+    return plan;
+  }
+};
+
+PlanBuilder::PlanBuilder(const Window& window) : impl_(std::make_unique<Impl>()) {
+  impl_->window = window;
+}
+PlanBuilder::~PlanBuilder() = default;
+void PlanBuilder::add(const trace::Record& r) { impl_->add(r); }
+std::shared_ptr<const Plan> PlanBuilder::finish() { return impl_->finish(); }
+
+Workload::Workload(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
+const WorkloadSummary& Workload::summary() const { return plan_->summary; }
+
+Workload load(trace::Reader& reader, const Window& window) {
+  PlanBuilder b(window);
+  trace::Record r;
+  while (reader.next(r)) b.add(r);
+  return Workload(b.finish());
+}
+
+}  // namespace tierlab::replay

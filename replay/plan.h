@@ -1,0 +1,143 @@
+// The loaded workload: flat, preallocated tables built once by load() and
+// read-only while replaying. Every string is NUL-terminated and lives in the
+// Plan's arena; every table refers to others by index, so nothing moves and
+// the replay dispatch path only reads.
+#pragma once
+
+#include "replay/replay.h"
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+namespace tierlab::replay {
+
+// One block allocator for all strings of a plan. Pointers stay valid for the
+// life of the arena.
+class Arena {
+ public:
+  // Copies `s` and a terminating NUL; returns the copy.
+  const char* copy(std::string_view s);
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  static constexpr size_t kBlock = 1 << 20;
+  std::vector<std::unique_ptr<char[]>> blocks_;
+  size_t used_ = kBlock;  // bytes used in the last block
+  uint64_t bytes_ = 0;
+};
+
+// What the server said for one statement.
+enum class Status : uint8_t {
+  Ok = 0,       // CommandComplete
+  Error = 1,    // ErrorResponse, sqlstate set
+  Skipped = 2,  // not executed: an earlier error in the same Sync group
+  Unknown = 3,  // the capture ended before the answer
+};
+
+struct Outcome {
+  Status status = Status::Unknown;
+  bool has_rows = false;
+  char sqlstate[6] = {0, 0, 0, 0, 0, 0};
+  uint64_t rows = 0;
+};
+
+// A statement: one captured Query or Execute.
+struct Stmt {
+  uint32_t fp = 0;           // index into Plan::fingerprints
+  Outcome captured;
+  Nanos captured_latency = -1;  // unit send -> its answer; -1 unknown
+};
+
+enum class OpKind : uint8_t {
+  Prepare,         // Parse: PQsendPrepare(name, sql, types)
+  Execute,         // Bind + Execute: PQsendQueryPrepared(name, params)
+  DescribeStmt,    // Describe 'S': PQsendDescribePrepared
+  DescribePortal,  // Describe 'P' not followed by Execute: PQsendDescribePortal
+  Deallocate,      // Close 'S' of a named statement: DEALLOCATE "name"
+};
+
+// One libpq call inside an extended-protocol unit.
+struct Op {
+  OpKind kind = OpKind::Prepare;
+  int result_format = 0;
+  int nparams = 0;
+  const char* name = "";        // statement name ("" = unnamed)
+  const char* sql = nullptr;    // Prepare: text; Deallocate: "DEALLOCATE ..."
+  uint32_t types = 0;           // Prepare: offset in Plan::types
+  uint32_t params = 0;          // Execute: offset in Plan::param_*
+  uint32_t stmt = UINT32_MAX;   // Execute: index in Plan::stmts
+};
+
+enum class UnitKind : uint8_t {
+  Simple,    // one Query (may hold several SQL statements)
+  Extended,  // ops up to and including a Sync, sent in pipeline mode
+  Copy,      // a Query that starts COPY FROM STDIN, then its data
+};
+
+struct Unit {
+  UnitKind kind = UnitKind::Simple;
+  bool copy_fail = false;       // the client ended COPY with CopyFail
+  char ready = 0;               // captured ReadyForQuery status; 0 unknown
+  uint32_t session = 0;
+  Nanos ts = 0;                 // captured send time (first message)
+  Nanos ready_ts = 0;           // captured ReadyForQuery time; 0 unknown
+  const char* sql = nullptr;    // Simple, Copy
+  uint32_t first_op = 0, n_ops = 0;      // Extended: Plan::ops
+  uint32_t first_stmt = 0, n_stmts = 0;  // Plan::stmts
+  uint32_t first_copy = 0, n_copy = 0;   // Copy: Plan::copy_chunks
+  bool in_window = true;
+};
+
+struct CopyChunk {
+  const char* data = nullptr;
+  uint32_t len = 0;
+};
+
+struct Session {
+  const char* user = "";
+  const char* database = "";
+  const char* application_name = "";
+  Nanos begin = 0;           // captured start
+  Nanos end = 0;             // captured end (SessionEnd, else last record)
+  uint32_t first_unit = 0;   // into Plan::session_units
+  uint32_t n_units = 0;
+  uint64_t captured_transactions = 0;
+};
+
+struct Plan {
+  Arena arena;
+  std::vector<Session> sessions;
+  std::vector<Unit> units;
+  std::vector<uint32_t> session_units;  // unit indices, grouped by session
+  std::vector<Op> ops;
+  std::vector<Stmt> stmts;
+  std::vector<CopyChunk> copy_chunks;
+  std::vector<uint32_t> types;          // parameter type OIDs
+  std::vector<const char*> param_values;
+  std::vector<int> param_lengths;
+  std::vector<int> param_formats;
+  std::vector<std::string> fingerprints;  // normalised text by fp index
+  Nanos t0 = 0;                         // schedule origin (capture clock)
+  WorkloadSummary summary;
+};
+
+// FNV-1a 64 of `s` (fingerprint() is hash_text(normalize_sql(sql))).
+uint64_t hash_text(std::string_view s);
+
+// Builds a plan from records in trace order. Exposed for tests that feed
+// in-memory record sequences.
+class PlanBuilder {
+ public:
+  explicit PlanBuilder(const Window& window = {});
+  ~PlanBuilder();
+  void add(const trace::Record& r);
+  std::shared_ptr<const Plan> finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tierlab::replay

@@ -1,0 +1,154 @@
+// Replaying a captured transaction stream against a real PostgreSQL.
+//
+// load() reads a trace once and turns its session records into a compact,
+// preallocated Workload: per session, the units the client sent (a simple
+// Query, an extended-protocol group ending in Sync, or a COPY with its data),
+// each with its captured send time, captured outcome (result tag and rows, or
+// SQLSTATE) and captured latency. run() re-drives that workload with libpq:
+// one connection per captured session, opened at the session's captured
+// start and closed at its end, on one absolute schedule
+// (replay epoch + (t_capture - t0) / speed), over worker threads that each
+// run many sessions in non-blocking libpq on one epoll wait.
+//
+// Errors on the target never stop a replay: they are counted by SQLSTATE and
+// compared with the capture (divergence). Setup problems throw: InputError
+// for unusable input (flags, user map, trace), RuntimeError for the target
+// (first connection refused, file descriptor limit too low).
+#pragma once
+
+#include "trace/reader.h"
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tierlab::replay {
+
+using trace::Nanos;
+
+// --- small pure helpers (tested on their own) --------------------------------
+
+// Parses a point in time or a duration: "90" or "1.5" (seconds), "30s",
+// "500ms", "250us", "2m", "1h". Throws InputError naming `what` (the flag).
+Nanos parse_time(std::string_view text, std::string_view what);
+
+// A user map file: one "captured=target" per line; blank lines and lines
+// starting with '#' are ignored, spaces around names are trimmed.
+struct UserMap {
+  std::vector<std::pair<std::string, std::string>> entries;
+  // The target user for `captured`, or nullptr when it is not mapped.
+  const std::string* find(std::string_view captured) const;
+};
+// `name` is used in messages ("users.map:3: expected captured=target").
+UserMap parse_user_map(std::string_view text, const std::string& name);
+UserMap load_user_map(const std::string& path);  // InputError if unreadable
+
+// Statement fingerprint: the SQL text with literals (strings, numbers) and
+// parameter markers ($1) replaced by '?', comments dropped, whitespace
+// collapsed and keywords/identifiers outside quotes lower-cased. Two
+// statements differing only in their constants share a fingerprint.
+std::string normalize_sql(std::string_view sql);
+uint64_t fingerprint(std::string_view sql);  // 64-bit hash of normalize_sql
+
+// --- the workload --------------------------------------------------------------
+
+// Which part of the trace to replay, in nanoseconds from the first session
+// record of the trace. Units sent outside [begin, end) are not replayed;
+// statements a session prepared before `begin` are prepared again (not
+// counted) so that later Executes still find them.
+struct Window {
+  Nanos begin = 0;
+  Nanos end = std::numeric_limits<Nanos>::max();
+};
+
+struct Plan;  // private to replay/
+
+struct WorkloadSummary {
+  uint64_t sessions = 0;
+  uint64_t units = 0;         // client round trips (Query, Sync group, COPY)
+  uint64_t statements = 0;    // Query + Execute
+  uint64_t transactions = 0;  // ReadyForQuery 'I' closing a unit with statements
+  uint64_t captured_errors = 0;
+  uint64_t copy_bytes = 0;
+  uint64_t max_concurrency = 0;  // most sessions open at once in the capture
+  uint64_t fingerprints = 0;
+  uint64_t unsupported = 0;   // messages that cannot be re-sent (see notes)
+  Nanos duration_ns = 0;      // first session start to last session end
+};
+
+class Workload {
+ public:
+  explicit Workload(std::shared_ptr<const Plan> plan);
+  const WorkloadSummary& summary() const;
+  const Plan& plan() const { return *plan_; }
+
+ private:
+  std::shared_ptr<const Plan> plan_;
+};
+
+// Reads every record of `reader` (the Reader's strings are copied into one
+// arena here, so the Workload outlives it). Throws like trace::Reader.
+Workload load(trace::Reader& reader, const Window& window = {});
+
+// --- running it ------------------------------------------------------------------
+
+struct Options {
+  std::string conninfo;       // --db: libpq conninfo or URI of the target
+  double speed = 1.0;         // schedule divisor; ignored with max_speed
+  bool max_speed = false;     // no waits; per-session order and concurrency kept
+  int threads = 0;            // worker threads; 0 = number of cores
+  double progress_s = 0;      // -P: progress line period; 0 = none
+  std::string database;       // force this database for every session
+  std::string user;           // force this user for every session
+  UserMap user_map;           // captured user -> target user
+};
+
+struct FingerprintDelta {
+  std::string sql;            // normalised text
+  uint64_t count = 0;         // statements replayed with this fingerprint
+  double captured_ms = 0;     // mean captured latency
+  double replay_ms = 0;       // mean replay latency
+};
+
+struct Report {
+  uint64_t sessions = 0;
+  uint64_t sessions_failed = 0;     // could not connect or lost the connection
+  std::string first_session_error;  // libpq's message for the first of those
+  uint64_t transactions = 0;
+  uint64_t statements = 0;
+  uint64_t errors = 0;
+  std::vector<std::pair<std::string, uint64_t>> errors_by_sqlstate;  // sorted
+  uint64_t divergence_error_status = 0;
+  uint64_t divergence_row_count = 0;
+  uint64_t unsupported = 0;         // captured messages libpq cannot re-send
+  double duration_s = 0;
+  double tps = 0;
+  double captured_duration_s = 0;
+  double speed = 1.0;
+  bool max_speed = false;
+  int threads = 0;
+  // Statement latency (send of its unit to its result), milliseconds.
+  double lat_avg_ms = 0, lat_stddev_ms = 0, lat_p50_ms = 0, lat_p90_ms = 0,
+         lat_p99_ms = 0, lat_p999_ms = 0, lat_max_ms = 0;
+  // Schedule lag (actual send - scheduled send), milliseconds; 0 with max_speed.
+  double lag_avg_ms = 0, lag_p99_ms = 0, lag_max_ms = 0;
+  std::vector<FingerprintDelta> slowed;   // at most 10, most slowed first
+  std::vector<FingerprintDelta> sped_up;  // at most 10, most sped up first
+};
+
+// Replays `w` against opts.conninfo. Progress lines go to `progress` every
+// opts.progress_s seconds (from the calling thread, which owns the output).
+// Throws RuntimeError when the first connection fails (libpq's message) or
+// the descriptor limit cannot be raised to what the workload needs.
+Report run(const Workload& w, const Options& opts, std::ostream* progress = nullptr);
+
+// pgbench-like text report.
+void print_report(std::ostream& out, const Report& r);
+void print_dry_run(std::ostream& out, const WorkloadSummary& s);
+
+}  // namespace tierlab::replay

@@ -1,0 +1,228 @@
+#include "replay/session.h"
+#include "replay/stats.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+namespace tierlab::replay {
+
+const char* state_name(State s) {
+  switch (s) {
+    case State::Pending: return "pending";
+    case State::Connecting: return "connecting";
+    case State::Idle: return "idle";
+    case State::Busy: return "busy";
+    case State::CopyIn: return "copy-in";
+    case State::CopyOut: return "copy-out";
+    case State::Done: return "done";
+    case State::Invalid: return "invalid";
+  }
+  return "invalid";
+}
+
+uint64_t SqlstateCounts::key(const char* s) {
+  uint64_t k = 0;
+  for (int i = 0; i < 5 && s[i]; ++i) k |= static_cast<uint64_t>(static_cast<unsigned char>(s[i])) << (8 * i);
+  return k | (1ull << 56);  // never zero
+}
+
+void SqlstateCounts::add(const char* sqlstate, uint64_t n) {
+  total_ += n;
+  uint64_t k = key(sqlstate);
+  size_t i = (k * 0x9E3779B97F4A7C15ull) >> 56;  // top 8 bits
+  for (size_t probe = 0; probe < kSlots; ++probe, i = (i + 1) % kSlots) {
+    if (keys_[i] == k) {
+      counts_[i] += n;
+      return;
+    }
+    if (keys_[i] == 0) {
+      keys_[i] = k;
+      counts_[i] = n;
+      return;
+    }
+  }
+  other_ += n;
+}
+
+uint64_t SqlstateCounts::get(const char* sqlstate) const {
+  uint64_t k = key(sqlstate);
+  for (size_t i = 0; i < kSlots; ++i)
+    if (keys_[i] == k) return counts_[i];
+  return 0;
+}
+
+void SqlstateCounts::merge(const SqlstateCounts& o) {
+  for (size_t i = 0; i < kSlots; ++i) {
+    if (!o.keys_[i]) continue;
+    char s[6] = {0};
+    for (int b = 0; b < 5; ++b) s[b] = static_cast<char>((o.keys_[i] >> (8 * b)) & 0xff);
+    add(s, o.counts_[i]);
+  }
+  other_ += o.other_;
+  total_ += o.other_;
+}
+
+std::vector<std::pair<std::string, uint64_t>> SqlstateCounts::sorted() const {
+  std::vector<std::pair<std::string, uint64_t>> v;
+  for (size_t i = 0; i < kSlots; ++i) {
+    if (!keys_[i]) continue;
+    std::string s;
+    for (int b = 0; b < 5; ++b) {
+      char c = static_cast<char>((keys_[i] >> (8 * b)) & 0xff);
+      if (c) s += c;
+    }
+    v.emplace_back(s, counts_[i]);
+  }
+  std::sort(v.begin(), v.end());
+  if (other_) v.emplace_back("other", other_);
+  return v;
+}
+
+Divergence compare(const Outcome& c, const Outcome& r) {
+  Divergence d;
+  bool c_known = c.status == Status::Ok || c.status == Status::Error;
+  bool r_known = r.status == Status::Ok || r.status == Status::Error;
+  if (!c_known || !r_known) return d;  // skipped or unknown on one side
+  if (c.status != r.status) {
+    d.error_status = true;
+  } else if (c.status == Status::Error) {
+    d.error_status = std::memcmp(c.sqlstate, r.sqlstate, 5) != 0;
+  } else if (c.has_rows && r.has_rows && c.rows != r.rows) {
+    d.row_count = true;
+  }
+  return d;
+}
+
+void Stats::merge(const Stats& o) {
+  lat.merge(o.lat);
+  lag.merge(o.lag);
+  statements += o.statements;
+  transactions += o.transactions;
+  div_error_status += o.div_error_status;
+  div_row_count += o.div_row_count;
+  sessions_failed += o.sessions_failed;
+  if (first_session_error.empty()) first_session_error = o.first_session_error;
+  errors.merge(o.errors);
+  if (fps.size() < o.fps.size()) fps.resize(o.fps.size());
+  for (size_t i = 0; i < o.fps.size(); ++i) {
+    fps[i].count += o.fps[i].count;
+    fps[i].pairs += o.fps[i].pairs;
+    fps[i].replay_ns += o.fps[i].replay_ns;
+    fps[i].captured_ns += o.fps[i].captured_ns;
+  }
+}
+
+void fill_report(Report& r, const Stats& s, const Plan& plan, Nanos duration_ns) {
+  auto ms = [](double ns) { return ns / 1e6; };
+  r.sessions = plan.sessions.size();
+  r.sessions_failed = s.sessions_failed;
+  r.first_session_error = s.first_session_error;
+  r.transactions = s.transactions;
+  r.statements = s.statements;
+  r.errors = s.errors.total();
+  r.errors_by_sqlstate = s.errors.sorted();
+  r.divergence_error_status = s.div_error_status;
+  r.divergence_row_count = s.div_row_count;
+  r.unsupported = plan.summary.unsupported;
+  r.duration_s = static_cast<double>(duration_ns) / 1e9;
+  r.tps = r.duration_s > 0 ? static_cast<double>(r.transactions) / r.duration_s : 0;
+  r.captured_duration_s = static_cast<double>(plan.summary.duration_ns) / 1e9;
+  r.lat_avg_ms = ms(s.lat.mean());
+  r.lat_stddev_ms = ms(s.lat.stddev());
+  r.lat_p50_ms = ms(static_cast<double>(s.lat.quantile(0.50)));
+  r.lat_p90_ms = ms(static_cast<double>(s.lat.quantile(0.90)));
+  r.lat_p99_ms = ms(static_cast<double>(s.lat.quantile(0.99)));
+  r.lat_p999_ms = ms(static_cast<double>(s.lat.quantile(0.999)));
+  r.lat_max_ms = ms(static_cast<double>(s.lat.max()));
+  r.lag_avg_ms = ms(s.lag.mean());
+  r.lag_p99_ms = ms(static_cast<double>(s.lag.quantile(0.99)));
+  r.lag_max_ms = ms(static_cast<double>(s.lag.max()));
+
+  std::vector<FingerprintDelta> deltas;
+  for (size_t i = 0; i < s.fps.size(); ++i) {
+    const FpStat& f = s.fps[i];
+    if (f.pairs == 0) continue;
+    FingerprintDelta d;
+    d.sql = i < plan.fingerprints.size() ? plan.fingerprints[i] : std::string();
+    d.count = f.count;
+    d.captured_ms = ms(f.captured_ns / static_cast<double>(f.pairs));
+    d.replay_ms = ms(f.replay_ns / static_cast<double>(f.pairs));
+    deltas.push_back(std::move(d));
+  }
+  auto diff = [](const FingerprintDelta& d) { return d.replay_ms - d.captured_ms; };
+  std::sort(deltas.begin(), deltas.end(),
+            [&](const auto& a, const auto& b) { return diff(a) > diff(b); });
+  for (const auto& d : deltas)
+    if (diff(d) > 0 && r.slowed.size() < 10) r.slowed.push_back(d);
+  for (auto it = deltas.rbegin(); it != deltas.rend(); ++it)
+    if (diff(*it) < 0 && r.sped_up.size() < 10) r.sped_up.push_back(*it);
+}
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string shorten(const std::string& sql) {
+  return sql.size() <= 100 ? sql : sql.substr(0, 97) + "...";
+}
+
+void print_deltas(std::ostream& out, const char* title, const std::vector<FingerprintDelta>& v) {
+  out << title << (v.empty() ? " none\n" : "\n");
+  for (const auto& d : v) {
+    out << "  " << fmt("%+10.3f ms", d.replay_ms - d.captured_ms) << "  (" << fmt("%.3f", d.captured_ms)
+        << " -> " << fmt("%.3f", d.replay_ms) << " ms, " << d.count << "x)  " << shorten(d.sql)
+        << "\n";
+  }
+}
+
+}  // namespace
+
+void print_report(std::ostream& out, const Report& r) {
+  out << "replay mode: " << (r.max_speed ? std::string("max speed") : fmt("speed %g", r.speed)) << "\n";
+  out << "number of sessions: " << r.sessions;
+  if (r.sessions_failed) out << " (" << r.sessions_failed << " failed: " << r.first_session_error << ")";
+  out << "\n";
+  out << "number of threads: " << r.threads << "\n";
+  out << "number of transactions actually processed: " << r.transactions << "\n";
+  out << "number of statements: " << r.statements << "\n";
+  out << "number of failed statements: " << r.errors << "\n";
+  out << "duration: " << fmt("%.3f", r.duration_s) << " s (captured " << fmt("%.3f", r.captured_duration_s)
+      << " s)\n";
+  out << "latency average = " << fmt("%.3f", r.lat_avg_ms) << " ms (per statement)\n";
+  out << "latency stddev = " << fmt("%.3f", r.lat_stddev_ms) << " ms\n";
+  out << "latency p50/p90/p99/p99.9/max = " << fmt("%.3f", r.lat_p50_ms) << "/" << fmt("%.3f", r.lat_p90_ms)
+      << "/" << fmt("%.3f", r.lat_p99_ms) << "/" << fmt("%.3f", r.lat_p999_ms) << "/"
+      << fmt("%.3f", r.lat_max_ms) << " ms\n";
+  if (!r.max_speed)
+    out << "schedule lag average/p99/max = " << fmt("%.3f", r.lag_avg_ms) << "/" << fmt("%.3f", r.lag_p99_ms)
+        << "/" << fmt("%.3f", r.lag_max_ms) << " ms\n";
+  out << "tps = " << fmt("%.6f", r.tps) << "\n";
+  out << "errors by SQLSTATE:" << (r.errors_by_sqlstate.empty() ? " none" : "");
+  for (const auto& [state, n] : r.errors_by_sqlstate) out << " " << state << "=" << n;
+  out << "\n";
+  out << "divergence: " << r.divergence_error_status << " error status, " << r.divergence_row_count
+      << " row count\n";
+  if (r.unsupported) out << "not replayable (see tierlab replay --help): " << r.unsupported << " messages\n";
+  print_deltas(out, "slowed down most (mean, captured -> replay):", r.slowed);
+  print_deltas(out, "sped up most (mean, captured -> replay):", r.sped_up);
+}
+
+void print_dry_run(std::ostream& out, const WorkloadSummary& s) {
+  out << "sessions: " << s.sessions << "\n";
+  out << "statements: " << s.statements << "\n";
+  out << "transactions: " << s.transactions << "\n";
+  out << "round trips: " << s.units << "\n";
+  out << "captured errors: " << s.captured_errors << "\n";
+  out << "COPY data: " << s.copy_bytes << " bytes\n";
+  out << "duration: " << fmt("%.3f", static_cast<double>(s.duration_ns) / 1e9) << " s\n";
+  out << "max concurrency: " << s.max_concurrency << " sessions\n";
+  out << "statement fingerprints: " << s.fingerprints << "\n";
+  if (s.unsupported) out << "not replayable: " << s.unsupported << " messages\n";
+}
+
+}  // namespace tierlab::replay

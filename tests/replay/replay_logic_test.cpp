@@ -1,0 +1,448 @@
+// Pure logic of the replay engine: schedule, timer heap, state machine,
+// fingerprints, user maps, time arguments, stats, and building a plan from
+// in-memory record sequences.
+#include "common/error.h"
+#include "replay/plan.h"
+#include "replay/replay.h"
+#include "replay/schedule.h"
+#include "replay/session.h"
+#include "replay/stats.h"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+
+using namespace tierlab;
+using namespace tierlab::replay;
+using trace::Record;
+
+namespace {
+
+constexpr Nanos kMs = 1000000;
+
+Outcome ok_rows(uint64_t n) {
+  Outcome o;
+  o.status = Status::Ok;
+  o.has_rows = true;
+  o.rows = n;
+  return o;
+}
+
+Outcome err(const char* state) {
+  Outcome o;
+  o.status = Status::Error;
+  std::memcpy(o.sqlstate, state, 5);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("schedule is absolute: epoch + (t - t0) / speed, no drift", "[replay][schedule]") {
+  Schedule s;
+  s.epoch = 1'000'000'000;
+  s.t0 = 5'000'000'000;
+  s.speed = 2.0;
+  CHECK(s.at(5'000'000'000) == 1'000'000'000);
+  CHECK(s.at(7'000'000'000) == 2'000'000'000);
+  // Late sends do not move later deadlines: 100,000 steps of 1 ms each at
+  // speed 3 land exactly where one division puts them.
+  s.speed = 3.0;
+  Nanos prev = s.at(s.t0);
+  for (int i = 1; i <= 100000; ++i) {
+    Nanos t = s.at(s.t0 + i * kMs);
+    CHECK(t >= prev);
+    prev = t;
+  }
+  CHECK(prev == s.epoch + static_cast<Nanos>(100000.0 * kMs / 3.0));
+  s.max_speed = true;
+  CHECK(s.at(s.t0 + 999 * kMs) == s.epoch);
+}
+
+TEST_CASE("timer heap pops in deadline order and supports move and cancel", "[replay][schedule]") {
+  TimerHeap h(1000);
+  std::mt19937_64 rng(42);
+  std::vector<Nanos> due(1000);
+  for (uint32_t i = 0; i < 1000; ++i) {
+    due[i] = static_cast<Nanos>(rng() % 1000000);
+    h.set(i, due[i]);
+  }
+  // move some earlier, some later, cancel some
+  for (uint32_t i = 0; i < 1000; i += 7) {
+    due[i] = static_cast<Nanos>(rng() % 1000000);
+    h.set(i, due[i]);
+  }
+  for (uint32_t i = 3; i < 1000; i += 11) {
+    h.cancel(i);
+    due[i] = -1;
+  }
+  Nanos last = -1;
+  size_t popped = 0;
+  while (!h.empty()) {
+    Nanos d = h.top_due();
+    uint32_t s = h.pop();
+    CHECK(d == due[s]);
+    CHECK(d >= last);
+    CHECK_FALSE(h.armed(s));
+    last = d;
+    ++popped;
+  }
+  size_t cancelled = 0;
+  for (Nanos d : due) cancelled += d == -1;
+  CHECK(popped + cancelled == 1000);
+}
+
+TEST_CASE("session state machine allows only the documented exits", "[replay][state]") {
+  // The life of a session that runs a COPY and ends cleanly.
+  State s = State::Pending;
+  s = transition(s, Event::Due);
+  CHECK(s == State::Connecting);
+  s = transition(s, Event::Connected);
+  CHECK(s == State::Idle);
+  s = transition(s, Event::UnitSent);
+  CHECK(s == State::Busy);
+  s = transition(s, Event::CopyInStarted);
+  CHECK(s == State::CopyIn);
+  s = transition(s, Event::CopyFinished);
+  CHECK(s == State::Busy);
+  s = transition(s, Event::CopyOutStarted);
+  CHECK(s == State::CopyOut);
+  s = transition(s, Event::CopyFinished);
+  CHECK(s == State::Busy);
+  s = transition(s, Event::UnitDone);
+  CHECK(s == State::Idle);
+  s = transition(s, Event::Ended);
+  CHECK(s == State::Done);
+
+  // Every state but Done can fail; Done has no exits.
+  for (State st : {State::Pending, State::Connecting, State::Idle, State::Busy, State::CopyIn,
+                   State::CopyOut})
+    CHECK(transition(st, Event::Failed) == State::Done);
+  for (int e = 0; e <= static_cast<int>(Event::Failed); ++e)
+    CHECK(transition(State::Done, static_cast<Event>(e)) == State::Invalid);
+  // Things that must not happen.
+  CHECK(transition(State::Pending, Event::UnitSent) == State::Invalid);
+  CHECK(transition(State::Connecting, Event::UnitSent) == State::Invalid);
+  CHECK(transition(State::Idle, Event::UnitDone) == State::Invalid);
+  CHECK(transition(State::Busy, Event::UnitSent) == State::Invalid);
+  CHECK(transition(State::Busy, Event::Ended) == State::Invalid);
+  CHECK(transition(State::CopyIn, Event::UnitDone) == State::Invalid);
+  CHECK(std::string(state_name(State::CopyIn)) == "copy-in");
+}
+
+TEST_CASE("fingerprints ignore literals, parameter markers, case and whitespace", "[replay][fingerprint]") {
+  CHECK(normalize_sql("SELECT abalance FROM pgbench_accounts WHERE aid = 42;") ==
+        "select abalance from pgbench_accounts where aid=?");
+  CHECK(fingerprint("SELECT abalance FROM pgbench_accounts WHERE aid = 42;") ==
+        fingerprint("select abalance\n  from pgbench_accounts where aid=$1"));
+  CHECK(fingerprint("UPDATE t SET v = v + -3012 WHERE id = 7") ==
+        fingerprint("UPDATE t SET v = v + $1 WHERE id = $2"));
+  CHECK(normalize_sql("insert into t values (1, 'it''s', 2.5e3, E'a\\'b', $$x$$)") ==
+        "insert into t values(?, ?, ?, ?, ?)");
+  CHECK(normalize_sql("SELECT \"MixedCase\".x FROM \"MixedCase\" -- trailing comment\n /* c */ LIMIT 10") ==
+        "select \"MixedCase\".x from \"MixedCase\" limit ?");
+  CHECK(normalize_sql("SELECT $1::int + 1") == "select ?::int+?");
+  CHECK(normalize_sql("SELECT * FROM c") == "select * from c");
+  CHECK(normalize_sql("select t1.c2 from t1") == "select t1.c2 from t1");  // digits in names stay
+  CHECK(fingerprint("select 1") != fingerprint("select 1 from t"));
+  CHECK(fingerprint("SELECT * FROM a") != fingerprint("SELECT * FROM b"));
+}
+
+TEST_CASE("user map parses captured=target lines and rejects malformed ones", "[replay][usermap]") {
+  UserMap m = parse_user_map("# comment\n\n  app = replay_app \nreporting=ro\n", "users.map");
+  REQUIRE(m.entries.size() == 2);
+  REQUIRE(m.find("app"));
+  CHECK(*m.find("app") == "replay_app");
+  CHECK(*m.find("reporting") == "ro");
+  CHECK(m.find("other") == nullptr);
+  CHECK_THROWS_WITH(parse_user_map("a=b\nnonsense\n", "users.map"),
+                    Catch::Contains("users.map:2: expected captured=target"));
+  CHECK_THROWS_WITH(parse_user_map("a=\n", "m"), Catch::Contains("m:1:"));
+  CHECK_THROWS_WITH(parse_user_map("a=b\na=c\n", "m"), Catch::Contains("m:2: user 'a' is mapped twice"));
+  CHECK_THROWS_AS(load_user_map("/nonexistent/users.map"), InputError);
+}
+
+TEST_CASE("time arguments take seconds or units", "[replay][time]") {
+  CHECK(parse_time("30", "--begin") == 30'000'000'000);
+  CHECK(parse_time("1.5", "--begin") == 1'500'000'000);
+  CHECK(parse_time("30s", "--begin") == 30'000'000'000);
+  CHECK(parse_time("250ms", "--end") == 250'000'000);
+  CHECK(parse_time("2m", "--end") == 120'000'000'000);
+  CHECK(parse_time("1h", "--end") == 3'600'000'000'000);
+  CHECK_THROWS_WITH(parse_time("soon", "--end"), Catch::Contains("--end: 'soon' is not a time"));
+  CHECK_THROWS_AS(parse_time("-1", "--begin"), InputError);
+  CHECK_THROWS_AS(parse_time("5 parsecs", "--begin"), InputError);
+}
+
+TEST_CASE("divergence: error status and row counts, same failure is not divergence", "[replay][stats]") {
+  CHECK_FALSE(compare(ok_rows(1), ok_rows(1)).error_status);
+  CHECK_FALSE(compare(ok_rows(1), ok_rows(1)).row_count);
+  CHECK(compare(ok_rows(1), ok_rows(0)).row_count);
+  CHECK(compare(ok_rows(1), err("23505")).error_status);
+  CHECK(compare(err("23505"), ok_rows(1)).error_status);
+  CHECK(compare(err("23505"), err("42P01")).error_status);
+  Divergence same = compare(err("42P01"), err("42P01"));
+  CHECK_FALSE(same.error_status);
+  CHECK_FALSE(same.row_count);
+  Outcome skipped;
+  skipped.status = Status::Skipped;
+  CHECK_FALSE(compare(skipped, ok_rows(1)).error_status);
+  Outcome no_rows;
+  no_rows.status = Status::Ok;
+  CHECK_FALSE(compare(no_rows, ok_rows(5)).row_count);
+}
+
+TEST_CASE("per-thread stats merge into the totals", "[replay][stats]") {
+  Stmt st;
+  st.fp = 1;
+  st.captured = ok_rows(1);
+  st.captured_latency = 2 * kMs;
+  Stats a(2), b(2);
+  for (int i = 0; i < 100; ++i) a.statement(st, ok_rows(1), 1 * kMs);
+  for (int i = 0; i < 50; ++i) b.statement(st, ok_rows(2), 5 * kMs);
+  a.errors.add("23505");
+  b.errors.add("23505");
+  b.errors.add("40001", 3);
+  a.transactions = 7;
+  b.transactions = 5;
+  b.sessions_failed = 1;
+  b.first_session_error = "boom";
+  Stats total(2);
+  total.merge(a);
+  total.merge(b);
+  CHECK(total.statements == 150);
+  CHECK(total.transactions == 12);
+  CHECK(total.div_row_count == 50);
+  CHECK(total.lat.count() == 150);
+  CHECK(total.lat.max() == b.lat.max());
+  CHECK(total.errors.total() == 5);
+  CHECK(total.errors.get("23505") == 2);
+  CHECK(total.errors.get("40001") == 3);
+  CHECK(total.fps[1].count == 150);
+  CHECK(total.first_session_error == "boom");
+  auto sorted = total.errors.sorted();
+  REQUIRE(sorted.size() == 2);
+  CHECK(sorted[0].first == "23505");
+
+  Plan plan;
+  plan.fingerprints = {"select ?", "update t set v=?"};
+  plan.sessions.resize(3);
+  Report r;
+  fill_report(r, total, plan, 2'000'000'000);
+  CHECK(r.tps == Approx(6.0));
+  CHECK(r.statements == 150);
+  CHECK(r.errors == 5);
+  // mean (100 * 1 + 50 * 5) / 150 = 2.33 ms against 2 ms captured: slowed.
+  REQUIRE(r.slowed.size() == 1);
+  CHECK(r.sped_up.empty());
+  CHECK(r.slowed[0].sql == "update t set v=?");
+  CHECK(r.slowed[0].count == 150);
+  CHECK(r.slowed[0].captured_ms == Approx(2.0));
+  CHECK(r.slowed[0].replay_ms == Approx(350.0 / 150.0));
+}
+
+TEST_CASE("sqlstate table counts many distinct states", "[replay][stats]") {
+  SqlstateCounts c;
+  char s[6] = "00000";
+  for (int i = 0; i < 300; ++i) {
+    std::snprintf(s, sizeof s, "%05d", i);
+    c.add(s);
+  }
+  CHECK(c.total() == 300);
+  auto v = c.sorted();
+  CHECK(v.back().first == "other");
+}
+
+// --- building plans from record sequences -------------------------------------
+
+namespace {
+
+struct Trace {
+  std::vector<Record> recs;
+  void add(Nanos ts, uint64_t sess, trace::Body b) { recs.push_back(Record{ts, sess, std::move(b)}); }
+  std::shared_ptr<const Plan> build(Window w = {}) {
+    PlanBuilder b(w);
+    for (const auto& r : recs) b.add(r);
+    return b.finish();
+  }
+};
+
+trace::Result result(const char* tag, uint64_t rows) { return trace::Result{tag, true, rows}; }
+
+}  // namespace
+
+TEST_CASE("plan: simple queries, transactions, outcomes and latencies", "[replay][plan]") {
+  Trace t;
+  t.add(100 * kMs, 1, trace::SessionBegin{"alice", "shop", "app", "", 0, 0});
+  t.add(101 * kMs, 1, trace::Query{"BEGIN"});
+  t.add(102 * kMs, 1, trace::Result{"BEGIN", false, 0});
+  t.add(102 * kMs, 1, trace::Ready{'T'});
+  t.add(110 * kMs, 1, trace::Query{"UPDATE t SET v = 1 WHERE id = 3"});
+  t.add(113 * kMs, 1, result("UPDATE", 1));
+  t.add(113 * kMs, 1, trace::Ready{'T'});
+  t.add(120 * kMs, 1, trace::Query{"COMMIT"});
+  t.add(121 * kMs, 1, trace::Result{"COMMIT", false, 0});
+  t.add(121 * kMs, 1, trace::Ready{'I'});
+  t.add(130 * kMs, 1, trace::Query{"SELECT * FROM missing"});
+  t.add(131 * kMs, 1, trace::Error{"42P01", "ERROR", "relation does not exist"});
+  t.add(131 * kMs, 1, trace::Ready{'I'});
+  t.add(140 * kMs, 1, trace::SessionEnd{});
+  auto p = t.build();
+  REQUIRE(p->sessions.size() == 1);
+  const Session& s = p->sessions[0];
+  CHECK(std::string(s.user) == "alice");
+  CHECK(std::string(s.database) == "shop");
+  CHECK(s.begin == 100 * kMs);
+  CHECK(s.end == 140 * kMs);
+  CHECK(s.n_units == 4);
+  CHECK(p->summary.statements == 4);
+  CHECK(p->summary.transactions == 2);  // BEGIN..COMMIT, and the failed SELECT
+  CHECK(p->summary.captured_errors == 1);
+  CHECK(p->summary.duration_ns == 40 * kMs);
+  CHECK(p->t0 == 100 * kMs);
+  const Unit& upd = p->units[p->session_units[s.first_unit + 1]];
+  CHECK(upd.kind == UnitKind::Simple);
+  CHECK(std::string(upd.sql) == "UPDATE t SET v = 1 WHERE id = 3");
+  const Stmt& st = p->stmts[upd.first_stmt];
+  CHECK(st.captured.status == Status::Ok);
+  CHECK(st.captured.rows == 1);
+  CHECK(st.captured_latency == 3 * kMs);
+  const Unit& bad = p->units[p->session_units[s.first_unit + 3]];
+  CHECK(p->stmts[bad.first_stmt].captured.status == Status::Error);
+  CHECK(std::string(p->stmts[bad.first_stmt].captured.sqlstate) == "42P01");
+}
+
+TEST_CASE("plan: extended protocol groups up to Sync with parameters", "[replay][plan]") {
+  Trace t;
+  std::vector<uint32_t> types{23};
+  std::vector<trace::Param> params{trace::Param{0, false, "42"}};
+  std::vector<trace::Param> params2{trace::Param{0, false, "43"}};
+  std::vector<int16_t> fmts;
+  t.add(0, 7, trace::SessionBegin{"bob", "db", "", "", 0, 0});
+  // pgbench -M prepared: Parse+Sync once, then Bind/Describe/Execute/Sync.
+  t.add(1 * kMs, 7, trace::Parse{"P0_1", "SELECT abalance FROM a WHERE aid = $1", types});
+  t.add(1 * kMs, 7, trace::Sync{});
+  t.add(2 * kMs, 7, trace::Ready{'I'});
+  for (int i = 0; i < 2; ++i) {
+    Nanos at = (10 + 10 * i) * kMs;
+    t.add(at, 7, trace::Bind{"", "P0_1", i ? params2 : params, fmts});
+    t.add(at, 7, trace::Describe{'P', ""});
+    t.add(at, 7, trace::Execute{"", 0});
+    t.add(at, 7, trace::Sync{});
+    t.add(at + 2 * kMs, 7, result("SELECT", 1));
+    t.add(at + 2 * kMs, 7, trace::Ready{'I'});
+  }
+  // A Parse error: attributed to the Execute that follows; the second
+  // Execute of the group is skipped by the server.
+  t.add(40 * kMs, 7, trace::Parse{"", "SELEC 1", {}});
+  t.add(40 * kMs, 7, trace::Bind{"", "", {}, fmts});
+  t.add(40 * kMs, 7, trace::Execute{"", 0});
+  t.add(40 * kMs, 7, trace::Bind{"", "", {}, fmts});
+  t.add(40 * kMs, 7, trace::Execute{"", 0});
+  t.add(40 * kMs, 7, trace::Sync{});
+  t.add(41 * kMs, 7, trace::Error{"42601", "ERROR", "syntax error"});
+  t.add(41 * kMs, 7, trace::Ready{'I'});
+  t.add(50 * kMs, 7, trace::Close{'S', "P0_1"});
+  t.add(50 * kMs, 7, trace::Sync{});
+  t.add(51 * kMs, 7, trace::Ready{'I'});
+  auto p = t.build();
+  REQUIRE(p->sessions.size() == 1);
+  const Session& s = p->sessions[0];
+  REQUIRE(s.n_units == 5);
+  CHECK(p->summary.statements == 4);
+  CHECK(p->summary.transactions == 3);
+  const Unit& prep = p->units[p->session_units[s.first_unit]];
+  CHECK(prep.kind == UnitKind::Extended);
+  REQUIRE(prep.n_ops == 1);
+  const Op& parse = p->ops[prep.first_op];
+  CHECK(parse.kind == OpKind::Prepare);
+  CHECK(std::string(parse.name) == "P0_1");
+  CHECK(parse.nparams == 1);
+  CHECK(p->types[parse.types] == 23);
+  const Unit& ex = p->units[p->session_units[s.first_unit + 2]];
+  REQUIRE(ex.n_ops == 1);  // Describe 'P' travels with PQsendQueryPrepared
+  const Op& exec = p->ops[ex.first_op];
+  CHECK(exec.kind == OpKind::Execute);
+  CHECK(std::string(exec.name) == "P0_1");
+  CHECK(std::string(p->param_values[exec.params]) == "43");
+  CHECK(p->param_lengths[exec.params] == 2);
+  CHECK(p->stmts[exec.stmt].captured.rows == 1);
+  CHECK(p->stmts[exec.stmt].captured_latency == 2 * kMs);
+  const Unit& bad = p->units[p->session_units[s.first_unit + 3]];
+  REQUIRE(bad.n_stmts == 2);
+  CHECK(p->stmts[bad.first_stmt].captured.status == Status::Error);
+  CHECK(std::string(p->stmts[bad.first_stmt].captured.sqlstate) == "42601");
+  CHECK(p->stmts[bad.first_stmt + 1].captured.status == Status::Skipped);
+  const Unit& close = p->units[p->session_units[s.first_unit + 4]];
+  REQUIRE(close.n_ops == 1);
+  CHECK(p->ops[close.first_op].kind == OpKind::Deallocate);
+  CHECK(std::string(p->ops[close.first_op].sql) == "DEALLOCATE \"P0_1\"");
+  // Both Executes share the fingerprint of their prepared statement.
+  CHECK(p->stmts[p->units[p->session_units[s.first_unit + 1]].first_stmt].fp ==
+        p->stmts[exec.stmt].fp);
+  CHECK(p->fingerprints[p->stmts[exec.stmt].fp] == "select abalance from a where aid=?");
+}
+
+TEST_CASE("plan: COPY FROM STDIN keeps its data chunks", "[replay][plan]") {
+  Trace t;
+  t.add(0, 3, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  t.add(1 * kMs, 3, trace::Query{"COPY t FROM STDIN"});
+  t.add(2 * kMs, 3, trace::CopyData{trace::CopyDir::In, "1\ta\n2\tb\n"});
+  t.add(2 * kMs, 3, trace::CopyData{trace::CopyDir::In, "3\tc\n"});
+  t.add(2 * kMs, 3, trace::CopyDone{trace::CopyDir::In});
+  t.add(3 * kMs, 3, result("COPY", 3));
+  t.add(3 * kMs, 3, trace::Ready{'I'});
+  auto p = t.build();
+  REQUIRE(p->sessions[0].n_units == 1);
+  const Unit& u = p->units[p->session_units[0]];
+  CHECK(u.kind == UnitKind::Copy);
+  REQUIRE(u.n_copy == 2);
+  CHECK(std::string(p->copy_chunks[u.first_copy].data) == "1\ta\n2\tb\n");
+  CHECK(p->copy_chunks[u.first_copy + 1].len == 4);
+  CHECK(p->stmts[u.first_stmt].captured.rows == 3);
+  CHECK(p->summary.copy_bytes == 12);
+}
+
+TEST_CASE("plan: window drops units, re-prepares statements, concurrency counted", "[replay][plan]") {
+  Trace t;
+  std::vector<trace::Param> none;
+  std::vector<int16_t> fmts;
+  for (uint64_t s = 1; s <= 3; ++s)
+    t.add(static_cast<Nanos>(s) * kMs, s, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  t.add(5 * kMs, 1, trace::Parse{"q", "SELECT 1", {}});
+  t.add(5 * kMs, 1, trace::Sync{});
+  t.add(6 * kMs, 1, trace::Ready{'I'});
+  for (int i = 0; i < 10; ++i) {
+    Nanos at = (100 + 100 * i) * kMs;
+    t.add(at, 1, trace::Bind{"", "q", none, fmts});
+    t.add(at, 1, trace::Execute{"", 0});
+    t.add(at, 1, trace::Sync{});
+    t.add(at + kMs, 1, result("SELECT", 1));
+    t.add(at + kMs, 1, trace::Ready{'I'});
+  }
+  t.add(1500 * kMs, 1, trace::SessionEnd{});
+  t.add(50 * kMs, 2, trace::SessionEnd{});  // short session: 2 ms .. 50 ms
+  t.add(1400 * kMs, 3, trace::SessionEnd{});
+  auto all = t.build();
+  CHECK(all->sessions.size() == 3);
+  CHECK(all->summary.statements == 10);
+  CHECK(all->summary.max_concurrency == 3);
+  CHECK(all->summary.duration_ns == 1499 * kMs);
+
+  // From 0.5 s to 0.8 s after the first record (t = 1 ms): units at 600,
+  // 700 and 800 ms fall in [501, 801).
+  Window w;
+  w.begin = 500 * kMs;
+  w.end = 800 * kMs;
+  auto part = t.build(w);
+  CHECK(part->summary.statements == 3);
+  REQUIRE(part->sessions.size() == 2);  // session 2 ended before the window
+  const Session& s = part->sessions[0];
+  REQUIRE(s.n_units == 4);               // re-prepare + 3 executes
+  const Unit& restore = part->units[part->session_units[s.first_unit]];
+  REQUIRE(restore.n_ops == 1);
+  CHECK(part->ops[restore.first_op].kind == OpKind::Prepare);
+  CHECK(std::string(part->ops[restore.first_op].name) == "q");
+  CHECK(restore.n_stmts == 0);
+  CHECK(s.begin == 501 * kMs);
+}
