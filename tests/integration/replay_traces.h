@@ -42,10 +42,10 @@ class TraceBuilder {
   }
   // Parse (+ Sync) of a named statement, as pgbench -M prepared does.
   void prepare(Nanos ts, uint64_t s, const std::string& name, const std::string& sql,
-               const std::vector<uint32_t>& types, Nanos lat = kMs) {
+               const std::vector<uint32_t>& types, Nanos lat = kMs, char ready = 'I') {
     w_->write(ts, s, trace::Parse{name, sql, types});
     w_->write(ts, s, trace::Sync{});
-    w_->write(ts + lat, s, trace::Ready{'I'});
+    w_->write(ts + lat, s, trace::Ready{ready});
   }
   // Bind/Describe/Execute/Sync of a statement (unnamed: with its Parse first,
   // as pgbench -M extended does).

@@ -1,0 +1,404 @@
+// tierlab replay against a throwaway PostgreSQL: statement and transaction
+// counts, errors and divergence, COPY, timing fidelity, 2,000 sessions, and
+// the CLI (flags, unreachable target, JSON report, dry run, progress).
+#include "common/error.h"
+#include "replay/replay.h"
+#include "support/support.h"
+#include "tests/integration/replay_traces.h"
+#include "trace/reader.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+using namespace tierlab;
+using namespace replay_test;
+using tierlab::test::TempDir;
+
+namespace {
+
+replay::Workload load_file(const std::string& path, replay::Window w = {}) {
+  auto r = trace::open_reader(path);
+  return replay::load(*r, w);
+}
+
+trace::Summary summary_of(const std::string& path) {
+  auto r = trace::open_reader(path);
+  return trace::summarize(*r);
+}
+
+replay::Options opts_for(const pgtmp::Server& pg) {
+  replay::Options o;
+  o.conninfo = pg.conninfo();
+  o.threads = 2;
+  return o;
+}
+
+// pgbench's built-in TPC-B-like script, recorded the way the proxy records
+// it in each protocol mode: -M simple sends Query messages with the values
+// inlined; -M extended sends Parse(unnamed)/Bind/Describe/Execute/Sync;
+// -M prepared prepares each statement once (Parse P_n + Sync) and then
+// sends Bind/Describe/Execute/Sync.
+void write_pgbench_trace(const std::string& path, const std::string& mode, int clients,
+                         int txns) {
+  TraceBuilder b(path);
+  std::mt19937 rng(7);
+  const char* sql[] = {
+      "BEGIN;",
+      "UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2;",
+      "SELECT abalance FROM pgbench_accounts WHERE aid = $1;",
+      "UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2;",
+      "UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2;",
+      "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, "
+      "CURRENT_TIMESTAMP);",
+      "END;",
+  };
+  const char* tags[] = {"BEGIN", "UPDATE", "SELECT", "UPDATE", "UPDATE", "INSERT", "COMMIT"};
+  const bool rows[] = {false, true, true, true, true, true, false};
+  Nanos t0 = 5000 * kMs;
+  for (int c = 1; c <= clients; ++c) {
+    uint64_t s = static_cast<uint64_t>(c);
+    Nanos ts = t0 + c * kMs;
+    b.begin(ts, s, "postgres");
+    bool prepared[7] = {};
+    for (int t = 0; t < txns; ++t) {
+      std::string aid = std::to_string(1 + rng() % 100000), tid = std::to_string(1 + rng() % 10),
+                  bid = "1", delta = std::to_string(static_cast<int>(rng() % 10001) - 5000);
+      std::vector<std::vector<std::string>> params = {
+          {}, {delta, aid}, {aid}, {delta, tid}, {delta, bid}, {tid, bid, aid, delta}, {}};
+      for (int k = 0; k < 7; ++k) {
+        ts += 300000;  // 0.3 ms apart
+        char ready = k == 6 ? 'I' : 'T';
+        if (mode == "simple") {
+          std::string text = sql[k];
+          for (size_t p = params[k].size(); p >= 1; --p) {
+            std::string marker = "$" + std::to_string(p);
+            text.replace(text.find(marker), marker.size(), params[k][p - 1]);
+          }
+          b.query(ts, s, text, tags[k], rows[k], rows[k] ? 1 : 0, 200000, ready);
+        } else if (mode == "extended") {
+          b.execute(ts, s, "", sql[k], {}, params[k], tags[k], rows[k], rows[k] ? 1 : 0, 200000, ready);
+        } else {
+          std::string name = "P_" + std::to_string(k);
+          if (!prepared[k]) {
+            b.prepare(ts, s, name, sql[k], {}, 100000, k == 0 ? 'I' : 'T');
+            prepared[k] = true;
+            ts += 150000;
+          }
+          b.execute(ts, s, name, "", {}, params[k], tags[k], rows[k], rows[k] ? 1 : 0, 200000, ready);
+        }
+      }
+    }
+    b.end(ts + kMs, s);
+  }
+  b.close();
+}
+
+void init_pgbench(const pgtmp::Server& pg) {
+  std::string out;
+  int rc = pg.run_tool("pgbench", {"-i", "-s", "1", "-q", "postgres"}, &out);
+  if (rc != 0) FAIL("pgbench -i failed: " << out);
+}
+
+}  // namespace
+
+TEST_CASE("replay of a pgbench run in each protocol mode: same statements and transactions, no errors",
+          "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  init_pgbench(pg);
+  TempDir dir;
+  for (std::string mode : {"simple", "extended", "prepared"}) {
+    INFO("mode " << mode);
+    std::string path = dir.file(mode + ".tlt");
+    write_pgbench_trace(path, mode, 4, 50);
+    trace::Summary cap = summary_of(path);
+    REQUIRE(cap.statements == 4 * 50 * 7);
+    REQUIRE(cap.transactions == 4 * 50);
+    replay::Workload w = load_file(path);
+    CHECK(w.summary().statements == cap.statements);
+    CHECK(w.summary().transactions == cap.transactions);
+    replay::Options o = opts_for(pg);
+    o.max_speed = true;
+    replay::Report r = replay::run(w, o);
+    CHECK(r.sessions_failed == 0);
+    CHECK(r.first_session_error == "");
+    CHECK(r.statements == cap.statements);
+    CHECK(r.transactions == cap.transactions);
+    CHECK(r.errors == 0);
+    CHECK(r.divergence_error_status == 0);
+    CHECK(r.divergence_row_count == 0);
+    CHECK(r.unsupported == 0);
+  }
+  // Every history insert landed: 3 modes x 4 clients x 50 transactions.
+  CHECK(pg.sql("SELECT count(*) FROM pgbench_history") == "600");
+}
+
+TEST_CASE("a statement that failed at capture fails the same way and is not divergence", "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("t.tlt");
+  {
+    TraceBuilder b(path);
+    b.begin(0, 1, "postgres");
+    b.query(1 * kMs, 1, "SELECT 1", "SELECT", true, 1);
+    b.query_error(2 * kMs, 1, "SELECT * FROM no_such_table", "42P01");
+    // extended protocol: the Execute fails the same way
+    b.execute(3 * kMs, 1, "", "SELECT 1/$1::int", {}, {"0"}, "SELECT", true, 1);
+    b.end(4 * kMs, 1);
+    b.close();
+  }
+  // Patch: the extended statement failed at capture with 22012 as well.
+  // (Built by hand: Parse/Bind/Execute/Sync answered with an Error.)
+  std::string path2 = dir.file("t2.tlt");
+  {
+    auto w = trace::open_writer(path2);
+    w->write(0, 1, trace::SessionBegin{"postgres", "postgres", "", "", 0, 0});
+    w->write(1 * kMs, 1, trace::Query{"SELECT * FROM no_such_table"});
+    w->write(2 * kMs, 1, trace::Error{"42P01", "ERROR", "relation does not exist"});
+    w->write(2 * kMs, 1, trace::Ready{'I'});
+    std::vector<trace::Param> ps{trace::Param{0, false, "0"}};
+    w->write(3 * kMs, 1, trace::Parse{"", "SELECT 1/$1::int", {}});
+    w->write(3 * kMs, 1, trace::Bind{"", "", ps, {}});
+    w->write(3 * kMs, 1, trace::Execute{"", 0});
+    w->write(3 * kMs, 1, trace::Sync{});
+    w->write(4 * kMs, 1, trace::Error{"22012", "ERROR", "division by zero"});
+    w->write(4 * kMs, 1, trace::Ready{'I'});
+    w->write(5 * kMs, 1, trace::Query{"SELECT 2"});
+    w->write(6 * kMs, 1, trace::Result{"SELECT", true, 1});
+    w->write(6 * kMs, 1, trace::Ready{'I'});
+    w->write(7 * kMs, 1, trace::SessionEnd{});
+    w->close();
+  }
+  replay::Report r = replay::run(load_file(path2), opts_for(pg));
+  CHECK(r.statements == 3);
+  CHECK(r.errors == 2);
+  REQUIRE(r.errors_by_sqlstate.size() == 2);
+  CHECK(r.errors_by_sqlstate[0] == std::make_pair(std::string("22012"), uint64_t{1}));
+  CHECK(r.errors_by_sqlstate[1] == std::make_pair(std::string("42P01"), uint64_t{1}));
+  CHECK(r.divergence_error_status == 0);
+  CHECK(r.divergence_row_count == 0);
+
+  // The first trace recorded "SELECT 1/$1" with 0 as a success: now it
+  // fails, which is divergence; the captured 42P01 is not.
+  replay::Report r1 = replay::run(load_file(path), opts_for(pg));
+  CHECK(r1.statements == 3);
+  CHECK(r1.errors == 2);
+  CHECK(r1.divergence_error_status == 1);
+}
+
+TEST_CASE("statements that now fail or return other row counts are divergence", "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("d.tlt");
+  {
+    TraceBuilder b(path);
+    b.begin(0, 1, "postgres");
+    b.query(1 * kMs, 1, "SELECT * FROM gone_since_capture", "SELECT", true, 4);
+    b.query(2 * kMs, 1, "SELECT * FROM generate_series(1, 3)", "SELECT", true, 5);
+    b.query(3 * kMs, 1, "SELECT * FROM generate_series(1, 3)", "SELECT", true, 3);
+    b.execute(4 * kMs, 1, "", "SELECT * FROM generate_series(1, $1::int)", {}, {"2"}, "SELECT", true, 7);
+    b.end(5 * kMs, 1);
+    b.close();
+  }
+  replay::Report r = replay::run(load_file(path), opts_for(pg));
+  CHECK(r.statements == 4);
+  CHECK(r.errors == 1);
+  CHECK(r.divergence_error_status == 1);
+  CHECK(r.divergence_row_count == 2);
+}
+
+TEST_CASE("COPY FROM STDIN replays the same rows", "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  pg.sql("CREATE TABLE copy_target(id int, name text)");
+  TempDir dir;
+  std::string path = dir.file("c.tlt");
+  std::string big;
+  for (int i = 4; i <= 5000; ++i) big += std::to_string(i) + "\trow " + std::to_string(i) + "\n";
+  {
+    TraceBuilder b(path);
+    b.begin(0, 1, "postgres");
+    b.copy_in(1 * kMs, 1, "COPY copy_target FROM STDIN", {"1\tone\n2\ttwo\n", "3\tthree\n", big}, 5000);
+    b.query(2 * kMs, 1, "SELECT count(*) FROM copy_target", "SELECT", true, 1);
+    b.end(3 * kMs, 1);
+    b.close();
+  }
+  replay::Report r = replay::run(load_file(path), opts_for(pg));
+  CHECK(r.errors == 0);
+  CHECK(r.divergence_error_status == 0);
+  CHECK(r.divergence_row_count == 0);  // COPY 5000 again
+  CHECK(r.statements == 2);
+  CHECK(pg.sql("SELECT count(*) FROM copy_target") == "5000");
+  CHECK(pg.sql("SELECT string_agg(name, ',' ORDER BY id) FROM copy_target WHERE id <= 3") ==
+        "one,two,three");
+  CHECK(pg.sql("SELECT md5(string_agg(id || ':' || name, ',' ORDER BY id)) FROM copy_target") ==
+        pg.sql("SELECT md5(string_agg(i || ':' || CASE i WHEN 1 THEN 'one' WHEN 2 THEN 'two' "
+               "WHEN 3 THEN 'three' ELSE 'row ' || i END, ',' ORDER BY i)) "
+               "FROM generate_series(1, 5000) i"));
+}
+
+namespace {
+
+// 4 sessions over 3 s, a statement every 50 ms each.
+std::string write_timed_trace(const TempDir& dir) {
+  std::string path = dir.file("timed.tlt");
+  TraceBuilder b(path);
+  Nanos t0 = 1000 * kMs;
+  for (uint64_t s = 1; s <= 4; ++s) {
+    Nanos start = t0 + static_cast<Nanos>(s) * 7 * kMs;
+    b.begin(start, s, "postgres");
+    for (int i = 1; i < 58; ++i)
+      b.query(start + i * 50 * kMs, s, "SELECT " + std::to_string(i), "SELECT", true, 1, 300000);
+    b.end(t0 + 3000 * kMs - static_cast<Nanos>(4 - s) * 11 * kMs, s);
+  }
+  b.close();
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("replay at speed 1 takes the captured duration and at speed 2 half of it, within 2%", "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = write_timed_trace(dir);
+  replay::Workload w = load_file(path);
+  double captured = static_cast<double>(w.summary().duration_ns) / 1e9;
+  REQUIRE(captured == Approx(3.0 - 0.007).epsilon(0.001));
+  for (double speed : {1.0, 2.0}) {
+    INFO("speed " << speed);
+    replay::Options o = opts_for(pg);
+    o.speed = speed;
+    auto t = std::chrono::steady_clock::now();
+    replay::Report r = replay::run(w, o);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    double want = captured / speed;
+    CHECK(r.statements == 4 * 57);
+    CHECK(r.errors == 0);
+    CHECK(std::fabs(r.duration_s - want) <= 0.02 * want);
+    CHECK(std::fabs(wall - want) <= 0.02 * want);
+    CHECK(r.lag_p99_ms < 20.0);  // generous: a loaded 2-core machine
+  }
+}
+
+TEST_CASE("2,000 concurrent sessions replay", "[replay][pg]") {
+  pgtmp::Options po;
+  po.settings = {{"max_connections", "2100"}, {"shared_buffers", "32MB"}};
+  pgtmp::Server pg(po);
+  TempDir dir;
+  std::string path = dir.file("many.tlt");
+  const int n = 2000;
+  {
+    TraceBuilder b(path);
+    Nanos t0 = 0;
+    for (int i = 0; i < n; ++i) {
+      uint64_t s = static_cast<uint64_t>(i + 1);
+      b.begin(t0 + i * 250000, s, "postgres");  // all open within 0.5 s
+      b.query(t0 + 1500 * kMs + i * 100000, s, "SELECT " + std::to_string(i), "SELECT", true, 1);
+      b.end(t0 + 2000 * kMs, s);
+    }
+    b.close();
+  }
+  replay::Workload w = load_file(path);
+  REQUIRE(w.summary().max_concurrency == n);
+  replay::Options o = opts_for(pg);
+  replay::Report r = replay::run(w, o);
+  CHECK(r.sessions == n);
+  CHECK(r.sessions_failed == 0);
+  CHECK(r.first_session_error == "");
+  CHECK(r.statements == n);
+  CHECK(r.transactions == n);
+  CHECK(r.errors == 0);
+}
+
+TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreachable target",
+          "[replay][pg][cli]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("cli.tlt");
+  {
+    TraceBuilder b(path);
+    for (uint64_t s = 1; s <= 3; ++s) {
+      b.begin(0, s, "captured_user");
+      for (int i = 0; i < 20; ++i)
+        b.query(i * 60 * kMs + static_cast<Nanos>(s) * kMs, s, "SELECT " + std::to_string(i), "SELECT",
+                true, 1, 2 * kMs);
+      b.end(1300 * kMs, s);
+    }
+    b.query_error(1250 * kMs, 1, "SELECT * FROM missing_table", "42P01");
+    b.close();
+  }
+  std::string map = dir.file("users.map");
+  std::ofstream(map) << "# captured=target\ncaptured_user = " << pg.superuser() << "\n";
+  std::string json = dir.file("r.json");
+
+  auto r = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--user-map", map, "-P", "0.5",
+                                       "--json", json, "--threads", "2"});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("number of transactions actually processed: 61") != std::string::npos);
+  CHECK(r.out.find("errors by SQLSTATE: 42P01=1") != std::string::npos);
+  CHECK(r.err.find("progress: 0.5 s, ") != std::string::npos);
+  CHECK(r.err.find(" tps, lat ") != std::string::npos);
+  std::ifstream in(json);
+  nlohmann::json j = nlohmann::json::parse(in);
+  for (const char* key : {"transactions", "statements", "errors", "tps", "duration_s", "latency_ms", "lag_ms",
+                          "errors_by_sqlstate", "divergence", "slowed", "sped_up"})
+    CHECK(j.contains(key));
+  for (const char* key : {"avg", "stddev", "p50", "p90", "p99", "p999", "max"}) CHECK(j["latency_ms"].contains(key));
+  CHECK(j["lag_ms"].contains("p99"));
+  CHECK(j["lag_ms"].contains("max"));
+  CHECK(j["statements"] == 61);
+  CHECK(j["errors_by_sqlstate"]["42P01"] == 1);
+  CHECK(j["divergence"]["error_status"] == 0);
+  CHECK(j["duration_s"].get<double>() == Approx(1.3).epsilon(0.05));
+
+  // --user forces one user; an unknown one fails at the first connection
+  // with libpq's message.
+  auto bad_user = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--user", "nobody_here"});
+  CHECK(bad_user.status == 1);
+  CHECK(bad_user.err.find("nobody_here") != std::string::npos);
+  CHECK(tierlab::test::count_lines(bad_user.err) == 1);
+
+  // Without a map the captured user does not exist on the target.
+  auto unmapped = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo()});
+  CHECK(unmapped.status == 1);
+  CHECK(unmapped.err.find("captured_user") != std::string::npos);
+
+  auto dry = tierlab::test::run_tierlab({"replay", path, "--dry-run"});
+  CHECK(dry.status == 0);
+  CHECK(dry.out.find("sessions: 3") != std::string::npos);
+  CHECK(dry.out.find("statements: 61") != std::string::npos);
+  CHECK(dry.out.find("max concurrency: 3 sessions") != std::string::npos);
+  CHECK(dry.out.find("duration: 1.300 s") != std::string::npos);
+
+  auto window = tierlab::test::run_tierlab({"replay", path, "--dry-run", "--begin", "0.5", "--end", "1s"});
+  CHECK(window.status == 0);
+  // [0.5 s, 1 s): the statements at 0.54 .. 0.96 s, 8 per session.
+  CHECK(window.out.find("statements: 24") != std::string::npos);
+
+  auto unreachable = tierlab::test::run_tierlab({"replay", path, "--db", "host=127.0.0.1 port=1 connect_timeout=2"});
+  CHECK(unreachable.status == 1);
+  CHECK(tierlab::test::count_lines(unreachable.err) == 1);
+  CHECK(unreachable.err.find("127.0.0.1") != std::string::npos);
+  CHECK(unreachable.err.find("port=1") != std::string::npos);
+
+  std::string garbage = dir.file("garbage.map");
+  std::ofstream(garbage) << "not a mapping\n";
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"replay", path, "--db", "x", "--speed", "fast"},
+        std::vector<std::string>{"replay", path, "--db", "x", "--speed", "2", "--max-speed"},
+        std::vector<std::string>{"replay", path, "--db", "x", "--speed", "0"},
+        std::vector<std::string>{"replay", path, "--db", "x", "--begin", "soon"},
+        std::vector<std::string>{"replay", path},
+        std::vector<std::string>{"replay", dir.file("missing.tlt"), "--db", "x"},
+        std::vector<std::string>{"replay", path, "--db", "x", "--user-map", garbage}}) {
+    auto bad = tierlab::test::run_tierlab(args);
+    INFO(args.back() << ": " << bad.err);
+    CHECK(bad.status == 2);
+    CHECK(tierlab::test::count_lines(bad.err) == 1);
+  }
+}
