@@ -112,8 +112,9 @@ nlohmann::ordered_json result_json(const iosim::SimResult& r) {
   for (const auto& p : r.qd_series)
     series.push_back({{"t_ns", p.t}, {"width_ns", p.width}, {"mean_qd", p.mean_qd}});
   j["qd_series"] = series;
-  if (r.open_loop) {
+  if (r.recorded_ios > 0) {
     nlohmann::ordered_json b;
+    b["recorded_ios"] = r.recorded_ios;
     b["ios_behind"] = r.behind_ios;
     b["mean"] = r.mean_behind_ns;
     b["p50"] = r.behind.quantile(0.50);
@@ -121,8 +122,8 @@ nlohmann::ordered_json result_json(const iosim::SimResult& r) {
     b["max"] = r.behind.max();
     b["end"] = r.end_behind_ns;
     j["behind_ns"] = b;
-    j["late_arrivals"] = r.late_arrivals;
   }
+  if (r.open_loop) j["late_arrivals"] = r.late_arrivals;
   return j;
 }
 
@@ -183,7 +184,7 @@ void print_table(const std::string& heading, const std::vector<iosim::SimResult>
     std::snprintf(name, sizeof name, "QD %d-%d%%", s * 25, (s + 1) * 25);
     row(name, [&](const R& r) { return fixed(qd_slice(r, s / 4.0, (s + 1) / 4.0), 2); });
   }
-  if (!rs.empty() && rs[0].open_loop && rs[0].behind.count() + rs[0].behind_ios + rs[0].end_behind_ns > 0) {
+  if (!rs.empty() && rs[0].recorded_ios > 0) {
     row("behind I/Os", [](const R& r) { return std::to_string(r.behind_ios); });
     row("behind p50 (us)", [](const R& r) { return us(static_cast<double>(r.behind.quantile(0.5))); });
     row("behind p99 (us)", [](const R& r) { return us(static_cast<double>(r.behind.quantile(0.99))); });
