@@ -528,13 +528,23 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
       int pr = poll(&pfd, 1, 100);
       if (pr < 0 && errno != EINTR) throw RuntimeError(errno_message(where + ": poll", errno));
     }
-    int n = pcap_dispatch(pcap.get(), -1, on_packet, reinterpret_cast<u_char*>(&run));
-    if (n == PCAP_ERROR) throw RuntimeError(where + ": " + pcap_geterr(pcap.get()));
+    // Live: whatever the ring holds; a file: a batch at a time, so that
+    // stream holes time out in packet time as the file goes by.
+    int n = pcap_dispatch(pcap.get(), live ? -1 : 4096, on_packet,
+                          reinterpret_cast<u_char*>(&run));
+    if (n == PCAP_ERROR) {
+      std::string msg = where + ": " + pcap_geterr(pcap.get());
+      if (live) throw RuntimeError(msg);
+      // A file cut short (tcpdump killed): keep everything before the cut.
+      log << "tierlab capture sniff: warning: " << msg << "; stopped after " << sum.packets
+          << " packets\n";
+      break;
+    }
     if (!live && n == 0) break;  // end of file
     if (!live && g_stop.load()) break;
     if (live) {
       Nanos now = trace::monotonic_now();
-      if (n == 0) reasm.advance(now);  // no packets: let holes time out
+      reasm.advance(now);  // holes time out even when their stream is idle
       // Stopping: packets already captured sit in ring blocks the kernel
       // hands over only when they fill or time out (100 ms): drain them.
       if (!drain_until && (g_stop.load() || (deadline && now >= deadline)))

@@ -2,9 +2,10 @@
 // reordered and lost segments), the wire decoder and the trace writer — does
 // not allocate once warm.
 //
-// This file replaces the global operator new/delete of the whole capture test
-// binary with versions that count allocations per thread and otherwise
-// behave like the default ones (malloc/free).
+// Counting happens one level below operator new (which another test of this
+// binary replaces): malloc, calloc and realloc of this binary are counted per
+// thread and forwarded to the C library's allocator. Every heap allocation of
+// C++ and C code, libraries included, goes through them.
 #include "capture/sniff_frames.h"
 #include "capture/tcp_reassembly.h"
 #include "capture/wire.h"
@@ -12,57 +13,33 @@
 
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
+#include <cstddef>
+#include <cstdint>
 #include <memory>
-#include <new>
 #include <vector>
+
+extern "C" {
+void* __libc_malloc(size_t);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+}
 
 namespace {
 thread_local uint64_t t_allocs = 0;
+}
 
-void* counted_alloc(std::size_t n) {
+extern "C" void* malloc(size_t n) {
   ++t_allocs;
-  if (n == 0) n = 1;
-  if (void* p = std::malloc(n)) return p;
-  throw std::bad_alloc();
+  return __libc_malloc(n);
 }
-
-void* counted_alloc_aligned(std::size_t n, std::align_val_t al) {
+extern "C" void* calloc(size_t n, size_t m) {
   ++t_allocs;
-  std::size_t a = static_cast<std::size_t>(al);
-  if (n == 0) n = 1;
-  n = (n + a - 1) / a * a;
-  if (void* p = std::aligned_alloc(a, n)) return p;
-  throw std::bad_alloc();
+  return __libc_calloc(n, m);
 }
-}  // namespace
-
-void* operator new(std::size_t n) { return counted_alloc(n); }
-void* operator new[](std::size_t n) { return counted_alloc(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted_alloc(n);
-  } catch (...) {
-    return nullptr;
-  }
+extern "C" void* realloc(void* p, size_t n) {
+  ++t_allocs;
+  return __libc_realloc(p, n);
 }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted_alloc(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new(std::size_t n, std::align_val_t al) { return counted_alloc_aligned(n, al); }
-void* operator new[](std::size_t n, std::align_val_t al) { return counted_alloc_aligned(n, al); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace tierlab;
 using namespace tierlab::capture;

@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <sstream>
 #include <string>
 #include <vector>
@@ -274,4 +276,36 @@ TEST_CASE("a session without its start is joined and named by the session map",
     }
   CHECK(queries(recs) ==
         std::vector<std::string>{"select 1", "begin", "update t set x = 1", "commit"});
+}
+
+TEST_CASE("a pcap file cut short keeps everything before the cut, with a warning",
+          "[sniff][pcap]") {
+  TempDir dir;
+  std::string pcap = dir.file("cut.pcap");
+  {
+    PcapFile pf(pcap, DLT_EN10MB);
+    Conversation c;
+    int64_t t = kT0;
+    start_session(pf, c, t);
+    exchange(pf, c, t, "select 1");
+    exchange(pf, c, t, "select 2");
+  }
+  // Cut the last frame in half, as a capture killed while writing leaves it.
+  std::FILE* f = std::fopen(pcap.c_str(), "rb+");
+  REQUIRE(f);
+  std::fseek(f, 0, SEEK_END);
+  long size = std::ftell(f);
+  std::fclose(f);
+  REQUIRE(truncate(pcap.c_str(), size - 20) == 0);
+
+  capture::SniffOptions o;
+  o.pcap_file = pcap;
+  o.out = dir.file("cut.tlt");
+  std::ostringstream log;
+  auto sum = capture::run_sniff(o, log);
+  CHECK(log.str().find("warning") != std::string::npos);
+  CHECK(log.str().find("stopped after") != std::string::npos);
+  CHECK(sum.statements == 2);  // the reply to select 2 was cut, the query was not
+  auto recs = read_all(dir.file("cut.tlt"));
+  CHECK(queries(recs) == std::vector<std::string>{"select 1", "select 2"});
 }
