@@ -466,3 +466,29 @@ TEST_CASE("binary parameters, parameter type OIDs and named statements replay as
   CHECK(r.divergence_error_status == 0);
   CHECK(r.divergence_row_count == 0);
 }
+
+TEST_CASE("a session that falls behind does not hold up the others", "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("behind.tlt");
+  {
+    TraceBuilder b(path);
+    // Session 1: a statement that took 1 ms at capture takes 1 s now, and
+    // its next statement is therefore about 1 s late.
+    b.begin(0, 1, "postgres");
+    b.query(100 * kMs, 1, "SELECT pg_sleep(1)", "SELECT", true, 1);
+    b.query(200 * kMs, 1, "SELECT 1", "SELECT", true, 1);
+    b.end(1500 * kMs, 1);
+    // Session 2: a statement every 50 ms, on time.
+    b.begin(0, 2, "postgres");
+    for (int i = 1; i <= 28; ++i) b.query(i * 50 * kMs, 2, "SELECT 2", "SELECT", true, 1);
+    b.end(1500 * kMs, 2);
+    b.close();
+  }
+  replay::Report r = replay::run(load_file(path), opts_for(pg));
+  CHECK(r.statements == 30);
+  CHECK(r.errors == 0);
+  CHECK(r.lag_max_ms > 800);      // session 1's second statement
+  CHECK(r.lag_avg_ms < 1000.0 / 30 + 10);  // the other 29 sends were on time
+  CHECK(r.duration_s == Approx(1.5).epsilon(0.02));
+}
