@@ -48,6 +48,15 @@ int run_cli(const std::vector<std::string>& args) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "tierlab 0.1.0");
   setup_all(app);
+  // CLI11 reports an unknown subcommand as "A subcommand is required": name it.
+  if (!args.empty() && !args[0].empty() && args[0][0] != '-') {
+    bool known = false;
+    for (auto* sub : app.get_subcommands({})) known = known || sub->check_name(args[0]);
+    if (!known) {
+      std::cerr << "tierlab: unknown subcommand '" << args[0] << "' (see tierlab --help)\n";
+      return 2;
+    }
+  }
   // CLI11 wants argv order reversed for the vector overload.
   std::vector<std::string> rev(args.rbegin(), args.rend());
   try {

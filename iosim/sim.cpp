@@ -181,6 +181,7 @@ class Recorder {
       r_.bw_bytes = static_cast<double>(r_.bytes) / secs;
       r_.mean_queue_depth = area_ / static_cast<double>(r_.elapsed_ns);
     }
+    r_.recorded_ios = recorded_;
     if (recorded_ > 0) {
       r_.mean_behind_ns = behind_sum_ / static_cast<double>(recorded_);
       r_.end_behind_ns = r_.last_complete - last_recorded_;

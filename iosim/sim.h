@@ -152,6 +152,7 @@ struct SimResult {
   uint64_t max_queue_depth = 0;
   std::vector<QdPoint> qd_series;  // at most 64 intervals covering the run
   // Open loop with recorded completions: simulated minus recorded completion.
+  uint64_t recorded_ios = 0;   // I/Os whose input recorded a completion
   uint64_t behind_ios = 0;     // I/Os that completed later than recorded
   Histogram behind;            // positive part, ns
   double mean_behind_ns = 0;   // signed mean over I/Os with a recorded completion

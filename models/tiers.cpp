@@ -245,6 +245,8 @@ void validate(const Tier& t, const std::string& where) {
   };
   auto check_lat = [&](const Latency& l, const char* op) {
     if (l.p50_ns < 0) bad(std::string("latency.") + op + ".p50_us", "must not be negative");
+    if (l.dist == LatencyDist::Lognormal && l.p50_ns <= 0)
+      bad(std::string("latency.") + op + ".p50_us", "a lognormal latency needs p50_us > 0");
     if (l.dist == LatencyDist::Lognormal && l.p99_ns <= l.p50_ns)
       bad(std::string("latency.") + op + ".p99_us", "a lognormal latency needs p99_us > p50_us");
   };

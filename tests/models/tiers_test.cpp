@@ -115,6 +115,12 @@ TEST_CASE("a bad tiers file gives an error naming the file and the key", "[tiers
                     "t.json");
       },
       {"t.json", "latency.read.p99_us"});
+  require_input_error(
+      [&] { c.load_json(R"([{"name": "x", "latency": {"write": {"dist": "lognormal", "p99_us": 2}}}])", "t.json"); },
+      {"t.json", "latency.write.p50_us"});
+  require_input_error([&] { c.load_json(R"([{"name": "x", "base": "ebs-gp9"}])", "t.json"); },
+                      {"t.json", "base", "ebs-gp9", "ebs-gp3"});
+  require_input_error([&] { c.load_json(R"([{"name": "x", "iops": -5}])", "t.json"); }, {"t.json", "iops"});
   require_input_error([&] { models::load_catalog("/nonexistent/tiers.json"); },
                       {"/nonexistent/tiers.json"});
 }

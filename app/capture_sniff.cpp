@@ -1,0 +1,113 @@
+// tierlab capture sniff: record PostgreSQL traffic passively from packets.
+#include "app/command.h"
+#include "capture/sniff.h"
+#include "common/error.h"
+
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+
+namespace tierlab::app {
+namespace {
+
+struct SniffCli {
+  capture::SniffOptions opts;
+  std::string duration;     // "60s", "5m", "250ms", "1h", or seconds
+  std::string buffer_size;  // "64M", "1G", "65536"
+};
+
+double parse_duration(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string unit(end);
+  double mul = 0;
+  if (unit.empty() || unit == "s") mul = 1;
+  else if (unit == "ms") mul = 1e-3;
+  else if (unit == "m" || unit == "min") mul = 60;
+  else if (unit == "h") mul = 3600;
+  if (end == s.c_str() || mul == 0 || !(v >= 0))
+    throw InputError("capture sniff: --duration '" + s + "': expected e.g. 30s, 5m, 250ms");
+  return v * mul;
+}
+
+uint64_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string unit(end);
+  double mul = 0;
+  if (unit.empty() || unit == "B") mul = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k") mul = 1024.0;
+  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
+  if (end == s.c_str() || mul == 0 || !(v > 0))
+    throw InputError("capture sniff: --buffer-size '" + s + "': expected e.g. 64M, 1G");
+  return static_cast<uint64_t>(v * mul);
+}
+
+void on_sniff_stop_signal(int) { capture::stop_sniff(); }
+
+void run_sniff_cli(SniffCli& cli) {
+  if (!cli.duration.empty()) cli.opts.duration_s = parse_duration(cli.duration);
+  if (!cli.buffer_size.empty()) cli.opts.buffer_bytes = parse_size(cli.buffer_size);
+  if (!cli.opts.pcap_file.empty() && !cli.opts.interface.empty())
+    throw InputError("capture sniff: give either --interface or --pcap, not both");
+  if (!cli.opts.pcap_file.empty() && !cli.duration.empty())
+    throw InputError("capture sniff: --duration applies to live capture only");
+
+  struct sigaction sa {}, old_int{}, old_term{};
+  sa.sa_handler = on_sniff_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  struct Restore {
+    struct sigaction i, t;
+    ~Restore() {
+      sigaction(SIGINT, &i, nullptr);
+      sigaction(SIGTERM, &t, nullptr);
+    }
+  } restore{old_int, old_term};
+
+  capture::SniffSummary sum = capture::run_sniff(cli.opts, std::cerr);
+  bool live = !cli.opts.interface.empty();
+  std::cout << "capture sniff: " << (live ? "interface " + cli.opts.interface : cli.opts.pcap_file)
+            << ", port " << cli.opts.port << " -> " << cli.opts.out << "\n";
+  capture::print_summary(sum, live, std::cout);
+}
+
+void setup_capture_sniff(CLI::App& parent) {
+  auto& cap = group(parent, "capture", "record live traffic and block I/O into a trace");
+  auto cli = std::make_shared<SniffCli>();
+  auto* sub = cap.add_subcommand(
+      "sniff",
+      "record PostgreSQL traffic passively from network packets (live or a pcap file); "
+      "nothing sits in the path of the traffic");
+  auto& o = cli->opts;
+  auto* iface = sub->add_option("--interface,-i", o.interface,
+                                "capture live on this interface (lo, eth0, any); needs root");
+  auto* pcap = sub->add_option("--pcap", o.pcap_file,
+                               "read packets from this pcap or pcapng file instead");
+  iface->excludes(pcap);
+  sub->add_option("--port,-p", o.port, "the PostgreSQL server's TCP port")->capture_default_str();
+  sub->add_option("--host", o.host, "the PostgreSQL server's IP address (default: any)");
+  sub->add_option("--out,-o", o.out, "trace file to write")->required();
+  sub->add_option("--duration,-T", cli->duration,
+                  "stop live capture after this long (30s, 5m); default: until SIGINT/SIGTERM");
+  sub->add_option("--snaplen,-s", o.snaplen, "bytes captured per packet")->capture_default_str();
+  sub->add_option("--buffer-size,-B", cli->buffer_size,
+                  "kernel capture buffer (default 64M; larger means fewer drops under load)");
+  sub->add_option("--session-map", o.session_map,
+                  "file naming user and database of sessions already open when capture starts; "
+                  "lines: CLIENT USER DATABASE [APPLICATION_NAME], CLIENT = ADDR:PORT, ADDR "
+                  "or :PORT");
+  sub->add_option("--max-connections", o.max_connections,
+                  "connections tracked at once (the least recently active is dropped beyond)")
+      ->capture_default_str();
+  sub->callback([cli] { run_sniff_cli(*cli); });
+}
+
+const Registration reg{"capture sniff", 21, &setup_capture_sniff};
+
+}  // namespace
+}  // namespace tierlab::app

@@ -1,0 +1,104 @@
+// Passive capture of PostgreSQL traffic from network packets.
+//
+// `tierlab capture sniff` reads packets from a live interface (libpcap on a
+// TPACKET_V3 ring, kernel BPF filter on the server's port and address) or
+// from a pcap/pcapng file, reassembles each TCP connection to the server
+// port, and feeds both directions to the same protocol decoder and session
+// recorder as the capture proxy. Nothing sits in the path of the traffic.
+//
+// What cannot be seen is counted and recorded, never skipped silently:
+//   - kernel packet drops          -> trace::Loss{PacketDrop}
+//   - bytes missing from a stream  -> trace::Loss{StreamGap} in that session;
+//                                     the decoder resynchronises at the next
+//                                     message boundary it can validate
+//   - TLS/GSS-encrypted sessions   -> SessionBegin with kSessionTls and
+//                                     trace::Loss{Unsupported}
+//   - sessions open before the capture started are joined mid-stream
+//     (kSessionUnknownStartup); user and database come from --session-map.
+//
+// Timestamps are the packets' own (kernel CLOCK_REALTIME), converted to the
+// trace's CLOCK_MONOTONIC base with the realtime offset measured when the
+// trace is opened, so block I/O captured at the same time lines up.
+#pragma once
+
+#include "trace/record.h"
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace tierlab::capture {
+
+struct SniffOptions {
+  std::string interface;  // live capture on this interface ("lo", "eth0", "any")
+  std::string pcap_file;  // or read this pcap/pcapng file
+  std::string out;        // trace file to write
+  uint16_t port = 5432;   // the server's TCP port
+  std::string host;       // the server's address; empty: any
+  double duration_s = 0;  // live: stop after this long; 0 = until SIGINT/SIGTERM
+  int snaplen = 262144;   // bytes captured per packet
+  uint64_t buffer_bytes = 64ull << 20;  // kernel ring buffer
+  std::string session_map;  // file naming user/database of joined sessions
+  uint32_t max_connections = 16384;
+  uint64_t reassembly_bytes = 64ull << 20;  // out-of-order segment pool
+  double hole_timeout_s = 0.5;  // packet time a stream hole may stay open
+};
+
+struct SniffSummary {
+  uint64_t packets = 0;        // frames read
+  uint64_t bytes = 0;          // frame bytes on the wire
+  uint64_t tcp_payload = 0;    // bytes delivered in order to the decoder
+  uint64_t kernel_drops = 0;   // pcap_stats ps_drop (ring full)
+  uint64_t if_drops = 0;       // pcap_stats ps_ifdrop (interface)
+  uint64_t not_tcp = 0;        // frames of other protocols
+  uint64_t fragments = 0;      // IP fragments (not reassembled)
+  uint64_t malformed = 0;      // frames with truncated or broken headers
+  uint64_t sessions = 0;       // PostgreSQL sessions recorded
+  uint64_t joined = 0;         // of which joined mid-stream
+  uint64_t tls_sessions = 0;   // encrypted, not decodable
+  uint64_t cancel_requests = 0;
+  uint64_t statements = 0;     // Query + Execute
+  uint64_t transactions = 0;
+  uint64_t errors = 0;         // ErrorResponse
+  uint64_t gaps = 0;           // stream holes
+  uint64_t gap_bytes = 0;
+  uint64_t out_of_order = 0;   // segments reordered
+  uint64_t retransmitted = 0;
+  uint64_t decode_failures = 0;  // sessions whose stream stopped validating
+  uint64_t hunt_discarded = 0;   // bytes skipped while resynchronising
+  uint64_t records = 0;        // trace records written
+  double seconds = 0;          // capture time (packet time for files)
+};
+
+// One line of a --session-map file: who a joined session belongs to.
+struct SessionMapEntry {
+  std::string addr;  // client address; empty: any
+  uint16_t port = 0; // client port; 0: any
+  std::string user;
+  std::string database;
+  std::string application_name;
+};
+
+// Parses a session map. Format, one entry per line, '#' starts a comment:
+//
+//   CLIENT USER DATABASE [APPLICATION_NAME]
+//
+// CLIENT is ADDR:PORT, [IPV6]:PORT, ADDR (any port) or :PORT (any address).
+// A session joined mid-stream takes the first entry that matches its client
+// endpoint. Throws InputError naming the file and line.
+std::vector<SessionMapEntry> parse_session_map(const std::string& text, const std::string& name);
+
+// Runs a capture until the file ends, --duration passes or stop_sniff() is
+// called. Prints "capturing on ..." to `log` once packets can flow, and
+// warnings. Throws InputError for bad options or files, RuntimeError when
+// libpcap cannot open the interface.
+SniffSummary run_sniff(const SniffOptions& opts, std::ostream& log);
+
+// Asks a running run_sniff() to stop; safe to call from a signal handler.
+void stop_sniff();
+
+// The summary as the CLI prints it, several lines.
+void print_summary(const SniffSummary& s, bool live, std::ostream& out);
+
+}  // namespace tierlab::capture

@@ -1,0 +1,67 @@
+// Bad command lines give one line on stderr and exit status 2, through the
+// real binary and through app::run_cli.
+#include "app/command.h"
+#include "support/support.h"
+
+#include <catch2/catch.hpp>
+
+using tierlab::test::count_lines;
+using tierlab::test::run_tierlab;
+
+namespace {
+
+void check_bad_input(const std::vector<std::string>& args, const std::string& mentions) {
+  auto r = run_tierlab(args);
+  INFO("stdout: " << r.out);
+  INFO("stderr: " << r.err);
+  CHECK(r.status == 2);
+  CHECK(count_lines(r.err) == 1);
+  CHECK(r.out.empty());
+  CHECK(r.err.rfind("tierlab: ", 0) == 0);
+  CHECK(r.err.find(mentions) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("cli: an unknown subcommand is one line and status 2", "[cli]") {
+  check_bad_input({"no-such-command"}, "no-such-command");
+}
+
+TEST_CASE("cli: no subcommand at all is one line and status 2", "[cli]") {
+  auto r = run_tierlab({});
+  CHECK(r.status == 2);
+  CHECK(count_lines(r.err) == 1);
+}
+
+TEST_CASE("cli: an unknown flag is one line and status 2", "[cli]") {
+  check_bad_input({"sandbox", "--no-such-flag"}, "--no-such-flag");
+}
+
+TEST_CASE("cli: a bad flag value is one line and status 2", "[cli]") {
+  check_bad_input({"sandbox", "--port", "notanumber"}, "notanumber");
+  check_bad_input({"sandbox", "--port", "70000"}, "--port 70000");
+  check_bad_input({"sandbox", "--pgbench-init", "-3"}, "--pgbench-init");
+  check_bad_input({"sandbox", "--set", "fsync"}, "--set fsync: expected NAME=VALUE");
+}
+
+TEST_CASE("cli: --help exits 0 and lists the subcommands", "[cli]") {
+  auto r = run_tierlab({"--help"});
+  CHECK(r.status == 0);
+  CHECK(r.out.find("sandbox") != std::string::npos);
+  auto s = run_tierlab({"sandbox", "--help"});
+  CHECK(s.status == 0);
+  CHECK(s.out.find("--pgbench-init") != std::string::npos);
+  CHECK(s.out.find("--keep-going") != std::string::npos);
+  auto v = run_tierlab({"--version"});
+  CHECK(v.status == 0);
+  CHECK(v.out.find("tierlab") != std::string::npos);
+}
+
+TEST_CASE("cli: run_cli parses a vector of strings as the binary would", "[cli]") {
+  using tierlab::app::run_cli;
+  CHECK(run_cli({"no-such-command"}) == 2);
+  CHECK(run_cli({"sandbox", "--port", "notanumber"}) == 2);
+  CHECK(run_cli({"sandbox", "--set", "no_equals_sign"}) == 2);
+  CHECK(run_cli({"sandbox", "--bogus"}) == 2);
+  CHECK(run_cli({"--help"}) == 0);
+}

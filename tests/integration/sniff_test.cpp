@@ -1,0 +1,380 @@
+// capture sniff against a real PostgreSQL on 127.0.0.1: live loopback capture
+// of pgbench in every protocol mode, a tcpdump pcap converted afterwards, and a
+// session that was open before the capture started. Loopback capture needs
+// root (CAP_NET_RAW); without it these tests skip.
+#include "support/support.h"
+
+#include "trace/reader.h"
+#include "trace/writer.h"
+
+#include <catch2/catch.hpp>
+#include <libpq-fe.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace tierlab;
+
+namespace {
+
+// A program running in the background: stdout to a file, stderr read through
+// a pipe until an expected line shows up.
+class Background {
+ public:
+  Background(const std::vector<std::string>& args, const std::string& stdout_path) {
+    std::vector<std::string> a = args;
+    std::vector<char*> argv;
+    for (auto& s : a) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    int err[2];
+    REQUIRE(pipe2(err, O_CLOEXEC) == 0);
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      dup2(out, 1);
+      dup2(err[1], 2);
+      int devnull = open("/dev/null", O_RDONLY);
+      dup2(devnull, 0);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    close(err[1]);
+    err_ = err[0];
+    out_path_ = stdout_path;
+  }
+  ~Background() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (err_ >= 0) close(err_);
+  }
+
+  // Reads stderr until `needle` appears; false on timeout or exit.
+  bool wait_for(const std::string& needle, int timeout_ms = 20000) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (err_text_.find(needle) == std::string::npos) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      deadline - std::chrono::steady_clock::now())
+                      .count();
+      if (left <= 0) return false;
+      pollfd p{err_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(err_, buf, sizeof buf);
+      if (n <= 0) return false;
+      err_text_.append(buf, static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  // Sends `sig`, waits for the exit; returns the exit status.
+  int stop(int sig = SIGINT) {
+    kill(pid_, sig);
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(err_, buf, sizeof buf)) > 0) err_text_.append(buf, static_cast<size_t>(n));
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  }
+
+  std::string out() const {
+    std::ifstream f(out_path_);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  const std::string& err() const { return err_text_; }
+
+ private:
+  pid_t pid_ = -1;
+  int err_ = -1;
+  std::string out_path_;
+  std::string err_text_;
+};
+
+struct SessionCounts {
+  std::string user, database, client;
+  uint32_t flags = 0;
+  uint64_t statements = 0, transactions = 0, gaps = 0, gap_bytes = 0, unit = 0;
+  bool ended = false;
+};
+
+struct TraceCounts {
+  std::map<uint64_t, SessionCounts> sessions;
+  uint64_t statements = 0, transactions = 0, stream_gaps = 0, packet_drops = 0, unsupported = 0;
+  std::map<std::string, std::string> meta;
+  trace::Nanos min_ts = INT64_MAX, max_ts = INT64_MIN;
+  trace::Header header;
+};
+
+TraceCounts count_trace(const std::string& path) {
+  auto reader = trace::open_reader(path);
+  TraceCounts t;
+  t.header = reader->header();
+  trace::Record r;
+  while (reader->next(r)) {
+    t.min_ts = std::min(t.min_ts, r.ts);
+    t.max_ts = std::max(t.max_ts, r.ts);
+    SessionCounts* s = r.session ? &t.sessions[r.session] : nullptr;
+    std::visit(
+        [&](const auto& b) {
+          using T = std::decay_t<decltype(b)>;
+          if constexpr (std::is_same_v<T, trace::SessionBegin>) {
+            s->user = b.user;
+            s->database = b.database;
+            s->client = b.client_addr;
+            s->flags = b.flags;
+          } else if constexpr (std::is_same_v<T, trace::Query> ||
+                               std::is_same_v<T, trace::Execute>) {
+            ++s->statements;
+            ++s->unit;
+            ++t.statements;
+          } else if constexpr (std::is_same_v<T, trace::Ready>) {
+            if (b.status == 'I' && s->unit > 0) {
+              ++s->transactions;
+              ++t.transactions;
+            }
+            if (b.status == 'I') s->unit = 0;
+          } else if constexpr (std::is_same_v<T, trace::SessionEnd>) {
+            s->ended = true;
+          } else if constexpr (std::is_same_v<T, trace::Loss>) {
+            if (b.what == trace::LossKind::StreamGap) {
+              ++t.stream_gaps;
+              if (s) {
+                ++s->gaps;
+                s->gap_bytes += b.count;
+              }
+            }
+            if (b.what == trace::LossKind::PacketDrop) t.packet_drops += b.count;
+            if (b.what == trace::LossKind::Unsupported) t.unsupported += b.count;
+          } else if constexpr (std::is_same_v<T, trace::Meta>) {
+            t.meta[std::string(b.key)] = std::string(b.value);
+          }
+        },
+        r.body);
+  }
+  return t;
+}
+
+uint64_t summary_number(const std::string& out, const std::string& label) {
+  std::smatch m;
+  std::regex re(label + ": ([0-9]+)");
+  REQUIRE(std::regex_search(out, m, re));
+  return std::stoull(m[1]);
+}
+
+// pgbench's "number of transactions actually processed: N/M".
+uint64_t pgbench_processed(const std::string& out) {
+  std::smatch m;
+  REQUIRE(std::regex_search(out, m, std::regex("actually processed: ([0-9]+)")));
+  return std::stoull(m[1]);
+}
+
+void init_pgbench(const pgtmp::Server& pg) {
+  std::string out;
+  int rc = pg.run_tool("pgbench", {"-i", "-q", "-s", "1"}, &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+}
+
+constexpr int kClients = 4;
+constexpr int kTxPerClient = 150;
+constexpr uint64_t kStatementsPerTx = 7;  // tpcb-like: BEGIN, 3 UPDATE, SELECT, INSERT, END
+
+// pgbench clients are the sessions that ran transactions of 7 statements;
+// pgbench's own setup connection runs a couple of single queries.
+void check_pgbench_sessions(const TraceCounts& t, uint64_t processed) {
+  uint64_t client_sessions = 0, tx = 0, st = 0;
+  for (const auto& [id, s] : t.sessions) {
+    INFO("session " << id << " " << s.client << ": " << s.statements << " statements, "
+                    << s.transactions << " transactions");
+    if (s.transactions == static_cast<uint64_t>(kTxPerClient)) {
+      ++client_sessions;
+      tx += s.transactions;
+      st += s.statements;
+      CHECK(s.statements == kTxPerClient * kStatementsPerTx);
+      CHECK(s.user == "postgres");
+      CHECK(s.database == "postgres");
+      CHECK((s.flags & trace::kSessionUnknownStartup) == 0);
+    } else {
+      CHECK(s.statements <= 4);  // the setup connection
+    }
+    CHECK(s.gaps == 0);
+    CHECK(s.ended);
+  }
+  CHECK(client_sessions == static_cast<uint64_t>(kClients));
+  CHECK(tx == processed);
+  CHECK(st == processed * kStatementsPerTx);
+  CHECK(t.stream_gaps == 0);
+}
+
+}  // namespace
+
+TEST_CASE("sniff on loopback records pgbench in each protocol mode", "[integration][sniff]") {
+  test::require_root("loopback packet capture");
+  auto& pg = test::shared_server();
+  init_pgbench(pg);
+  for (const char* mode : {"simple", "extended", "prepared"}) {
+    SECTION(mode) {
+      test::TempDir dir;
+      std::string trace_path = dir.file("sniff.tlt");
+      Background sniff({TIERLAB_BINARY, "capture", "sniff", "--interface", "lo", "--port",
+                        std::to_string(pg.port()), "--host", "127.0.0.1", "--out", trace_path},
+                       dir.file("sniff.out"));
+      REQUIRE(sniff.wait_for("capturing on"));
+      trace::Nanos before = trace::monotonic_now();
+      std::string out;
+      int rc = pg.run_tool("pgbench", {"-n", "-M", mode, "-c", std::to_string(kClients), "-t",
+                                       std::to_string(kTxPerClient)},
+                           &out);
+      INFO(out);
+      REQUIRE(rc == 0);
+      uint64_t processed = pgbench_processed(out);
+      REQUIRE(processed == static_cast<uint64_t>(kClients * kTxPerClient));
+      REQUIRE(sniff.stop(SIGINT) == 0);
+      trace::Nanos after = trace::monotonic_now();
+      std::string summary = sniff.out();
+      INFO(summary << sniff.err());
+
+      TraceCounts t = count_trace(trace_path);
+      check_pgbench_sessions(t, processed);
+      // The summary agrees with the trace.
+      CHECK(summary_number(summary, "statements") == t.statements);
+      CHECK(summary_number(summary, "transactions") == t.transactions);
+      CHECK(summary_number(summary, "stream gaps") == 0);
+      CHECK(summary_number(summary, "kernel drops") == 0);
+      CHECK(t.meta["time_source"] == "kernel");
+      // Packet times were converted to CLOCK_MONOTONIC.
+      CHECK(t.min_ts >= before - 2'000'000'000);
+      CHECK(t.max_ts <= after);
+    }
+  }
+}
+
+TEST_CASE("a tcpdump pcap of pgbench converts to a trace with the same counts",
+          "[integration][sniff]") {
+  test::require_root("tcpdump on loopback");
+  if (access("/usr/bin/tcpdump", X_OK) != 0 && access("/usr/sbin/tcpdump", X_OK) != 0)
+    test::skip("tcpdump is not installed");
+  const char* tcpdump = access("/usr/bin/tcpdump", X_OK) == 0 ? "/usr/bin/tcpdump"
+                                                               : "/usr/sbin/tcpdump";
+  auto& pg = test::shared_server();
+  init_pgbench(pg);
+  test::TempDir dir;
+  std::string pcap = dir.file("pg.pcap");
+  Background dump({tcpdump, "-i", "lo", "-n", "-Z", "root", "-s", "0", "-w", pcap, "tcp", "port",
+                   std::to_string(pg.port())},
+                  dir.file("tcpdump.out"));
+  REQUIRE(dump.wait_for("listening on"));
+  std::string out;
+  int rc = pg.run_tool("pgbench", {"-n", "-M", "extended", "-c", std::to_string(kClients), "-t",
+                                   std::to_string(kTxPerClient)},
+                       &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  uint64_t processed = pgbench_processed(out);
+  // tcpdump hands over packets when a ring block fills or times out (1 s);
+  // on SIGINT it writes what it has.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  dump.stop(SIGINT);
+  INFO(dump.err());
+  REQUIRE(std::regex_search(dump.err(), std::regex("(^|\n)0 packets dropped by kernel")));
+
+  std::string trace_path = dir.file("from-pcap.tlt");
+  auto r = test::run_tierlab({"capture", "sniff", "--pcap", pcap, "--port",
+                              std::to_string(pg.port()), "--out", trace_path});
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  TraceCounts t = count_trace(trace_path);
+  check_pgbench_sessions(t, processed);
+  CHECK(summary_number(r.out, "statements") == t.statements);
+  CHECK(t.meta["time_source"] == "pcap");
+  // Record times map back to the packets' wall-clock time through the header.
+  auto now_rt = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  CHECK(t.min_ts + t.header.realtime_offset_ns <= now_rt);
+  CHECK(t.min_ts + t.header.realtime_offset_ns > now_rt - 600'000'000'000);
+}
+
+TEST_CASE("a session opened before the capture is joined at a message boundary",
+          "[integration][sniff]") {
+  test::require_root("loopback packet capture");
+  auto& pg = test::shared_server();
+  PGconn* c = PQconnectdb(pg.conninfo().c_str());
+  REQUIRE(PQstatus(c) == CONNECTION_OK);
+  auto exec = [&](const char* sql) {
+    PGresult* res = PQexec(c, sql);
+    INFO(sql << ": " << PQerrorMessage(c));
+    REQUIRE((PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK));
+    std::string v = PQntuples(res) > 0 ? PQgetvalue(res, 0, 0) : "";
+    PQclear(res);
+    return v;
+  };
+  exec("create table if not exists sniff_join (id int)");
+  std::string port = exec("select inet_client_port()");
+
+  test::TempDir dir;
+  {
+    std::ofstream map(dir.file("sessions.map"));
+    map << "# client user database\n127.0.0.1:" << port << " app_user app_db psql\n";
+  }
+  std::string trace_path = dir.file("join.tlt");
+  Background sniff({TIERLAB_BINARY, "capture", "sniff", "--interface", "lo", "--port",
+                    std::to_string(pg.port()), "--out", trace_path, "--session-map",
+                    dir.file("sessions.map")},
+                   dir.file("sniff.out"));
+  REQUIRE(sniff.wait_for("capturing on"));
+
+  exec("select 1");
+  exec("select 2");
+  exec("select 3");
+  const char* params[1] = {"42"};
+  PGresult* res = PQexecParams(c, "select $1::int", 1, nullptr, params, nullptr, nullptr, 0);
+  REQUIRE(PQresultStatus(res) == PGRES_TUPLES_OK);
+  PQclear(res);
+  exec("begin");
+  exec("insert into sniff_join values (1)");
+  exec("commit");
+  REQUIRE(sniff.stop(SIGINT) == 0);
+  PQfinish(c);
+  INFO(sniff.out() << sniff.err());
+
+  TraceCounts t = count_trace(trace_path);
+  REQUIRE(t.sessions.size() == 1);
+  const SessionCounts& s = t.sessions.begin()->second;
+  CHECK((s.flags & trace::kSessionUnknownStartup) != 0);
+  CHECK(s.user == "app_user");
+  CHECK(s.database == "app_db");
+  CHECK(s.client == "127.0.0.1:" + port);
+  CHECK(s.statements == 7);
+  CHECK(s.transactions == 5);
+  CHECK(s.gaps == 0);
+  CHECK(summary_number(sniff.out(), "sessions") == 1);
+  CHECK(sniff.out().find("1 joined mid-stream") != std::string::npos);
+}
+
+TEST_CASE("capture sniff says in one line that unix sockets cannot be sniffed",
+          "[integration][sniff]") {
+  auto r = test::run_tierlab({"capture", "sniff", "--interface", "/var/run/postgresql", "--out",
+                              "/tmp/unused.tlt"});
+  CHECK(r.status == 2);
+  CHECK(test::count_lines(r.err) == 1);
+  CHECK(r.err.find("cannot be sniffed") != std::string::npos);
+}

@@ -1,0 +1,155 @@
+// The replay dispatch path allocates nothing per statement on tierlab's
+// side: a replay of ten times more statements makes the same number of C++
+// allocations (libpq's own mallocs for PGresults are not C++ allocations
+// and are not counted: they are freed with PQclear at once).
+//
+// This file replaces the global operator new/delete of the replay unit test
+// binary with counting versions that otherwise behave like the defaults.
+// The test needs a throwaway PostgreSQL.
+#include "replay/plan.h"
+#include "replay/replay.h"
+#include "support/support.h"
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace {
+std::atomic<uint64_t> g_allocs{0};
+
+void* counted_alloc(std::size_t n) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  if (n == 0) n = 1;
+  if (void* p = std::malloc(n)) return p;
+  throw std::bad_alloc();
+}
+
+void* counted_alloc_aligned(std::size_t n, std::align_val_t al) {
+  g_allocs.fetch_add(1, std::memory_order_relaxed);
+  std::size_t a = static_cast<std::size_t>(al);
+  if (n == 0) n = 1;
+  n = (n + a - 1) / a * a;
+  if (void* p = std::aligned_alloc(a, n)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted_alloc(n); }
+void* operator new[](std::size_t n) { return counted_alloc(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return counted_alloc(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new(std::size_t n, std::align_val_t al) { return counted_alloc_aligned(n, al); }
+void* operator new[](std::size_t n, std::align_val_t al) { return counted_alloc_aligned(n, al); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+using namespace tierlab;
+using namespace tierlab::replay;
+using trace::Nanos;
+
+namespace {
+
+// 4 sessions, each: a simple query, a prepared statement executed `n`
+// times, unnamed extended statements `n` times, simple queries `n` times,
+// and a COPY.
+std::shared_ptr<const Plan> workload(int n) {
+  PlanBuilder b;
+  const Nanos ms = 1000000;
+  std::vector<uint32_t> types{23};
+  std::vector<int16_t> fmts;
+  for (uint64_t s = 1; s <= 4; ++s) {
+    Nanos ts = 0;
+    auto add = [&](trace::Body body) { b.add(trace::Record{ts, s, std::move(body)}); };
+    add(trace::SessionBegin{"", "", "", "", 0, 0});
+    add(trace::Query{"CREATE TEMP TABLE t(a int)"});
+    add(trace::Result{"CREATE TABLE", false, 0});
+    add(trace::Ready{'I'});
+    add(trace::Parse{"p", "SELECT $1::int + 1", types});
+    add(trace::Sync{});
+    add(trace::Ready{'I'});
+    std::vector<std::string> values;
+    for (int i = 0; i < n; ++i) values.push_back(std::to_string(i));
+    for (int i = 0; i < n; ++i) {
+      ts += ms;
+      std::vector<trace::Param> ps{trace::Param{0, false, values[i]}};
+      add(trace::Bind{"", "p", ps, fmts});
+      add(trace::Describe{'P', ""});
+      add(trace::Execute{"", 0});
+      add(trace::Sync{});
+      add(trace::Result{"SELECT", true, 1});
+      add(trace::Ready{'I'});
+      add(trace::Parse{"", "INSERT INTO t VALUES ($1)", types});
+      add(trace::Bind{"", "", ps, fmts});
+      add(trace::Execute{"", 0});
+      add(trace::Sync{});
+      add(trace::Result{"INSERT", true, 1});
+      add(trace::Ready{'I'});
+      add(trace::Query{"SELECT count(*) FROM t"});
+      add(trace::Result{"SELECT", true, 1});
+      add(trace::Ready{'I'});
+    }
+    add(trace::Query{"COPY t FROM STDIN"});
+    add(trace::CopyData{trace::CopyDir::In, "1\n2\n"});
+    add(trace::CopyDone{trace::CopyDir::In});
+    add(trace::Result{"COPY", true, 2});
+    add(trace::Ready{'I'});
+    add(trace::SessionEnd{});
+  }
+  return b.finish();
+}
+
+uint64_t allocations_of_run(const pgtmp::Server& pg, int n, Report* out) {
+  Workload w(workload(n));
+  Options o;
+  o.conninfo = pg.conninfo();
+  o.user = pg.superuser();
+  o.threads = 2;
+  o.max_speed = true;
+  uint64_t before = g_allocs.load();
+  Report r = run(w, o);
+  uint64_t after = g_allocs.load();
+  *out = r;
+  return after - before;
+}
+
+}  // namespace
+
+TEST_CASE("replay dispatch allocates nothing per statement", "[replay][pg][alloc]") {
+  auto& pg = tierlab::test::shared_server();
+  Report small, large;
+  allocations_of_run(pg, 50, &small);  // warm up libpq and the server
+  uint64_t a_small = allocations_of_run(pg, 50, &small);
+  uint64_t a_large = allocations_of_run(pg, 500, &large);
+  INFO("allocations: " << a_small << " for " << small.statements << " statements, " << a_large << " for "
+                       << large.statements);
+  REQUIRE(small.statements == 4 * (3 * 50 + 2));
+  REQUIRE(large.statements == 4 * (3 * 500 + 2));
+  CHECK(large.errors == 0);
+  CHECK(large.divergence_error_status == 0);
+  CHECK(large.divergence_row_count == 0);
+  // 5,400 more statements, the same allocations: only set-up (plan-sized
+  // tables, threads, the report) allocates.
+  CHECK(a_large == a_small);
+}
