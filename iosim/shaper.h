@@ -17,6 +17,12 @@
 // schedules. Calls must come in submission order with `now` non-decreasing
 // (a smaller `now` is treated as the previous one). Slots are reserved until
 // the scheduled completion; I/Os start in submission order (FIFO).
+// A Shaper is not thread-safe: one per submitting thread (or ring), or a lock.
+//
+// For an emulated run: if the real device completes an I/O after
+// s.complete, the device is slower than the tier; the shaper does not
+// correct for that (its slot was already released at s.complete), so the
+// caller should count such completions and say so.
 #pragma once
 
 #include "models/tiers.h"
