@@ -241,12 +241,19 @@ TEST_CASE("queue depth series covers the run and averages to the mean", "[sim]")
   CHECK(r.qd_series.size() <= 64);
   double area = 0;
   Nanos covered = 0;
+  uint64_t done = 0;
   for (const auto& p : r.qd_series) {
     CHECK(p.t == covered);
     area += p.mean_qd * static_cast<double>(p.width);
     covered += p.width;
+    done += p.completed;
   }
   CHECK(covered == r.elapsed_ns);
+  CHECK(done == r.ios);
+  // 10 / 0.5 ms = 20,000 IOPS in every full interval.
+  const auto& mid = r.qd_series[5];
+  CHECK(static_cast<double>(mid.completed) / (static_cast<double>(mid.width) / 1e9) ==
+        Approx(20000).epsilon(0.001));
   CHECK(area / static_cast<double>(covered) == Approx(r.mean_queue_depth).epsilon(1e-6));
   CHECK(r.qd_series[3].mean_qd == Approx(10).epsilon(1e-9));
 }
