@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -297,6 +298,18 @@ struct Loop {
       }
       recycle();
     }
+    // Take what already arrived (a Terminate, a last reply) before ending
+    // the sessions still open.
+    int n = epoll_wait(ep, evs, kMaxEvents, 0);
+    for (int i = 0; i < n; ++i) {
+      uint64_t t = evs[i].data.u64;
+      if (t <= kUnixTag) continue;
+      Session* s = reinterpret_cast<Session*>(t & ~kUpstreamBit);
+      if (s->state == State::Closed || s->state == State::Free) continue;
+      if (t & kUpstreamBit) on_upstream(s, evs[i].events);
+      else on_client(s, evs[i].events);
+    }
+    recycle();
     while (live) close_session(live, EndReason::CaptureEnd);
     recycle();
   }
@@ -514,7 +527,7 @@ struct Loop {
     ssize_t n = ::recv(fd, b.data + b.tail, b.cap - b.tail, 0);
     if (n > 0) {
       if (!s->dec.feed(d, b.data + b.tail, static_cast<size_t>(n), now_ns())) {
-        protocol_error(s, s->dec.error());
+        protocol_error(s, s->dec.error(), from_client);
         return;
       }
       const bool was_pending = b.pending();
@@ -575,10 +588,19 @@ struct Loop {
     (void)::send(s->cfd, buf, n, MSG_NOSIGNAL);
   }
 
-  void protocol_error(Session* s, const char* why) {
+  // Closes a session whose stream broke the protocol. When the client sent
+  // the bad message and the server's stream is at a message boundary, the
+  // client is told why (FATAL 08P01) before the connection closes.
+  void protocol_error(Session* s, const char* why, bool client_fault = false) {
     ++stats.protocol_errors;
     std::fprintf(stderr, "tierlab: capture proxy: session %llu (%s) closed: %s\n",
                  static_cast<unsigned long long>(s->id), s->addr, why);
+    if (client_fault && s->state == State::Forward && !s->u2c.pending() &&
+        s->dec.at_boundary(Direction::Backend) && !s->dec.fatal_seen()) {
+      char msg[300];
+      std::snprintf(msg, sizeof msg, "tierlab capture proxy: %s", why);
+      send_error(s, "08P01", msg);
+    }
     close_session(s, EndReason::ProtocolError);
   }
 
@@ -660,6 +682,12 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   if (opts.buffer_bytes < 16384 || opts.buffer_bytes > (1u << 30))
     throw InputError("forwarding buffer size out of range");
   px.upstream = parse_upstream(opts.upstream);
+  // Two descriptors per session: allow as many as the hard limit does.
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
   if (!opts.listen.empty()) {
     px.listen_addr = resolve("--listen", opts.listen, true);
     px.has_tcp = true;

@@ -524,10 +524,11 @@ void Recorder::run() {
         last_flush = now;
         dirty = false;
       }
-      if (n == 0) {
-        if (stopping) break;  // every ring was empty after stop was seen
-        sleep_ns(1'000'000);
-      }
+      if (n == 0 && stopping) break;  // every ring was empty after stop was seen
+      // Work in batches: wake about once per millisecond unless the rings
+      // are filling faster than that, so the writer does not spin on a
+      // trickle of records and take a core from the event loops.
+      if (n < 1024) sleep_ns(1'000'000);
     }
   } catch (...) {
     error_ = std::current_exception();

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "common/histogram.h"
+#include "iosim/shaper.h"
 #include "trace/reader.h"
 #include "trace/record.h"
 
@@ -25,13 +26,10 @@
 
 namespace tierlab::iosim {
 
-using trace::IoOp;
-using trace::Nanos;
-
-// One I/O to issue. `at` is its scheduled time in nanoseconds after the
+// One I/O to issue (a shaper IoRequest with a time and flags). `at` is its scheduled time in nanoseconds after the
 // start of the schedule (open loop only). Flush: offset/length ignored by the
 // engine; kIoMeta in flags asks for fsync (otherwise fdatasync).
-struct IoRequest {
+struct TimedIo {
   Nanos at = 0;
   uint64_t offset = 0;
   uint32_t length = 0;
@@ -44,49 +42,36 @@ struct IoRequest {
 class IoSource {
  public:
   virtual ~IoSource() = default;
-  virtual bool next(IoRequest& out) = 0;
+  virtual bool next(TimedIo& out) = 0;
 };
 
 // A preloaded list of requests (a trace's schedule).
 class VectorSource : public IoSource {
  public:
-  explicit VectorSource(std::vector<IoRequest> reqs) : reqs_(std::move(reqs)) {}
-  bool next(IoRequest& out) override {
+  explicit VectorSource(std::vector<TimedIo> reqs) : reqs_(std::move(reqs)) {}
+  bool next(TimedIo& out) override {
     if (pos_ >= reqs_.size()) return false;
     out = reqs_[pos_++];
     return true;
   }
-  const std::vector<IoRequest>& requests() const { return reqs_; }
+  const std::vector<TimedIo>& requests() const { return reqs_; }
 
  private:
-  std::vector<IoRequest> reqs_;
+  std::vector<TimedIo> reqs_;
   size_t pos_ = 0;
 };
 
 // The schedule recorded in a trace: every BlockIo and FileIo record, in
 // record order, with `at` relative to the first one. Records with the
 // kIoIncomplete flag are kept (they were issued). Throws like the Reader.
-std::vector<IoRequest> load_trace_schedule(trace::Reader& reader);
-
-// Holds a completion back until the tier would have completed the I/O.
-// admit() is called at submission (monotonic ns) and returns the time at
-// which the tier completes it; the engine reports max(that, device time).
-// Implementations must not allocate per call.
-class TierGate {
- public:
-  virtual ~TierGate() = default;
-  virtual Nanos admit(Nanos submit_ns, IoOp op, uint32_t length) = 0;
-  // Called when a held I/O is released (the tier's parallelism frees up).
-  virtual void release(Nanos when, IoOp op, uint32_t length) = 0;
-  virtual std::string name() const = 0;
-};
+std::vector<TimedIo> load_trace_schedule(trace::Reader& reader);
 
 struct EngineOptions {
   std::string target;        // regular file or block device
   bool direct = false;       // O_DIRECT; buffers are 4 KiB aligned
   uint32_t iodepth = 32;     // request slots (also the open-loop limit)
   uint64_t size = 0;         // regular file: created/extended to this size
-  bool open_loop = false;    // issue at IoRequest::at instead of at once
+  bool open_loop = false;    // issue at TimedIo::at instead of at once
   Nanos runtime_ns = 0;      // stop issuing after this long; 0 = no limit
   uint64_t max_ios = 0;      // stop after this many I/Os; 0 = no limit
   uint32_t max_block = 0;    // largest request length (sizes slot buffers)
@@ -94,14 +79,25 @@ struct EngineOptions {
   bool verify_existing = false;  // reads check every sector, not only those
                                  // written in this run (read-only verify)
   uint64_t seed = 0x746965726c6162ull;  // pattern seed
-  TierGate* tier = nullptr;  // not owned; null = no shaping
+  // Not owned; null = no shaping. At submission the shaper says when the
+  // tier completes the I/O; the completion is reported at the later of that
+  // and the device's own completion.
+  Shaper* shaper = nullptr;
+  // Run the loop at real-time priority (SCHED_FIFO 1) so that other
+  // processes on a busy machine do not delay issue and release times.
+  // Needs root or CAP_SYS_NICE; RuntimeError otherwise.
+  bool realtime = false;
   bool allow_create = true;  // a missing regular file is created with --size
+  // If set, receives the reported completion time of each counted I/O, up
+  // to its capacity (reserve it beforehand: the loop never grows it).
+  std::vector<Nanos>* completion_log = nullptr;
 };
 
 struct OpStats {
   uint64_t ios = 0;
   uint64_t bytes = 0;
-  Histogram lat;         // completion latency as reported (ns)
+  Histogram lat;         // completion latency as reported (ns): with a
+                         // tier, max(tier completion, device completion)
   Histogram device_lat;  // what the device alone took (ns)
 };
 
@@ -113,6 +109,7 @@ struct EngineResult {
   OpStats op[4];             // indexed by IoOp
   Histogram lat;             // all ops
   Histogram issue_lag;       // open loop: actual issue - scheduled (ns)
+  Histogram release_lag;     // tier: actual release - tier completion (ns)
   uint64_t short_ios = 0;    // I/Os with a short transfer (rest resubmitted, or EOF)
   uint64_t eof_short = 0;    // reads cut short by end of file
   uint64_t eagain = 0;       // -EAGAIN, retried

@@ -4,17 +4,17 @@
 
 namespace tierlab::iosim {
 
-std::vector<IoRequest> load_trace_schedule(trace::Reader& reader) {
-  std::vector<IoRequest> out;
+std::vector<TimedIo> load_trace_schedule(trace::Reader& reader) {
+  std::vector<TimedIo> out;
   trace::Record rec;
   bool first = true;
   Nanos t0 = 0;
   while (reader.next(rec)) {
-    IoRequest q;
+    TimedIo q;
     if (auto* b = std::get_if<trace::BlockIo>(&rec.body)) {
-      q = IoRequest{rec.ts, b->offset, b->length, b->op, b->flags};
+      q = TimedIo{rec.ts, b->offset, b->length, b->op, b->flags};
     } else if (auto* f = std::get_if<trace::FileIo>(&rec.body)) {
-      q = IoRequest{rec.ts, f->offset, f->length, f->op, f->flags};
+      q = TimedIo{rec.ts, f->offset, f->length, f->op, f->flags};
     } else {
       continue;
     }
@@ -29,7 +29,7 @@ std::vector<IoRequest> load_trace_schedule(trace::Reader& reader) {
   // Open loop needs a non-decreasing schedule; captures are in issue order
   // per CPU, so sort stably by time.
   std::stable_sort(out.begin(), out.end(),
-                   [](const IoRequest& a, const IoRequest& b) { return a.at < b.at; });
+                   [](const TimedIo& a, const TimedIo& b) { return a.at < b.at; });
   return out;
 }
 

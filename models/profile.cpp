@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -129,6 +130,7 @@ struct ProfileBuilder::Impl {
     ++s.nstmt;
     std::string f = fingerprint_sql(sql);
     s.fp = fnv1a(f, fnv1a(";", s.fp));
+    while (!f.empty() && (f.back() == ';' || f.back() == ' ')) f.pop_back();
     if (s.text.size() < 300) {
       if (!s.text.empty()) s.text += "; ";
       s.text += f;
@@ -356,6 +358,13 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
       if (io.op == trace::IoOp::Write) ++all_writes;
     }
     bool backend = backends.count(io.pid) > 0;
+    // A commit's flush reaches the device from whoever the file system has
+    // do it (ext4: the journal thread), so block flushes count whatever
+    // their pid; fdatasync calls, when recorded, only the backends'.
+    if (!io.file && !any_file_flush && io.op == trace::IoOp::Flush) {
+      ++flushes;
+      continue;
+    }
     if (!backend) {
       if (io.file) continue;
       if (io.op == trace::IoOp::Read) ++other_reads;
@@ -390,8 +399,7 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
         write_bytes += io.length;
         break;
       case trace::IoOp::Flush:
-        // fdatasync calls when the trace has them; block flushes otherwise.
-        if (io.file == any_file_flush) ++flushes;
+        if (io.file) ++flushes;
         break;
       default:
         break;
@@ -577,6 +585,13 @@ std::string fingerprint_sql(std::string_view sql) {
     }
     bool prev_ident = !out.empty() && ident_char(out.back()) && !space;
     if (std::isdigit(static_cast<unsigned char>(c)) && !(prev_ident && out.back() != '?')) {
+      // A sign right before a number belongs to the literal when what
+      // precedes it is an operator, '(' or ',' (unary minus): "+ -5" is "+ ?".
+      if (!out.empty() && out.back() == '-') {
+        size_t k = out.size() - 1;
+        while (k > 0 && out[k - 1] == ' ') --k;
+        if (k == 0 || std::strchr("+-*/=<>(,", out[k - 1])) out.pop_back();
+      }
       while (i < sql.size() && (std::isalnum(static_cast<unsigned char>(sql[i])) || sql[i] == '.'))
         ++i;
       out += '?';

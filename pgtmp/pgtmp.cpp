@@ -168,12 +168,7 @@ struct Server::Impl {
   }
 
   void make_temp_dir() {
-    std::string parent = opts.tmp_parent;
-    if (parent.empty()) {
-      const char* t = std::getenv("TMPDIR");
-      parent = (t && *t) ? t : "/tmp";
-    }
-    std::string tmpl = parent + "/tierlab-pg.XXXXXX";
+    std::string tmpl = tmp_parent() + "/tierlab-pg.XXXXXX";
     if (!mkdtemp(tmpl.data())) throw RuntimeError(errno_message("pgtmp: mkdtemp " + tmpl, errno));
     temp_dir = tmpl;
     slot = detail::register_server(temp_dir);
@@ -185,12 +180,79 @@ struct Server::Impl {
   }
 
   void initdb() {
+    std::string cache, key;
+    if (opts.reuse_initdb) {
+      cache = template_cache();
+      key = template_key();
+      const std::string tpl = cache + "/" + key + "/data";
+      if (!cache.empty() && !key.empty() && fs::exists(tpl + "/PG_VERSION") && copy_tree(tpl, data_dir, true))
+        return;
+    }
     std::string out;
     int rc = detail::run_capture(
         as_server_user({bindir + "/initdb", "-D", data_dir, "-A", "trust", "-U", superuser, "-E", "UTF8",
                         "--no-locale", "--no-sync"}),
         &out);
     if (rc != 0) throw RuntimeError("pgtmp: initdb failed (status " + std::to_string(rc) + "): " + trim(out));
+    if (!cache.empty() && !key.empty()) publish_template(cache, key);
+  }
+
+  // $TMPDIR/tierlab-pg-cache-<euid>, private to this user; "" when it cannot
+  // be trusted (not ours, not private, a symlink) or created.
+  std::string template_cache() const {
+    std::string dir = tmp_parent() + "/tierlab-pg-cache-" + std::to_string(geteuid());
+    if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return "";
+    struct stat st {};
+    if (lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 077))
+      return "";
+    return dir;
+  }
+
+  // Names what an initdb result depends on: the server build and its owner.
+  std::string template_key() const {
+    struct stat st {};
+    if (stat((bindir + "/postgres").c_str(), &st) != 0) return "";
+    const std::string id = bindir + "|" + std::to_string(st.st_size) + "|" + std::to_string(st.st_mtim.tv_sec) + "|" +
+                           std::to_string(uid) + "|" + superuser + "|UTF8|C|v1";
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016zx", std::hash<std::string>{}(id));
+    return hex;
+  }
+
+  // Copies a data dir, owned by the server user, mode 0700 at the top.
+  // False (and nothing left at `to`) on any error.
+  bool copy_tree(const std::string& from, const std::string& to, bool chown_to_server) const {
+    std::error_code ec;
+    fs::copy(from, to, fs::copy_options::recursive, ec);
+    if (!ec && chown_to_server && uid != static_cast<uid_t>(-1)) {
+      if (lchown(to.c_str(), uid, gid) != 0) ec = std::error_code(errno, std::generic_category());
+      for (auto it = fs::recursive_directory_iterator(to, ec); !ec && it != fs::recursive_directory_iterator();
+           it.increment(ec))
+        if (lchown(it->path().c_str(), uid, gid) != 0) ec = std::error_code(errno, std::generic_category());
+    }
+    if (!ec && chmod(to.c_str(), 0700) != 0) ec = std::error_code(errno, std::generic_category());
+    if (ec) {
+      std::error_code ignored;
+      fs::remove_all(to, ignored);
+      return false;
+    }
+    return true;
+  }
+
+  // Keeps a copy of a fresh initdb result for the next server. Several
+  // processes may race: each copies privately, the first rename wins.
+  void publish_template(const std::string& cache, const std::string& key) const {
+    std::string tmp = cache + "/new.XXXXXX";
+    if (!mkdtemp(tmp.data())) return;
+    std::error_code ec;
+    if (!copy_tree(data_dir, tmp + "/data", false) || rename(tmp.c_str(), (cache + "/" + key).c_str()) != 0)
+      fs::remove_all(tmp, ec);
+  }
+
+  std::string tmp_parent() const {
+    if (!opts.tmp_parent.empty()) return opts.tmp_parent;
+    const char* t = std::getenv("TMPDIR");
+    return (t && *t) ? t : "/tmp";
   }
 
   // Checks what can be checked before any work is done.
@@ -374,7 +436,7 @@ Server::~Server() {
   Impl& m = *impl_;
   if (m.owner != getpid()) return;  // a forked copy: the server belongs to the parent
   try {
-    m.kill_postmaster(false, 30000);
+    m.kill_postmaster(/*immediate=*/true, 30000);  // the data is thrown away: no checkpoint
   } catch (...) {
   }
   detail::unregister_server(m.slot);

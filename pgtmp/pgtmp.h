@@ -10,7 +10,8 @@
 // (Options::run_as, default "postgres").
 //
 // Cleanup guarantees:
-// - the destructor stops the server (fast shutdown) and removes the temp dir;
+// - the destructor stops the server (immediate shutdown: the data is thrown
+//   away) and removes the temp dir;
 // - SIGINT, SIGTERM and SIGHUP stop every server of the process and remove
 //   their dirs before the signal takes its course (the previously installed
 //   handler runs next, or the default action). A program that wants its own
@@ -53,6 +54,10 @@ struct Options {
   std::string tmp_parent;
   // Seconds to wait for the server to accept connections.
   int start_timeout_s = 60;
+  // Copy a cached initdb result instead of running initdb (seconds on a busy
+  // machine) each time. The cache is $TMPDIR/tierlab-pg-cache-<euid>
+  // (mode 0700; ~40 MB per PostgreSQL build), filled by the first initdb.
+  bool reuse_initdb = true;
   // Wrap the postmaster in this command prefix (e.g. {"cgexec","-g","blkio:x"});
   // empty: none.
   std::vector<std::string> exec_prefix;
@@ -63,7 +68,7 @@ class Server {
   // Starts a server; throws RuntimeError naming what failed (binaries not
   // found, initdb failed with its output, did not start in time).
   explicit Server(Options opts = {});
-  ~Server();  // stops the server (fast shutdown) and removes the temp dir
+  ~Server();  // stops the server (immediate shutdown) and removes the temp dir
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 

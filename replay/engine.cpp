@@ -588,6 +588,24 @@ std::string one_line(const char* msg) {
   return m;
 }
 
+// The conninfo as shown in messages: its settings without the password.
+std::string describe_target(const std::string& conninfo) {
+  char* err = nullptr;
+  PQconninfoOption* opts = PQconninfoParse(conninfo.c_str(), &err);
+  if (!opts) {
+    if (err) PQfreemem(err);
+    return "the target";
+  }
+  std::string out;
+  for (PQconninfoOption* o = opts; o->keyword; ++o) {
+    if (!o->val || !*o->val || std::strcmp(o->keyword, "password") == 0) continue;
+    if (!out.empty()) out += ' ';
+    out += std::string(o->keyword) + "=" + o->val;
+  }
+  PQconninfoFree(opts);
+  return out.empty() ? "the default target (libpq environment)" : out;
+}
+
 // The first session's connection, made synchronously: an unreachable target
 // or a rejected user fails the replay at once with libpq's message.
 void preflight(const Options& opts, const ConnParams& p) {
@@ -611,7 +629,7 @@ void preflight(const Options& opts, const ConnParams& p) {
   if (PQstatus(c) != CONNECTION_OK) {
     std::string msg = one_line(PQerrorMessage(c));
     PQfinish(c);
-    throw RuntimeError("replay: cannot connect to the target (" + opts.conninfo + "): " + msg);
+    throw RuntimeError("replay: cannot connect to " + describe_target(opts.conninfo) + ": " + msg);
   }
   PQfinish(c);
 }

@@ -254,3 +254,18 @@ TEST_CASE("pgtmp: scram-sha-256 over TCP needs the password", "[pgtmp]") {
   bad.host_auth = "bogus";
   CHECK_THROWS_AS(Server(bad), tierlab::InputError);
 }
+
+TEST_CASE("pgtmp: servers copied from the cached initdb result are independent of it", "[pgtmp]") {
+  Options fresh;
+  fresh.reuse_initdb = false;  // runs initdb, and fills the cache if it was empty
+  Server a(fresh);
+  a.sql("create table only_in_a (x int)");
+  Server b;  // from the cache
+  CHECK(b.sql("select count(*) from pg_class where relname = 'only_in_a'") == "0");
+  b.sql("create table only_in_b (x int)");
+  Server c;
+  CHECK(c.sql("select count(*) from pg_class where relname like 'only_in_%'") == "0");
+  struct stat st {};
+  REQUIRE(stat(c.data_dir().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+}

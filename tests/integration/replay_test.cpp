@@ -368,6 +368,18 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
   CHECK(unmapped.status == 1);
   CHECK(unmapped.err.find("captured_user") != std::string::npos);
 
+  // --database forces one database.
+  auto bad_db = tierlab::test::run_tierlab(
+      {"replay", path, "--db", pg.conninfo(), "--user-map", map, "--database", "no_such_db"});
+  CHECK(bad_db.status == 1);
+  CHECK(bad_db.err.find("no_such_db") != std::string::npos);
+
+  // A password in the conninfo is not repeated in messages.
+  auto secret = tierlab::test::run_tierlab(
+      {"replay", path, "--db", "host=127.0.0.1 port=1 password=hunter2 connect_timeout=2"});
+  CHECK(secret.status == 1);
+  CHECK(secret.err.find("hunter2") == std::string::npos);
+
   auto dry = tierlab::test::run_tierlab({"replay", path, "--dry-run"});
   CHECK(dry.status == 0);
   CHECK(dry.out.find("sessions: 3") != std::string::npos);

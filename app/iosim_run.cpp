@@ -1,0 +1,282 @@
+// tierlab iosim run: real I/O through io_uring, optionally shaped like a tier.
+#include "app/command.h"
+
+#include "common/error.h"
+#include "iosim/engine.h"
+#include "iosim/pattern.h"
+#include "iosim/shaper.h"
+#include "models/tiers.h"
+#include "trace/reader.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+namespace tierlab::app {
+namespace {
+
+struct RunOptions {
+  std::string target;
+  std::string trace;
+  std::string rw = "randread";
+  std::string bs = "4k";
+  uint32_t iodepth = 32;
+  std::string size;       // "" = the target's size
+  unsigned rwmixread = 50;
+  bool direct = false;
+  std::string tier;
+  std::string tiers_file;
+  std::string runtime;    // "" = until --size bytes (pattern) or the trace ends
+  uint64_t ios = 0;
+  bool verify = false;
+  bool rt = false;
+  uint64_t seed = 1;
+  std::string json;       // path, "-" = stdout
+};
+
+// Pattern requests for the engine (closed loop).
+class PatternSource : public iosim::IoSource {
+ public:
+  explicit PatternSource(const iosim::PatternSpec& spec) : p_(spec) {}
+  bool next(iosim::TimedIo& out) override {
+    iosim::IoRequest r = p_.next();
+    out = iosim::TimedIo{0, r.offset, r.length, r.op, 0};
+    return true;
+  }
+
+ private:
+  iosim::Pattern p_;
+};
+
+uint64_t existing_size(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  if (S_ISREG(st.st_mode)) return uint64_t(st.st_size);
+  if (S_ISBLK(st.st_mode)) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    uint64_t bytes = 0;
+    if (ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
+    ::close(fd);
+    return bytes;
+  }
+  return 0;
+}
+
+std::string human_count(double v) {
+  char b[32];
+  if (v >= 1e6) std::snprintf(b, sizeof b, "%.2fM", v / 1e6);
+  else if (v >= 1e4) std::snprintf(b, sizeof b, "%.1fk", v / 1e3);
+  else std::snprintf(b, sizeof b, "%.0f", v);
+  return b;
+}
+
+std::string human_bw(double bytes_per_sec) {
+  char b[64];
+  double mib = bytes_per_sec / (1024.0 * 1024.0);
+  std::snprintf(b, sizeof b, "%.1fMiB/s (%.1fMB/s)", mib, bytes_per_sec / 1e6);
+  return b;
+}
+
+nlohmann::json lat_json(const Histogram& h) {
+  return {{"p50", h.quantile(0.50)}, {"p90", h.quantile(0.90)}, {"p99", h.quantile(0.99)},
+          {"p999", h.quantile(0.999)}, {"max", h.max()},         {"min", h.min()},
+          {"mean", h.mean()}};
+}
+
+void print_lat(const char* what, const Histogram& h) {
+  std::printf("    %s (usec): min=%.0f, max=%.0f, avg=%.2f, stdev=%.2f\n", what, h.min() / 1e3,
+              h.max() / 1e3, h.mean() / 1e3, h.stddev() / 1e3);
+  std::printf("     %s percentiles (usec): 50th=[%.0f], 90th=[%.0f], 99th=[%.0f], 99.9th=[%.0f]\n", what,
+              h.quantile(0.5) / 1e3, h.quantile(0.9) / 1e3, h.quantile(0.99) / 1e3,
+              h.quantile(0.999) / 1e3);
+}
+
+void run_iosim(const RunOptions& o) {
+  iosim::EngineOptions eo;
+  eo.target = o.target;
+  eo.direct = o.direct;
+  eo.iodepth = o.iodepth;
+  eo.verify = o.verify;
+  eo.realtime = o.rt;
+  eo.seed = o.seed;
+  eo.max_ios = o.ios;
+  if (!o.size.empty()) eo.size = iosim::parse_size(o.size, "--size");
+  if (!o.runtime.empty()) eo.runtime_ns = iosim::parse_duration(o.runtime, "--runtime");
+
+  std::optional<models::Catalog> catalog;
+  std::unique_ptr<iosim::Shaper> shaper;
+  if (!o.tier.empty()) {
+    catalog = models::load_catalog(o.tiers_file);
+    shaper = std::make_unique<iosim::Shaper>(catalog->get(o.tier), o.seed);
+    eo.shaper = shaper.get();
+  } else if (!o.tiers_file.empty()) {
+    throw InputError("--tiers-file is only used with --tier NAME");
+  }
+
+  std::unique_ptr<iosim::IoSource> source;
+  std::string what;
+  if (!o.trace.empty()) {
+    auto reader = trace::open_reader(o.trace);
+    auto sched = iosim::load_trace_schedule(*reader);
+    if (sched.empty()) throw InputError(o.trace + ": has no block or file I/O records to replay");
+    bool writes = false;
+    for (const auto& q : sched) {
+      eo.max_block = std::max(eo.max_block, q.length);
+      writes |= q.op == trace::IoOp::Write;
+    }
+    eo.open_loop = true;
+    eo.verify_existing = !writes;
+    what = "trace=" + o.trace + " (" + std::to_string(sched.size()) + " I/Os, open loop)";
+    source = std::make_unique<iosim::VectorSource>(std::move(sched));
+  } else {
+    iosim::PatternSpec spec;
+    spec.rw = iosim::parse_rw(o.rw);
+    spec.bs = iosim::parse_size(o.bs, "--bs");
+    spec.rwmixread = o.rwmixread;
+    spec.seed = o.seed;
+    spec.size = eo.size ? eo.size : existing_size(o.target);
+    if (spec.size == 0) throw InputError(o.target + ": does not exist or is empty (give --size)");
+    iosim::validate(spec);
+    eo.max_block = uint32_t(spec.bs);
+    eo.verify_existing = spec.rw == iosim::Rw::RandRead || spec.rw == iosim::Rw::Read;
+    // Like fio: without --runtime or --ios, transfer --size bytes once.
+    if (!eo.runtime_ns && !eo.max_ios) eo.max_ios = spec.size / spec.bs;
+    what = "rw=" + std::string(iosim::rw_name(spec.rw)) + " bs=" + o.bs +
+           " iodepth=" + std::to_string(o.iodepth);
+    source = std::make_unique<PatternSource>(spec);
+  }
+
+  iosim::EngineResult r = iosim::run_engine(eo, *source);
+
+  double secs = r.elapsed_ns > 0 ? r.elapsed_ns / 1e9 : 1e-9;
+  std::printf("iosim run: %s %s direct=%d tier=%s\n", o.target.c_str(), what.c_str(), o.direct ? 1 : 0,
+              r.tier.empty() ? "none" : r.tier.c_str());
+  static const char* names[] = {"read", "write", "flush", "discard"};
+  for (int k = 0; k < 3; ++k) {
+    const iosim::OpStats& st = r.op[k];
+    if (!st.ios) continue;
+    std::printf("  %s: IOPS=%s, BW=%s(%.1fMiB/%.0fmsec)\n", names[k], human_count(st.ios / secs).c_str(),
+                human_bw(st.bytes / secs).c_str(), st.bytes / 1048576.0, r.elapsed_ns / 1e6);
+    print_lat("clat", st.lat);
+    if (eo.shaper) print_lat("device", st.device_lat);
+  }
+  double dur_err = 0;
+  if (eo.open_loop) {
+    dur_err = r.schedule_ns > 0 ? double(r.elapsed_ns - r.schedule_ns) / double(r.schedule_ns) : 0;
+    std::printf("  issue lag (usec): p50=%.1f, p99=%.1f, max=%.1f; %llu I/Os waited for a free slot\n",
+                r.issue_lag.quantile(0.5) / 1e3, r.issue_lag.quantile(0.99) / 1e3, r.issue_lag.max() / 1e3,
+                (unsigned long long)r.slot_waits);
+    std::printf("  schedule: %.3f s, run: %.3f s (%+.2f%%)\n", r.schedule_ns / 1e9, r.elapsed_ns / 1e9,
+                dur_err * 100);
+  }
+  if (eo.shaper) {
+    const auto& ss = shaper->stats();
+    std::printf("  tier %s: %llu I/Os throttled (%.3f s waiting for tokens), %llu merged\n", r.tier.c_str(),
+                (unsigned long long)ss.throttled_ios, ss.throttle_wait_ns / 1e9,
+                (unsigned long long)ss.merged_ios);
+    std::printf("  release lag (usec): p50=%.1f, p99=%.1f, max=%.1f (completions released after the tier's time)\n",
+                r.release_lag.quantile(0.5) / 1e3, r.release_lag.quantile(0.99) / 1e3, r.release_lag.max() / 1e3);
+    if (r.slower_than_tier)
+      std::printf("  device slower than tier: %llu of %llu I/Os took longer on the device than the tier "
+                  "allows; those ran at device speed\n",
+                  (unsigned long long)r.slower_than_tier, (unsigned long long)r.ios);
+  }
+  std::printf("  retries: short=%llu (eof %llu) eagain=%llu eintr=%llu", (unsigned long long)r.short_ios,
+              (unsigned long long)r.eof_short, (unsigned long long)r.eagain, (unsigned long long)r.eintr);
+  if (r.wrapped) std::printf(" wrapped=%llu", (unsigned long long)r.wrapped);
+  if (r.skipped) std::printf(" skipped=%llu", (unsigned long long)r.skipped);
+  std::printf("\n");
+  if (o.verify) std::printf("  verify: %.1f MiB checked, no mismatch\n", r.verified_bytes / 1048576.0);
+
+  if (!o.json.empty()) {
+    nlohmann::json j;
+    j["target"] = o.target;
+    j["tier"] = r.tier;
+    j["ios"] = r.ios;
+    j["bytes"] = r.bytes;
+    j["runtime_ns"] = r.elapsed_ns;
+    j["iops"] = r.ios / secs;
+    j["bw_bytes"] = r.bytes / secs;
+    j["lat_ns"] = lat_json(r.lat);
+    for (int k = 0; k < 3; ++k) {
+      if (!r.op[k].ios) continue;
+      j[names[k]] = {{"ios", r.op[k].ios},
+                     {"bytes", r.op[k].bytes},
+                     {"iops", r.op[k].ios / secs},
+                     {"bw_bytes", r.op[k].bytes / secs},
+                     {"lat_ns", lat_json(r.op[k].lat)},
+                     {"device_lat_ns", lat_json(r.op[k].device_lat)}};
+    }
+    j["open_loop"] = eo.open_loop;
+    if (eo.open_loop) {
+      j["issue_lag_ns"] = {{"p50", r.issue_lag.quantile(0.5)},
+                           {"p99", r.issue_lag.quantile(0.99)},
+                           {"max", r.issue_lag.max()}};
+      j["schedule_ns"] = r.schedule_ns;
+      j["duration_error"] = dur_err;
+      j["slot_waits"] = r.slot_waits;
+    }
+    j["short_ios"] = r.short_ios;
+    j["eof_short"] = r.eof_short;
+    j["eagain"] = r.eagain;
+    j["eintr"] = r.eintr;
+    j["wrapped"] = r.wrapped;
+    j["skipped"] = r.skipped;
+    j["device_slower_than_tier"] = r.slower_than_tier;
+    if (eo.shaper) {
+      j["throttled_ios"] = shaper->stats().throttled_ios;
+      j["throttle_wait_ns"] = shaper->stats().throttle_wait_ns;
+      j["release_lag_ns"] = {{"p50", r.release_lag.quantile(0.5)},
+                             {"p99", r.release_lag.quantile(0.99)},
+                             {"max", r.release_lag.max()}};
+    }
+    if (o.verify) j["verified_bytes"] = r.verified_bytes;
+    std::string text = j.dump(2) + "\n";
+    if (o.json == "-") {
+      std::fwrite(text.data(), 1, text.size(), stdout);
+    } else {
+      std::ofstream f(o.json);
+      if (!(f << text)) throw InputError(errno_message("--json " + o.json, errno));
+    }
+  }
+}
+
+void setup_iosim_run(CLI::App& parent) {
+  auto& io = group(parent, "iosim", "drive I/O through storage tier models");
+  auto* sub = io.add_subcommand("run", "real I/O through io_uring, closed loop (pattern) or open loop (--trace), "
+                                       "optionally shaped like a tier");
+  auto opt = std::make_shared<RunOptions>();
+  sub->add_option("--target", opt->target, "file or block device to drive")->required();
+  sub->add_option("--trace", opt->trace, "replay the block/file I/O of this trace at its recorded times");
+  sub->add_option("--rw", opt->rw, "randread|randwrite|read|write|randrw|readwrite")->capture_default_str();
+  sub->add_option("--bs", opt->bs, "block size (4k, 64k, ...)")->capture_default_str();
+  sub->add_option("--iodepth", opt->iodepth, "I/Os in flight (open loop: at most)")->capture_default_str();
+  sub->add_option("--size", opt->size, "bytes of the target to use; a regular file is created/extended to it");
+  sub->add_option("--rwmixread", opt->rwmixread, "percent reads for randrw/readwrite")->capture_default_str();
+  sub->add_flag("--direct", opt->direct, "O_DIRECT (bypass the page cache)");
+  sub->add_option("--tier", opt->tier, "hold completions back like this tier (tierlab tiers list)");
+  sub->add_option("--tiers-file", opt->tiers_file, "JSON file with more tiers");
+  sub->add_option("--runtime", opt->runtime, "run this long (10s, 1m); pattern default: --size bytes once");
+  sub->add_option("--ios", opt->ios, "stop after this many I/Os");
+  sub->add_flag("--verify", opt->verify, "write a known pattern and check it on read back");
+  sub->add_flag("--rt", opt->rt, "run the I/O loop at real-time priority (SCHED_FIFO; root)");
+  sub->add_option("--seed", opt->seed, "seed of the pattern, latencies and verify data")->capture_default_str();
+  sub->add_option("--json", opt->json, "write the results as JSON to this file (- = stdout)");
+  sub->callback([opt] { run_iosim(*opt); });
+}
+
+const Registration reg{"iosim-run", 41, &setup_iosim_run};
+
+}  // namespace
+}  // namespace tierlab::app
