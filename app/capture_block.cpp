@@ -44,6 +44,7 @@ void run_block(const BlockOptions& o) {
   co.buffer_kb = o.buffer_kb;
   if (!o.duration.empty()) co.duration_ns = parse_duration(o.duration, "--duration");
   capture::BlockDevice dev = capture::resolve_block_device(o.device);
+  capture::require_block_capture_privileges();  // before creating --out
   if (dev.from_partition)
     std::cerr << "capture block: block requests are issued to the whole disk; recording " << dev.name << "\n";
   auto writer = trace::open_writer(o.out);

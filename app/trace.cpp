@@ -2,11 +2,12 @@
 //
 //   tierlab trace info FILE [--json]       counts, time span, bytes per kind
 //   tierlab trace dump FILE                one human-readable line per record
-//   tierlab trace export FILE --format jsonl|csv [--out F]
+//   tierlab trace export FILE --format jsonl|csv|fio-iolog [--out F]
 //
 // Export formats are classes deriving from Exporter, listed in
 // export_formats(): a new format is one more class and one more line there.
 #include "app/command.h"
+#include "capture/import.h"
 #include "common/error.h"
 #include "trace/reader.h"
 
@@ -21,6 +22,7 @@
 #include <fcntl.h>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -990,9 +992,21 @@ struct ExportOptions {
   std::string file;
   std::string format;
   std::string out;
+  std::string fio_file;  // fio-iolog: name every I/O with this file
 };
 
 void run_export(const ExportOptions& o) {
+  if (o.format == "fio-iolog") {  // block I/O as a fio iolog v3 (capture/import.h)
+    auto r = open_reader(o.file);
+    Output out(o.out);
+    std::ostringstream text;
+    capture::FioExportOptions fo;
+    fo.filename = o.fio_file;
+    capture::write_fio_iolog_v3(*r, text, fo);
+    out.write(text.str());
+    out.finish();
+    return;
+  }
   std::unique_ptr<Exporter> ex;
   for (const auto& f : export_formats())
     if (o.format == f.name) ex = f.make();
@@ -1034,7 +1048,10 @@ void setup_trace(CLI::App& parent) {
   se->add_option("FILE", exp->file, "trace file (.tlt)")->required();
   std::string names;
   for (const auto& f : export_formats()) names += (names.empty() ? "" : "|") + std::string(f.name);
+  names += "|fio-iolog";
   se->add_option("--format,-f", exp->format, "output format: " + names)->required();
+  se->add_option("--fio-file", exp->fio_file,
+                 "fio-iolog: name every I/O with this file or device (default: from the trace)");
   se->add_option("--out,-o", exp->out, "write to this file (mode 0600) instead of stdout");
   se->footer(kCsvHelp);
   se->callback([exp] { run_export(*exp); });

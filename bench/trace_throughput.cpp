@@ -3,9 +3,11 @@
 // the disk does not enter the figures) and prints records/s and bytes per
 // record. With --peers DIR it also writes the same streams in the text forms
 // of the peer tools, for the script to measure:
-//   statements.csvlog  PostgreSQL csvlog with log_min_duration_statement=0
-//                      (what pgreplay reads): a bind and an execute line with
-//                      their parameters per execution
+//   statements.csvlog  PostgreSQL 15 csvlog with log_statement=all (what
+//                      pgreplay reads): one execute line with its parameters
+//                      per execution, plus connection lines
+//   statements-duration.csvlog  the same with log_min_duration_statement=0:
+//                      a bind and an execute line per execution
 //   block.blkparse     blkparse default text: the D (issue) and C (complete)
 //                      lines of each request
 //   block.iolog        fio iolog version 3: one line per request
@@ -229,35 +231,64 @@ void fmt_time(char* buf, size_t len, Nanos ns, int decimals) {
     std::snprintf(buf, len, "%s UTC", base);
 }
 
-void write_peers(const std::string& dir, const std::vector<StmtEv>& st, const std::vector<BlockEv>& bl) {
+// A PostgreSQL 15 csvlog of the statement stream. duration = false: as
+// written with log_statement = 'all' (one "execute" line per execution, what
+// pgreplay reads); true: with log_min_duration_statement = 0 (a "bind" and an
+// "execute" line with their durations per execution).
+void write_csvlog(const std::string& path, const std::vector<StmtEv>& st, bool duration) {
   const char* sql = "SELECT abalance FROM pgbench_accounts WHERE aid = $1;";
-  FILE* f = std::fopen((dir + "/statements.csvlog").c_str(), "w");
+  FILE* f = std::fopen(path.c_str(), "w");
   if (!f) {
-    std::perror(dir.c_str());
+    std::perror(path.c_str());
     std::exit(1);
   }
   uint64_t line[9] = {};
   char ts[64], start[64];
   fmt_time(start, sizeof start, 0, 0);
   Nanos t0 = st.front().send;
+  // log_connections, log_disconnections: pgreplay needs them to know the
+  // sessions; the Parse of the prepared statement, once per session.
+  auto session_line = [&](uint32_t s, Nanos t, const char* tag, const std::string& msg) {
+    fmt_time(ts, sizeof ts, t, 3);
+    std::fprintf(f,
+                 "%s,\"bench\",\"bench\",%u,\"127.0.0.1:%u\",6565a1b2.%x,%llu,\"%s\",%s,%u/0,0,LOG,00000,"
+                 "\"%s\",,,,,,,,,\"pgbench\",\"client backend\",,0\n",
+                 ts, 5000 + s, 40000 + s, 5000 + s, static_cast<unsigned long long>(++line[s]), tag, start, s + 2,
+                 msg.c_str());
+  };
+  for (uint32_t s = 1; s <= 8; ++s) {
+    session_line(s, 0, "authentication", "connection authorized: user=bench database=bench application_name=pgbench");
+    if (duration) session_line(s, 0, "PARSE", std::string("duration: 0.050 ms  parse P0_1: ") + sql);
+  }
+  char dur[64] = "";
   for (const StmtEv& e : st) {
     uint32_t pid = 5000 + e.session;
-    for (int phase = 0; phase < 2; ++phase) {
+    for (int phase = duration ? 0 : 1; phase < 2; ++phase) {
       uint64_t ln = ++line[e.session];
       fmt_time(ts, sizeof ts, (phase ? e.resp : e.send) - t0, 3);
-      double ms = phase ? static_cast<double>(e.resp - e.send) / 1e6 : 0.012;
+      if (duration)
+        std::snprintf(dur, sizeof dur, "duration: %.3f ms  ",
+                      phase ? static_cast<double>(e.resp - e.send) / 1e6 : 0.012);
       std::fprintf(f,
                    "%s,\"bench\",\"bench\",%u,\"127.0.0.1:%u\",6565a1b2.%x,%llu,\"%s\",%s,%u/%llu,0,"
-                   "LOG,00000,\"duration: %.3f ms  %s P0_1: %s\",\"parameters: $1 = '%u'\",,,,,,,,"
+                   "LOG,00000,\"%s%s P0_1: %s\",\"parameters: $1 = '%u'\",,,,,,,,"
                    "\"pgbench\",\"client backend\",,0\n",
                    ts, pid, 40000 + e.session, pid, static_cast<unsigned long long>(ln),
-                   phase ? "SELECT" : "BIND", start, e.session + 2,
-                   static_cast<unsigned long long>(ln / 2), ms, phase ? "execute" : "bind",
-                   sql, e.aid);
+                   phase ? "SELECT" : "BIND", start, e.session + 2, static_cast<unsigned long long>(ln),
+                   dur, phase ? "execute" : "bind", sql, e.aid);
     }
   }
+  for (uint32_t s = 1; s <= 8; ++s)
+    session_line(s, st.back().resp - t0, "idle",
+                 "disconnection: session time: 0:00:10.000 user=bench database=bench host=127.0.0.1 port=" +
+                     std::to_string(40000 + s));
   std::fclose(f);
+}
 
+void write_peers(const std::string& dir, const std::vector<StmtEv>& st, const std::vector<BlockEv>& bl) {
+  write_csvlog(dir + "/statements.csvlog", st, false);
+  write_csvlog(dir + "/statements-duration.csvlog", st, true);
+  FILE* f;
   f = std::fopen((dir + "/block.blkparse").c_str(), "w");
   FILE* io = std::fopen((dir + "/block.iolog").c_str(), "w");
   std::fprintf(io, "fio version 3 iolog\n/dev/nvme0n1p1 add\n/dev/nvme0n1p1 open\n");

@@ -258,6 +258,11 @@ class Instance {
 
 }  // namespace
 
+void require_block_capture_privileges() {
+  if (::geteuid() != 0)
+    throw RuntimeError("capture block needs root (it reads kernel block tracepoints from tracefs); run it as root");
+}
+
 BlockDevice resolve_block_device(const std::string& spec) {
   if (spec.empty()) throw InputError("--device: no device given");
   unsigned maj = 0, min = 0;
@@ -306,8 +311,7 @@ BlockDevice resolve_block_device(const std::string& spec) {
 BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& out,
                                 const std::atomic<bool>* stop, const std::function<void()>& ready) {
   BlockDevice dev = resolve_block_device(opts.device);
-  if (::geteuid() != 0)
-    throw RuntimeError("capture block needs root (it reads kernel block tracepoints from tracefs); run it as root");
+  require_block_capture_privileges();
   std::string tracefs = find_tracefs(opts.tracefs);
   if (::access((tracefs + "/events/block/block_rq_issue").c_str(), F_OK) != 0)
     throw RuntimeError("tracefs: the kernel has no block/block_rq_issue tracepoint");

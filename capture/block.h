@@ -34,6 +34,10 @@ struct BlockDevice {
 // the whole disk that block requests are issued to. Throws InputError.
 BlockDevice resolve_block_device(const std::string& spec);
 
+// Throws RuntimeError ("capture block needs root ...") unless the process
+// may read kernel tracepoints. capture_block() calls it too.
+void require_block_capture_privileges();
+
 struct BlockCaptureOptions {
   std::string device;             // as resolve_block_device() takes it
   std::vector<int32_t> pids;      // record only I/Os issued by these; empty = all

@@ -658,6 +658,16 @@ std::string realtime_iso() {
 }  // namespace
 
 struct Proxy::Impl : Shared {
+  ~Impl() {
+    for (int fd : tcp_fds)
+      if (fd >= 0) ::close(fd);
+    if (unix_fd >= 0) {
+      ::close(unix_fd);
+      ::unlink(unix_listen.text.c_str());
+    }
+    if (stop_fd >= 0) ::close(stop_fd);
+  }
+  std::vector<int> tcp_fds;  // until each loop takes its own
   int threads = 1;
   Addr listen_addr;
   bool has_tcp = false;
@@ -693,22 +703,15 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
     px.has_tcp = true;
   }
 
-  px.recorder = std::make_unique<detail::Recorder>(trace::open_writer(opts.out), px.threads,
-                                                   opts.queue_bytes, opts.drop_on_overflow);
-  for (int i = 0; i < px.threads; ++i)
-    px.loops.push_back(std::make_unique<Loop>(px, i, px.recorder->producer(static_cast<size_t>(i))));
-
-  px.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (px.stop_fd < 0) throw RuntimeError(errno_message("eventfd", errno));
-
+  // Listeners first: a bad address must not leave an empty trace behind.
   if (px.has_tcp) {
-    for (auto& loop : px.loops) {
-      loop->tcp_fd = listen_socket(px.listen_addr, true, "--listen");
+    for (int i = 0; i < px.threads; ++i) {
+      px.tcp_fds.push_back(listen_socket(px.listen_addr, true, "--listen"));
       if (px.listen_addr.port == 0) {
         // Port 0: every thread's socket shares the port the first one got.
         sockaddr_storage ss{};
         socklen_t len = sizeof ss;
-        getsockname(loop->tcp_fd, reinterpret_cast<sockaddr*>(&ss), &len);
+        getsockname(px.tcp_fds.back(), reinterpret_cast<sockaddr*>(&ss), &len);
         int port = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
                                             : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
         px.listen_addr.port = port;
@@ -719,7 +722,6 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
         auto colon = px.listen_addr.text.rfind(':');
         px.listen_addr.text = px.listen_addr.text.substr(0, colon + 1) + std::to_string(port);
       }
-      loop->add(loop->tcp_fd, EPOLLIN, kTcpTag);
     }
   }
   if (!opts.listen_unix.empty()) {
@@ -727,7 +729,21 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
     ::unlink(px.unix_listen.text.c_str());
     px.unix_fd = listen_socket(px.unix_listen, false, "--listen-unix");
     ::chmod(px.unix_listen.text.c_str(), 0777);
-    for (auto& loop : px.loops) loop->add(px.unix_fd, EPOLLIN | EPOLLEXCLUSIVE, kUnixTag);
+  }
+  px.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (px.stop_fd < 0) throw RuntimeError(errno_message("eventfd", errno));
+
+  px.recorder = std::make_unique<detail::Recorder>(trace::open_writer(opts.out), px.threads,
+                                                   opts.queue_bytes, opts.drop_on_overflow);
+  for (int i = 0; i < px.threads; ++i) {
+    px.loops.push_back(std::make_unique<Loop>(px, i, px.recorder->producer(static_cast<size_t>(i))));
+    Loop& loop = *px.loops.back();
+    if (px.has_tcp) {
+      loop.tcp_fd = px.tcp_fds[static_cast<size_t>(i)];
+      px.tcp_fds[static_cast<size_t>(i)] = -1;  // the loop owns it now
+      loop.add(loop.tcp_fd, EPOLLIN, kTcpTag);
+    }
+    if (px.unix_fd >= 0) loop.add(px.unix_fd, EPOLLIN | EPOLLEXCLUSIVE, kUnixTag);
   }
   for (auto& loop : px.loops) loop->add(px.stop_fd, EPOLLIN, kStopTag);
 
@@ -745,12 +761,6 @@ Proxy::~Proxy() {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tierlab: capture proxy: %s\n", e.what());
   }
-  Impl& px = *impl_;
-  if (px.unix_fd >= 0) {
-    ::close(px.unix_fd);
-    ::unlink(px.unix_listen.text.c_str());
-  }
-  if (px.stop_fd >= 0) ::close(px.stop_fd);
 }
 
 std::string Proxy::listening() const {

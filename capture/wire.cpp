@@ -262,38 +262,41 @@ bool SessionDecoder::fail(Direction d, const Dir& s, const char* what) {
   return false;
 }
 
-SessionDecoder::Action SessionDecoder::action(Direction d, char type) const {
+namespace {
+// Action codes, as SessionDecoder::Action: 0 Unknown, 1 Collect, 2 Skip, 3 Copy.
+constexpr uint8_t action_of(Direction d, char type) {
   if (d == Direction::Frontend) {
     switch (type) {
       case 'Q': case 'P': case 'B': case 'E': case 'D': case 'C': case 'S':
       case 'H': case 'X': case 'f': case 'c':
-        return Action::Collect;
+        return 1;
       case 'd':
-        return Action::Copy;
+        return 3;
       case 'p': case 'F':
-        return Action::Skip;
+        return 2;
       default:
-        return Action::Unknown;
+        return 0;
     }
   }
   switch (type) {
     case 'R': case 'K': case 'S': case 'Z': case 'C': case 'E': case 'N': case 'A':
     case 'G': case 'H': case 'W': case 'c':
-      return Action::Collect;
+      return 1;
     case 'd':
-      return Action::Copy;
+      return 3;
     case 'D': case 'T': case 't': case '1': case '2': case '3': case 'n': case 's':
     case 'I': case 'v': case 'V':
-      return Action::Skip;
+      return 2;
     default:
-      return Action::Unknown;
+      return 0;
   }
 }
+}  // namespace
 
 namespace {
 // Length (including the length field) that a fixed-size message must have;
 // 0 when variable.
-uint32_t fixed_length(Direction d, char type) {
+constexpr uint32_t fixed_length(Direction d, char type) {
   if (d == Direction::Frontend) {
     switch (type) {
       case 'S': case 'H': case 'X': case 'c': return 4;
@@ -308,7 +311,7 @@ uint32_t fixed_length(Direction d, char type) {
   }
 }
 // Smallest valid length for variable-size messages.
-uint32_t min_length(Direction d, char type) {
+constexpr uint32_t min_length(Direction d, char type) {
   if (d == Direction::Frontend) {
     switch (type) {
       case 'Q': case 'f': return 5;
@@ -330,14 +333,46 @@ uint32_t min_length(Direction d, char type) {
     default: return 4;
   }
 }
+
+
+// Per direction and type byte: what to do with the message and its length
+// rules, looked up once per message.
+struct TypeInfo {
+  uint8_t action = 0;
+  uint8_t fixed = 0;  // required length, 0 = variable
+  uint8_t min = 0;    // smallest length
+};
+struct TypeTable {
+  TypeInfo t[2][256];
+};
+constexpr TypeTable make_type_table() {
+  TypeTable tt{};
+  for (int d = 0; d < 2; ++d) {
+    for (int c = 0; c < 256; ++c) {
+      Direction dir = static_cast<Direction>(d);
+      char type = static_cast<char>(c);
+      tt.t[d][c].action = action_of(dir, type);
+      tt.t[d][c].fixed = static_cast<uint8_t>(fixed_length(dir, type));
+      tt.t[d][c].min = static_cast<uint8_t>(min_length(dir, type));
+    }
+  }
+  return tt;
+}
+constexpr TypeTable kTypes = make_type_table();
+
+inline const TypeInfo& type_info(Direction d, char type) {
+  return kTypes.t[static_cast<size_t>(d)][static_cast<uint8_t>(type)];
+}
 }  // namespace
 
+SessionDecoder::Action SessionDecoder::action(Direction d, char type) const {
+  return static_cast<Action>(type_info(d, type).action);
+}
+
 bool SessionDecoder::header_ok(Direction d, char type, uint32_t len) const {
-  if (action(d, type) == Action::Unknown) return false;
-  if (len < 4 || len > limits_.max_message) return false;
-  uint32_t fixed = fixed_length(d, type);
-  if (fixed) return len == fixed;
-  return len >= min_length(d, type);
+  const TypeInfo& ti = type_info(d, type);
+  if (ti.action == 0 || len > limits_.max_message) return false;
+  return ti.fixed ? len == ti.fixed : len >= ti.min;
 }
 
 bool SessionDecoder::start_message(Direction d, Dir& s, char type, uint32_t len) {
@@ -355,7 +390,7 @@ bool SessionDecoder::start_message(Direction d, Dir& s, char type, uint32_t len)
     return true;
   }
   Action a = action(d, type);
-  if (a == Action::Unknown) return fail(d, s, "unknown message type");
+  if (a == Action::Unknown) [[unlikely]] return fail(d, s, "unknown message type");
   if (len > limits_.max_message) {
     char why[96];
     std::snprintf(why, sizeof why, "length %u exceeds the maximum message size %u", len,

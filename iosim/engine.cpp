@@ -26,8 +26,10 @@ using detail::mono_ns;
 namespace {
 
 constexpr unsigned kReapBatch = 64;
-// Closer than this to a deadline the loop spins instead of sleeping.
-constexpr Nanos kSpinNs = 60'000;
+// Closer than kSpinNs to a deadline the loop spins instead of sleeping, and
+// a sleep ends kWakeEarlyNs before it: waking up takes tens of microseconds.
+constexpr Nanos kSpinNs = 150'000;
+constexpr Nanos kWakeEarlyNs = 100'000;
 constexpr uint64_t kSector = 512;
 
 uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
@@ -476,7 +478,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       } else if (next_due - now > kSpinNs) {
         // Sleep in the kernel until a completion or shortly before the
         // deadline; the last stretch is spun.
-        __kernel_timespec ts = detail::to_kts(next_due - now - kSpinNs / 2);
+        __kernel_timespec ts = detail::to_kts(next_due - now - kWakeEarlyNs);
         io_uring_cqe* cqe = nullptr;
         rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, nullptr);
         if (rc == -ETIME) rc = 0;
@@ -486,7 +488,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME)
         fail(errno_message("io_uring_submit", -rc));
     } else if (next_due != INT64_MAX && next_due - now > kSpinNs) {
-      detail::sleep_until(next_due - kSpinNs / 2);
+      detail::sleep_until(next_due - kWakeEarlyNs);
     }
     pending_ = 0;
 

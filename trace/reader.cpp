@@ -57,6 +57,7 @@ class MemorySource : public Source {
       : bytes_(std::move(bytes)), name_(std::move(name)) {}
   size_t read(void* buf, size_t len) override {
     size_t n = std::min(len, bytes_.size() - pos_);
+    if (n == 0) return 0;
     std::memcpy(buf, bytes_.data() + pos_, n);
     pos_ += n;
     return n;

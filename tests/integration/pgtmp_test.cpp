@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <fcntl.h>
 #include <libpq-fe.h>
+#include <grp.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -268,4 +269,44 @@ TEST_CASE("pgtmp: servers copied from the cached initdb result are independent o
   struct stat st {};
   REQUIRE(stat(c.data_dir().c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0700);
+}
+
+TEST_CASE("pgtmp: started by an unprivileged user, the server runs as that user", "[pgtmp]") {
+  tierlab::test::require_root("switching to an unprivileged user for this test");
+  const passwd* pw = getpwnam("postgres");
+  if (!pw) tierlab::test::skip("no user postgres to switch to");
+  const uid_t uid = pw->pw_uid;
+  const gid_t gid = pw->pw_gid;
+  int p[2];
+  REQUIRE(pipe2(p, O_CLOEXEC) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(p[0]);
+    std::string msg;
+    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) {
+      msg = "ERROR cannot switch user";
+    } else {
+      try {
+        Server s;
+        struct stat st {};
+        stat(s.data_dir().c_str(), &st);
+        msg = s.sql("select current_user") + " " + std::to_string(st.st_uid) + " " + s.sql("select 6*7");
+      } catch (const std::exception& e) {
+        msg = std::string("ERROR ") + e.what();
+      }
+    }
+    ssize_t n = write(p[1], msg.data(), msg.size());
+    (void)n;
+    _exit(0);  // skips the parent's static destructors
+  }
+  close(p[1]);
+  std::string msg;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof buf)) > 0) msg.append(buf, static_cast<size_t>(n));
+  close(p[0]);
+  int st = 0;
+  waitpid(child, &st, 0);
+  CHECK(msg == "postgres " + std::to_string(uid) + " 42");
 }

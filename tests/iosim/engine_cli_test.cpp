@@ -1,0 +1,78 @@
+// tierlab iosim run through the binary: flags, output and JSON keys.
+#include "support/support.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+using tierlab::test::run_tierlab;
+using tierlab::test::TempDir;
+
+namespace {
+void require_io_uring_cli(const tierlab::test::RunResult& r) {
+  if (r.status != 0 && r.err.find("io_uring_queue_init") != std::string::npos)
+    tierlab::test::skip("io_uring is not available: " + r.err);
+}
+}  // namespace
+
+TEST_CASE("cli: iosim run writes, verifies and reports fio-like and JSON", "[engine][cli]") {
+  TempDir dir;
+  auto r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--rw", "randrw", "--bs", "8k",
+                        "--iodepth", "8", "--ios", "600", "--verify", "--json", dir.file("out.json")});
+  require_io_uring_cli(r);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("read: IOPS=") != std::string::npos);
+  CHECK(r.out.find("write: IOPS=") != std::string::npos);
+  CHECK(r.out.find("clat percentiles (usec)") != std::string::npos);
+  CHECK(r.out.find("verify:") != std::string::npos);
+  std::ifstream f(dir.file("out.json"));
+  auto j = nlohmann::json::parse(f);
+  CHECK(j["ios"] == 600);
+  for (const char* k : {"iops", "bw_bytes", "tier", "short_ios", "eagain", "eintr", "lat_ns"}) CHECK(j.contains(k));
+  for (const char* k : {"p50", "p90", "p99", "p999", "max"}) CHECK(j["lat_ns"].contains(k));
+  CHECK(j["tier"] == "");
+  CHECK(j["verified_bytes"].get<uint64_t>() > 0);
+}
+
+TEST_CASE("cli: iosim run replays a trace open loop under a tier", "[engine][cli]") {
+  TempDir dir;
+  {
+    std::ofstream f(dir.file("s.iolog"));
+    f << "fio version 3 iolog\n0 /x add\n0 /x open\n";
+    for (int i = 0; i < 400; ++i) f << i * 500 << " /x read " << (i * 7 % 512) * 4096 << " 4096\n";
+    f << "200000 /x close\n";
+    std::ofstream t(dir.file("tiers.json"));
+    t << R"({"tiers": [{"name": "slow-disk", "description": "1 ms reads", "iops": 0,
+             "latency": {"read": {"dist": "fixed", "p50_us": 1000}, "write": {"dist": "fixed", "p50_us": 1000},
+                         "flush": {"dist": "fixed", "p50_us": 1000}}}]})";
+  }
+  REQUIRE(run_tierlab({"capture", "import", "--fio-iolog", dir.file("s.iolog"), "--out", dir.file("s.tlt")}).status == 0);
+  auto r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--trace", dir.file("s.tlt"),
+                        "--tier", "slow-disk", "--tiers-file", dir.file("tiers.json"), "--json", "-"});
+  require_io_uring_cli(r);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  auto brace = r.out.find("\n{");
+  REQUIRE(brace != std::string::npos);
+  auto j = nlohmann::json::parse(r.out.substr(brace + 1));
+  CHECK(j["ios"] == 400);
+  CHECK(j["tier"] == "slow-disk");
+  CHECK(j["open_loop"] == true);
+  CHECK(j["lat_ns"]["min"].get<int64_t>() >= 1'000'000);
+  CHECK(j["schedule_ns"] == 399 * 500'000);
+  for (const char* k : {"p50", "p99", "max"}) CHECK(j["issue_lag_ns"].contains(k));
+}
+
+TEST_CASE("cli: iosim run rejects bad input with one line and exit 2", "[engine][cli]") {
+  TempDir dir;
+  auto r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--tier", "no-such-tier"});
+  CHECK(r.status == 2);
+  CHECK(tierlab::test::count_lines(r.err) == 1);
+  r = run_tierlab({"iosim", "run", "--target", dir.file("absent")});
+  CHECK(r.status == 2);
+  CHECK(r.err.find("give --size") != std::string::npos);
+  r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4q"});
+  CHECK(r.status == 2);
+}
