@@ -511,6 +511,7 @@ void Recorder::run() {
   constexpr trace::Nanos kFlushEvery = 100'000'000;  // 100 ms
   trace::Nanos last_flush = trace::monotonic_now();
   bool dirty = false;
+  int idle = 0;  // consecutive rounds without records
   try {
     for (;;) {
       const bool stopping = stop_.load(std::memory_order_acquire);
@@ -528,7 +529,9 @@ void Recorder::run() {
       // Work in batches: wake about once per millisecond unless the rings
       // are filling faster than that, so the writer does not spin on a
       // trickle of records and take a core from the event loops.
-      if (n < 1024) sleep_ns(1'000'000);
+      // An idle capture (no record for 100 rounds) polls every 10 ms.
+      idle = n == 0 ? idle + 1 : 0;
+      if (n < 1024) sleep_ns(idle > 100 ? 10'000'000 : 1'000'000);
     }
   } catch (...) {
     error_ = std::current_exception();

@@ -256,6 +256,38 @@ TEST_CASE("proxy: pgbench -M prepared through the proxy records every statement"
   pgbench_through_proxy("prepared");
 }
 
+TEST_CASE("proxy: libpq pipeline mode through the proxy records every statement", "[proxy]") {
+  auto& pg = test::shared_server();
+  TempDir dir;
+  {
+    std::ofstream f(dir.file("pipeline.sql"));
+    f << "\\set v random(1, 1000)\n\\startpipeline\nselect :v;\nselect :v + 1;\nselect :v + 3;\n"
+         "select :v + 2;\n\\endpipeline\n";
+  }
+  ProxyProcess px(dir, upstream_of(pg));
+  std::string out;
+  int rc = pg.run_tool("pgbench", {"-n", "-M", "extended", "-f", dir.file("pipeline.sql"), "-c", "2", "-j", "2",
+                                   "-t", "50", "-h", "127.0.0.1", "-p", px.port_str()},
+                       &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK(parse_pgbench(out).failed == 0);
+  REQUIRE(px.stop() == 0);
+  auto recs = load(px.trace_path());
+  std::map<uint64_t, uint64_t> executes, syncs;
+  for (const auto& r : recs) {
+    if (r.kind == trace::Kind::Execute) ++executes[r.session];
+    if (r.kind == trace::Kind::Sync) ++syncs[r.session];
+  }
+  int full = 0;
+  for (auto [s, n] : executes)
+    if (n == 50 * 4) {
+      ++full;
+      CHECK(syncs[s] == 50);  // one Sync per pipeline: four statements sent before any reply
+    }
+  CHECK(full == 2);
+}
+
 TEST_CASE("proxy: a scram-sha-256 user logs in and no secret reaches the trace", "[proxy]") {
   pgtmp::Options o;
   o.host_auth = "scram-sha-256";

@@ -414,3 +414,81 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
     CHECK(tierlab::test::count_lines(bad.err) == 1);
   }
 }
+
+TEST_CASE("binary parameters, parameter type OIDs and named statements replay as captured", "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("bin.tlt");
+  {
+    auto w = trace::open_writer(path);
+    w->write(0, 1, trace::SessionBegin{"postgres", "postgres", "", "", 0, 0});
+    // int4 and int8 sent in binary, text sent as text; types given by OID.
+    std::vector<uint32_t> types{23, 20, 25};
+    w->write(1 * kMs, 1, trace::Parse{"stmt one", "SELECT $1 + $2, $3 FROM generate_series(1, $1)", types});
+    w->write(1 * kMs, 1, trace::Describe{'S', "stmt one"});
+    w->write(1 * kMs, 1, trace::Sync{});
+    w->write(2 * kMs, 1, trace::Ready{'I'});
+    std::string i4("\x00\x00\x00\x03", 4), i8("\x00\x00\x00\x00\x00\x00\x00\x2a", 8);
+    std::vector<trace::Param> ps{trace::Param{1, false, i4}, trace::Param{1, false, i8},
+                                 trace::Param{0, false, "text value"}};
+    std::vector<int16_t> binary_results{1};
+    w->write(3 * kMs, 1, trace::Bind{"", "stmt one", ps, binary_results});
+    w->write(3 * kMs, 1, trace::Execute{"", 0});
+    w->write(3 * kMs, 1, trace::Sync{});
+    w->write(4 * kMs, 1, trace::Result{"SELECT", true, 3});
+    w->write(4 * kMs, 1, trace::Ready{'I'});
+    // A NULL parameter.
+    std::vector<trace::Param> nul{trace::Param{0, true, ""}, trace::Param{0, false, "1"},
+                                  trace::Param{0, false, "x"}};
+    w->write(5 * kMs, 1, trace::Bind{"", "stmt one", nul, {}});
+    w->write(5 * kMs, 1, trace::Execute{"", 0});
+    w->write(5 * kMs, 1, trace::Sync{});
+    w->write(6 * kMs, 1, trace::Result{"SELECT", true, 0});
+    w->write(6 * kMs, 1, trace::Ready{'I'});
+    w->write(7 * kMs, 1, trace::Close{'S', "stmt one"});
+    w->write(7 * kMs, 1, trace::Sync{});
+    w->write(8 * kMs, 1, trace::Ready{'I'});
+    // Prepared again under the same name: works only if the Close was replayed.
+    w->write(9 * kMs, 1, trace::Parse{"stmt one", "SELECT 1", {}});
+    w->write(9 * kMs, 1, trace::Bind{"", "stmt one", {}, {}});
+    w->write(9 * kMs, 1, trace::Execute{"", 0});
+    w->write(9 * kMs, 1, trace::Sync{});
+    w->write(10 * kMs, 1, trace::Result{"SELECT", true, 1});
+    w->write(10 * kMs, 1, trace::Ready{'I'});
+    w->write(11 * kMs, 1, trace::SessionEnd{});
+    w->close();
+  }
+  replay::Report r = replay::run(load_file(path), opts_for(pg));
+  INFO(r.first_session_error);
+  CHECK(r.sessions_failed == 0);
+  CHECK(r.statements == 3);
+  CHECK(r.errors == 0);
+  CHECK(r.divergence_error_status == 0);
+  CHECK(r.divergence_row_count == 0);
+}
+
+TEST_CASE("a session that falls behind does not hold up the others", "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("behind.tlt");
+  {
+    TraceBuilder b(path);
+    // Session 1: a statement that took 1 ms at capture takes 1 s now, and
+    // its next statement is therefore about 1 s late.
+    b.begin(0, 1, "postgres");
+    b.query(100 * kMs, 1, "SELECT pg_sleep(1)", "SELECT", true, 1);
+    b.query(200 * kMs, 1, "SELECT 1", "SELECT", true, 1);
+    b.end(1500 * kMs, 1);
+    // Session 2: a statement every 50 ms, on time.
+    b.begin(0, 2, "postgres");
+    for (int i = 1; i <= 28; ++i) b.query(i * 50 * kMs, 2, "SELECT 2", "SELECT", true, 1);
+    b.end(1500 * kMs, 2);
+    b.close();
+  }
+  replay::Report r = replay::run(load_file(path), opts_for(pg));
+  CHECK(r.statements == 30);
+  CHECK(r.errors == 0);
+  CHECK(r.lag_max_ms > 800);      // session 1's second statement
+  CHECK(r.lag_avg_ms < 1000.0 / 30 + 10);  // the other 29 sends were on time
+  CHECK(r.duration_s == Approx(1.5).epsilon(0.02));
+}
