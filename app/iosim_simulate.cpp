@@ -110,7 +110,10 @@ nlohmann::ordered_json result_json(const iosim::SimResult& r) {
   j["max_queue_depth"] = r.max_queue_depth;
   auto series = nlohmann::ordered_json::array();
   for (const auto& p : r.qd_series)
-    series.push_back({{"t_ns", p.t}, {"width_ns", p.width}, {"mean_qd", p.mean_qd}});
+    series.push_back({{"t_ns", p.t},
+                      {"width_ns", p.width},
+                      {"mean_qd", p.mean_qd},
+                      {"iops", static_cast<double>(p.completed) / (static_cast<double>(p.width) / 1e9)}});
   j["qd_series"] = series;
   if (r.recorded_ios > 0) {
     nlohmann::ordered_json b;
@@ -127,16 +130,21 @@ nlohmann::ordered_json result_json(const iosim::SimResult& r) {
   return j;
 }
 
-// Mean queue depth over slice [a, b) of the run (fractions), from the series.
-double qd_slice(const iosim::SimResult& r, double a, double b) {
+// Mean queue depth and IOPS over slice [a, b) of the run (fractions), from
+// the series (intervals cut by the slice count pro rata).
+std::pair<double, double> slice(const iosim::SimResult& r, double a, double b) {
   const double t0 = a * static_cast<double>(r.elapsed_ns), t1 = b * static_cast<double>(r.elapsed_ns);
-  double area = 0;
+  double area = 0, done = 0;
   for (const auto& p : r.qd_series) {
     double lo = std::max(t0, static_cast<double>(p.t));
     double hi = std::min(t1, static_cast<double>(p.t + p.width));
-    if (hi > lo) area += p.mean_qd * (hi - lo);
+    if (hi > lo) {
+      area += p.mean_qd * (hi - lo);
+      done += static_cast<double>(p.completed) * (hi - lo) / static_cast<double>(p.width);
+    }
   }
-  return t1 > t0 ? area / (t1 - t0) : 0;
+  if (t1 <= t0) return {0, 0};
+  return {area / (t1 - t0), done / ((t1 - t0) / 1e9)};
 }
 
 void print_table(const std::string& heading, const std::vector<iosim::SimResult>& rs) {
@@ -181,8 +189,13 @@ void print_table(const std::string& heading, const std::vector<iosim::SimResult>
   row("max QD", [](const R& r) { return std::to_string(r.max_queue_depth); });
   for (int s = 0; s < 4; ++s) {
     char name[32];
+    std::snprintf(name, sizeof name, "IOPS %d-%d%%", s * 25, (s + 1) * 25);
+    row(name, [&](const R& r) { return short_num(slice(r, s / 4.0, (s + 1) / 4.0).second); });
+  }
+  for (int s = 0; s < 4; ++s) {
+    char name[32];
     std::snprintf(name, sizeof name, "QD %d-%d%%", s * 25, (s + 1) * 25);
-    row(name, [&](const R& r) { return fixed(qd_slice(r, s / 4.0, (s + 1) / 4.0), 2); });
+    row(name, [&](const R& r) { return fixed(slice(r, s / 4.0, (s + 1) / 4.0).first, 2); });
   }
   if (!rs.empty() && rs[0].recorded_ios > 0) {
     row("behind I/Os", [](const R& r) { return std::to_string(r.behind_ios); });

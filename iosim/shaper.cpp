@@ -9,16 +9,6 @@ namespace {
 
 constexpr double kZ99 = 2.3263478740408408;  // standard normal 99th percentile
 
-int op_index(IoOp op) {
-  switch (op) {
-    case IoOp::Read: return 0;
-    case IoOp::Write:
-    case IoOp::Discard: return 1;
-    case IoOp::Flush: return 2;
-  }
-  return 0;
-}
-
 // Restores the min-heap property after the root grew. Bottom-up: the hole
 // walks to a leaf along the smaller children (branch-free), then the value
 // sifts up; a new completion usually belongs near the bottom.
@@ -115,25 +105,6 @@ Shaper::Shaper(const models::Tier& tier, uint64_t seed) : tier_(tier), rng_(seed
   if (tier_.parallelism > 0) slots_.assign(tier_.parallelism, INT64_MIN);
 }
 
-uint32_t Shaper::count(const IoRequest& req) {
-  if (req.op == IoOp::Flush) return 0;
-  if (req.op == IoOp::Discard) return 1;
-  const uint64_t unit = tier_.io_unit_bytes;
-  if (unit == 0) return 1;
-  const int i = op_index(req.op);
-  const uint64_t len = req.length;
-  const uint64_t end = req.offset + len;
-  if (tier_.merge_sequential && req.offset == last_end_[i] && merge_fill_[i] + len <= unit) {
-    merge_fill_[i] += len;
-    last_end_[i] = end;
-    return 0;
-  }
-  uint64_t n = len == 0 ? 1 : (len + unit - 1) / unit;
-  merge_fill_[i] = len - (n - 1) * unit;
-  last_end_[i] = end;
-  return static_cast<uint32_t>(n);
-}
-
 double Shaper::Dist::quantile(double u) const {
   switch (kind) {
     case models::LatencyDist::Fixed: return p50;
@@ -141,17 +112,6 @@ double Shaper::Dist::quantile(double u) const {
     case models::LatencyDist::Exponential: return -mean * std::log1p(-u);
   }
   return p50;
-}
-
-Nanos Shaper::service_time(IoOp op) {
-  const Dist& d = dist_[op_index(op)];
-  if (d.kind == models::LatencyDist::Fixed) return static_cast<Nanos>(d.p50);
-  const double u = rng_.uniform();
-  const double x = u * kQuantiles;
-  const int i = static_cast<int>(x);
-  if (i == 0 || i >= kQuantiles - 1) return static_cast<Nanos>(d.quantile(u));
-  const double lo = d.table[i], hi = d.table[i + 1];
-  return static_cast<Nanos>(lo + (hi - lo) * (x - i));
 }
 
 Schedule Shaper::schedule(const IoRequest& req, Nanos now) {
@@ -180,7 +140,7 @@ Schedule Shaper::schedule(const IoRequest& req, Nanos now) {
   }
   if (bytes > 0 && bytes_.on) ready = std::max(ready, bytes_.ready());
   // A merged I/O rides with the one it was merged into: never before it.
-  const int oi = op_index(req.op);
+  const int oi = op_slot(req.op);
   if (n == 0 && oi < 2) ready = std::max(ready, static_cast<double>(merge_start_[oi]));
   Nanos tok = static_cast<Nanos>(ready);  // ceil, without a libm call
   if (static_cast<double>(tok) < ready) ++tok;

@@ -17,6 +17,12 @@
 // schedules. Calls must come in submission order with `now` non-decreasing
 // (a smaller `now` is treated as the previous one). Slots are reserved until
 // the scheduled completion; I/Os start in submission order (FIFO).
+// A Shaper is not thread-safe: one per submitting thread (or ring), or a lock.
+//
+// For an emulated run: if the real device completes an I/O after
+// s.complete, the device is slower than the tier; the shaper does not
+// correct for that (its slot was already released at s.complete), so the
+// caller should count such completions and say so.
 #pragma once
 
 #include "models/tiers.h"
@@ -139,6 +145,8 @@ class Shaper {
     double quantile(double u) const;  // exact
   };
 
+  static int op_slot(IoOp op);
+
   models::Tier tier_;
   Rng rng_;
   Bucket read_iops_, write_iops_, total_iops_, bytes_, burst_credits_, burst_peak_;
@@ -151,5 +159,41 @@ class Shaper {
   Nanos throttled_until_ = INT64_MIN;
   ShaperStats stats_;
 };
+
+// --- fast paths, inline -------------------------------------------------------
+
+inline int Shaper::op_slot(IoOp op) {
+  return op == IoOp::Read ? 0 : op == IoOp::Flush ? 2 : 1;  // Discard counts as a write
+}
+
+inline uint32_t Shaper::count(const IoRequest& req) {
+  if (req.op == IoOp::Flush) return 0;
+  if (req.op == IoOp::Discard) return 1;
+  const uint64_t unit = tier_.io_unit_bytes;
+  if (unit == 0) return 1;
+  const int i = op_slot(req.op);
+  const uint64_t len = req.length;
+  const uint64_t end = req.offset + len;
+  if (tier_.merge_sequential && req.offset == last_end_[i] && merge_fill_[i] + len <= unit) {
+    merge_fill_[i] += len;
+    last_end_[i] = end;
+    return 0;
+  }
+  const uint64_t n = len == 0 ? 1 : (len + unit - 1) / unit;
+  merge_fill_[i] = len - (n - 1) * unit;
+  last_end_[i] = end;
+  return static_cast<uint32_t>(n);
+}
+
+inline Nanos Shaper::service_time(IoOp op) {
+  const Dist& d = dist_[op_slot(op)];
+  if (d.kind == models::LatencyDist::Fixed) return static_cast<Nanos>(d.p50);
+  const double u = rng_.uniform();
+  const double x = u * kQuantiles;
+  const int i = static_cast<int>(x);
+  if (i == 0 || i >= kQuantiles - 1) return static_cast<Nanos>(d.quantile(u));
+  const double lo = d.table[i], hi = d.table[i + 1];
+  return static_cast<Nanos>(lo + (hi - lo) * (x - i));
+}
 
 }  // namespace tierlab::iosim

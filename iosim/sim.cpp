@@ -120,7 +120,7 @@ class Recorder {
       const double q = static_cast<double>(qd_);
       Nanos a = last_;
       while (a < t) {
-        int b = static_cast<int>((a - origin_) / width_);
+        int b = bin_of(a - origin_);
         Nanos end = std::min(t, origin_ + (b + 1) * width_);
         bins_[b] += q * static_cast<double>(end - a);
         a = end;
@@ -134,10 +134,13 @@ class Recorder {
     if (qd_ > r_.max_queue_depth) r_.max_queue_depth = qd_;
   }
 
+  // Call after advance(e.t).
   void completed(const Event& e) {
     --qd_;
+    // Intervals are (t0, t0 + width] for completions, so the last one,
+    // at the very end of the run, lands in the last interval.
+    ++done_[e.t > origin_ ? bin_of(e.t - origin_ - 1) : 0];
     const Nanos lat = e.t - e.issue;
-    r_.lat.record(lat);
     OpResult& op = e.req.op == IoOp::Read    ? r_.read
                    : e.req.op == IoOp::Write ? r_.write
                                              : r_.other;
@@ -173,6 +176,12 @@ class Recorder {
   void finish(const Shaper& shaper, const std::string& tier) {
     r_.tier = tier;
     r_.shaper = shaper.stats();
+    // The all-ops histogram is the sum of the per-op ones (one record() per
+    // I/O instead of two).
+    r_.lat.reset();
+    r_.lat.merge(r_.read.lat);
+    r_.lat.merge(r_.write.lat);
+    r_.lat.merge(r_.other.lat);
     if (!started_) return;
     r_.elapsed_ns = r_.last_complete - r_.first_issue;
     if (r_.elapsed_ns > 0) {
@@ -192,14 +201,29 @@ class Recorder {
       const Nanos t0 = static_cast<Nanos>(b) * width_;
       if (t0 >= span && b > 0) break;
       const Nanos w = std::min(width_, std::max<Nanos>(span - t0, 1));
-      r_.qd_series.push_back({t0, w, bins_[b] / static_cast<double>(w)});
+      r_.qd_series.push_back({t0, w, bins_[b] / static_cast<double>(w), done_[b]});
     }
   }
 
  private:
+  // The interval holding `rel` ns from the start; caches the last answer
+  // (events come in time order) to keep a division off the common path.
+  int bin_of(Nanos rel) {
+    if (rel < bin_lo_ || rel >= bin_hi_) {
+      bin_ = static_cast<int>(rel / width_);
+      bin_lo_ = bin_ * width_;
+      bin_hi_ = bin_lo_ + width_;
+    }
+    return bin_;
+  }
+
   void merge_bins() {
-    for (int i = 0; i < kBins / 2; ++i) bins_[i] = bins_[2 * i] + bins_[2 * i + 1];
-    for (int i = kBins / 2; i < kBins; ++i) bins_[i] = 0;
+    bin_lo_ = bin_hi_ = 0;  // forget the cached interval
+    for (int i = 0; i < kBins / 2; ++i) {
+      bins_[i] = bins_[2 * i] + bins_[2 * i + 1];
+      done_[i] = done_[2 * i] + done_[2 * i + 1];
+    }
+    for (int i = kBins / 2; i < kBins; ++i) bins_[i] = 0, done_[i] = 0;
     width_ *= 2;
   }
 
@@ -210,6 +234,9 @@ class Recorder {
   uint64_t qd_ = 0;
   double area_ = 0;
   double bins_[kBins] = {};
+  uint64_t done_[kBins] = {};
+  int bin_ = 0;
+  Nanos bin_lo_ = 0, bin_hi_ = 0;
   uint64_t recorded_ = 0;
   double behind_sum_ = 0;
   Nanos last_recorded_ = 0;

@@ -133,6 +133,7 @@ struct QdPoint {
   Nanos t = 0;          // start of the interval, from the start of the run
   Nanos width = 0;
   double mean_qd = 0;   // time-weighted mean of I/Os outstanding in it
+  uint64_t completed = 0;  // I/Os completed in it
 };
 
 struct SimResult {
@@ -150,7 +151,7 @@ struct SimResult {
   ShaperStats shaper;
   double mean_queue_depth = 0;  // time-weighted, over elapsed
   uint64_t max_queue_depth = 0;
-  std::vector<QdPoint> qd_series;  // at most 64 intervals covering the run
+  std::vector<QdPoint> qd_series;  // at most 64 intervals covering the run, in order
   // Open loop with recorded completions: simulated minus recorded completion.
   uint64_t recorded_ios = 0;   // I/Os whose input recorded a completion
   uint64_t behind_ios = 0;     // I/Os that completed later than recorded
