@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <ostream>
 #include <thread>
 
@@ -40,15 +41,50 @@ double second_moment(const Latency& l) {
   return m * m;
 }
 
+// Regularised lower incomplete gamma P(a, x) (series below a + 1, Lentz's
+// continued fraction above; Numerical Recipes §6.2).
+double gamma_p(double a, double x) {
+  if (x <= 0) return 0;
+  double lg = std::lgamma(a);
+  if (x < a + 1) {
+    double sum = 1.0 / a, term = sum;
+    for (int n = 1; n < 1000; ++n) {
+      term *= x / (a + n);
+      sum += term;
+      if (std::abs(term) < std::abs(sum) * 1e-14) break;
+    }
+    return sum * std::exp(-x + a * std::log(x) - lg);
+  }
+  double b = x + 1 - a, c = 1e300, d = 1 / b, h = d;
+  for (int i = 1; i < 1000; ++i) {
+    double an = -i * (i - a);
+    b += 2;
+    d = an * d + b;
+    if (std::abs(d) < 1e-300) d = 1e-300;
+    c = b + an / c;
+    if (std::abs(c) < 1e-300) c = 1e-300;
+    d = 1 / d;
+    double del = d * c;
+    h *= del;
+    if (std::abs(del - 1) < 1e-14) break;
+  }
+  return 1 - std::exp(-x + a * std::log(x) - lg) * h;
+}
+
 // 99th percentile of a gamma distribution with this mean and variance
-// (Wilson-Hilferty cube-root normal approximation).
+// (bisection on the regularised incomplete gamma function).
 double gamma_p99(double mean, double var) {
   if (mean <= 0) return 0;
   if (var <= 0) return mean;
   double k = mean * mean / var;
   double theta = var / mean;
-  double c = 1.0 - 1.0 / (9 * k) + kZ99 * std::sqrt(1.0 / (9 * k));
-  return k * theta * std::max(0.0, c * c * c);
+  double lo = 0, hi = mean;
+  while (gamma_p(k, hi / theta) < 0.99) hi *= 2;
+  for (int i = 0; i < 200 && hi - lo > mean * 1e-9; ++i) {
+    double mid = (lo + hi) / 2;
+    (gamma_p(k, mid / theta) < 0.99 ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
 }
 
 // Counted I/Os for an I/O of `bytes` on a tier counting in `unit` bytes.
@@ -72,6 +108,9 @@ struct Network {
   int think = 0, cpu = 1, storage = 2, other = 3;
   double io_var = 0;  // compound-Poisson variance of the device service time
   double read_ios = 0, write_ios = 0, bytes = 0;  // counted per transaction
+  // Rate caps: name and seconds of cap per transaction (1 / the throughput
+  // the cap allows).
+  std::vector<std::pair<std::string, double>> caps;
 };
 
 Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double other_s,
@@ -97,7 +136,7 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
   n.write_ios = d.writes * counted(write_size, t.io_unit_bytes) + bgw * counted(bg_size, t.io_unit_bytes);
   n.bytes = d.read_bytes + d.bg_reads * read_size + d.write_bytes + (bg_uncapped ? 0 : d.bg_write_bytes);
   auto cap = [&](const char* name, double per_tx, double rate) {
-    if (rate > 0 && per_tx > 0) n.stations.push_back({name, StationKind::Queue, per_tx / rate, 1});
+    if (rate > 0 && per_tx > 0) n.caps.push_back({name, per_tx / rate});
   };
   double read_cap = t.read_iops, write_cap = t.write_iops, total_cap = t.total_iops;
   if (t.burst.enabled()) {
@@ -249,42 +288,90 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     auto s = solve(d, t, out.vcpus, p.think_time_s, out.other_s, o.background_writes_uncapped,
                    out.clients_hi);
     const auto& net = s.net;
-    const MvaPoint& pt = s.pts.back();
+    // The tightest rate cap bounds throughput at 1 / demand.
+    double x_cap = std::numeric_limits<double>::infinity();
+    std::string cap_name;
+    for (const auto& [name, dem] : net.caps)
+      if (1.0 / dem < x_cap) {
+        x_cap = 1.0 / dem;
+        cap_name = name;
+      }
+    // Client count n under a cap: where the uncapped network would exceed
+    // it, throughput is the cap's and the clients beyond wait for tokens.
+    // The uncapped stations then see the load of the largest population
+    // that stays under the cap (`below`).
+    auto capped = [&](int n, double* x, double* r, const MvaPoint** below) {
+      const MvaPoint& free = s.pts[static_cast<size_t>(n - 1)];
+      *below = &free;
+      if (free.throughput <= x_cap) {
+        *x = free.throughput;
+        *r = free.response_s;
+        return false;
+      }
+      for (int k = n - 1; k >= 1; --k)
+        if (s.pts[static_cast<size_t>(k - 1)].throughput <= x_cap) {
+          *below = &s.pts[static_cast<size_t>(k - 1)];
+          break;
+        }
+      *x = x_cap;
+      *r = std::max((*below)->response_s, n / x_cap - p.think_time_s);
+      return true;
+    };
+    double x = 0, r = 0;
+    const MvaPoint* pt_ptr = nullptr;
+    bool at_cap = capped(out.clients_hi, &x, &r, &pt_ptr);
+    const MvaPoint& pt = *pt_ptr;
     TierProjection tp;
     tp.tier = t.name;
     tp.description = t.description;
     tp.clients = out.clients_hi;
-    tp.tps = pt.throughput;
-    tp.latency_s = pt.response_s;
-    tp.read_iops = pt.throughput * net.read_ios;
-    tp.write_iops = pt.throughput * net.write_ios;
-    tp.bytes_per_s = pt.throughput * net.bytes;
+    tp.tps = x;
+    tp.latency_s = r;
+    tp.read_iops = x * net.read_ios;
+    tp.write_iops = x * net.write_ios;
+    tp.bytes_per_s = x * net.bytes;
+    double cap_wait = std::max(0.0, r - pt.response_s);
     tp.split.cpu_s = pt.residence_s[static_cast<size_t>(net.cpu)];
-    tp.split.storage_s = 0;
-    for (size_t i = 0; i < net.stations.size(); ++i)
-      if (static_cast<int>(i) == net.storage || static_cast<int>(i) > net.other)
-        tp.split.storage_s += pt.residence_s[i];
+    tp.split.storage_s = pt.residence_s[static_cast<size_t>(net.storage)] + cap_wait;
     tp.split.other_s = pt.residence_s[static_cast<size_t>(net.other)];
     tp.split.think_s = pt.residence_s[static_cast<size_t>(net.think)];
-    // Variance: exponential queueing stations, compound-Poisson device time.
-    double var = 0;
+    // Variance: exponential queueing stations (and cap wait), compound-
+    // Poisson device time.
+    double var = cap_wait * cap_wait;
     for (size_t i = 0; i < net.stations.size(); ++i) {
       const auto& st = net.stations[i];
-      double r = pt.residence_s[i];
+      double ri = pt.residence_s[i];
       if (static_cast<int>(i) == net.think || static_cast<int>(i) == net.other) continue;
       if (static_cast<int>(i) == net.storage) {
-        double wait = std::max(0.0, r - st.demand_s);
+        double wait = std::max(0.0, ri - st.demand_s);
         var += net.io_var + wait * wait;
       } else {
-        var += r * r;
+        var += ri * ri;
       }
     }
     tp.p99_s = gamma_p99(tp.latency_s, var);
-    if (pt.bottleneck >= 0) {
-      tp.bottleneck = net.stations[static_cast<size_t>(pt.bottleneck)].name;
-      tp.bottleneck_utilisation = pt.utilisation[static_cast<size_t>(pt.bottleneck)];
+    if (at_cap) {
+      tp.bottleneck = cap_name;
+      tp.bottleneck_utilisation = 1.0;
+    } else {
+      double best = -1;
+      if (pt.bottleneck >= 0) {
+        tp.bottleneck = net.stations[static_cast<size_t>(pt.bottleneck)].name;
+        best = tp.bottleneck_utilisation = pt.utilisation[static_cast<size_t>(pt.bottleneck)];
+      }
+      for (const auto& [name, dem] : net.caps)
+        if (x * dem > best) {
+          best = x * dem;
+          tp.bottleneck = name;
+          tp.bottleneck_utilisation = best;
+        }
     }
-    for (const auto& q : s.pts) tp.curve.push_back({q.n, q.throughput, q.response_s});
+    for (int n = 1; n <= out.clients_hi; ++n) {
+      double xn = 0, rn = 0;
+      const MvaPoint* b = nullptr;
+      capped(n, &xn, &rn, &b);
+      tp.curve.push_back({n, xn, rn});
+    }
     out.tiers.push_back(std::move(tp));
   }
   double base = out.tiers.front().tps;

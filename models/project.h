@@ -12,13 +12,16 @@
 //             backend, its commit writes and WAL flushes. A tier with
 //             `parallelism` P serves P I/Os at once (P servers), 0 = a pure
 //             delay.
-//   caps    — one single-server queue per cap of the tier (read IOPS, write
-//             IOPS, total IOPS, bytes/s): demand = counted I/Os (or bytes)
-//             per transaction / cap, counting the transaction's own I/Os
-//             and its share of the background I/O (checkpointer, writeback,
-//             scaled with throughput). At saturation the cap bounds
-//             throughput at cap / (I/Os per transaction). A burst bucket
-//             projects the sustained (refill) rate.
+//   caps    — the tier's rate caps (read IOPS, write IOPS, total IOPS,
+//             bytes/s) bound throughput at cap / (counted I/Os or bytes per
+//             transaction), counting the transaction's own I/Os and its
+//             share of the background I/O (checkpointer, writeback, scaled
+//             with throughput). A token bucket delays nothing until its rate
+//             is exceeded, so a cap is not a queue: below the bound the
+//             network runs as if uncapped; where the uncapped network would
+//             exceed it, throughput is the bound and the clients beyond wait
+//             for tokens (response time N/X - Z). A burst bucket projects
+//             the sustained (refill) rate.
 //   other   — delay station: what the capture's mean transaction latency
 //             holds beyond the model at the captured client count on the
 //             captured device (network round trips, locks, client time).
@@ -30,8 +33,7 @@
 // independent parts — queueing stations exponential (variance R_k^2), the
 // storage time a compound Poisson sum of I/Os with the tier's latency
 // distribution (variance r E[L^2]), "other" fixed — and a gamma distribution
-// with that mean and variance is fitted; its 99th percentile
-// (Wilson-Hilferty) is reported. It is a model estimate, not a measurement.
+// with that mean and variance is fitted; its 99th percentile is reported. It is a model estimate, not a measurement.
 #pragma once
 
 #include "models/profile.h"

@@ -177,6 +177,22 @@ struct Server::Impl {
     log_path = temp_dir + "/server.log";
     if (uid != static_cast<uid_t>(-1) && chown(temp_dir.c_str(), uid, gid) != 0)
       throw RuntimeError(errno_message("pgtmp: chown " + temp_dir + " to " + opts.run_as, errno));
+    if (uid != static_cast<uid_t>(-1)) check_reachable(fs::path(temp_dir).parent_path());
+  }
+
+  // The server user must be able to search every directory above its temp
+  // dir (TMPDIR under /root is not): say so instead of a bare EACCES later.
+  void check_reachable(fs::path dir) const {
+    for (; !dir.empty(); dir = dir.parent_path()) {
+      struct stat st {};
+      if (stat(dir.c_str(), &st) != 0) return;
+      const bool ok = (st.st_mode & S_IXOTH) || (st.st_uid == uid && (st.st_mode & S_IXUSR)) ||
+                      (st.st_gid == gid && (st.st_mode & S_IXGRP));
+      if (!ok)
+        throw RuntimeError("pgtmp: user " + opts.run_as + " cannot reach " + temp_dir + " (" + dir.string() +
+                           " is not searchable by it); set TMPDIR to a directory it can reach, such as /tmp");
+      if (dir == dir.root_path()) return;
+    }
   }
 
   void initdb() {

@@ -310,3 +310,12 @@ TEST_CASE("pgtmp: started by an unprivileged user, the server runs as that user"
   waitpid(child, &st, 0);
   CHECK(msg == "postgres " + std::to_string(uid) + " 42");
 }
+
+TEST_CASE("pgtmp: a temp dir the server user cannot reach is a clear error", "[pgtmp]") {
+  tierlab::test::require_root("running PostgreSQL as another user");
+  tierlab::test::TempDir private_parent;  // mode 0700, owned by root
+  Options o;
+  o.tmp_parent = private_parent.path();
+  CHECK_THROWS_WITH(Server(o), Catch::Contains("cannot reach") && Catch::Contains(private_parent.path()));
+  CHECK(std::distance(fs::directory_iterator(private_parent.path()), fs::directory_iterator()) == 0);
+}

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <sstream>
 
 using namespace tierlab;
@@ -165,4 +166,25 @@ TEST_CASE("project: bad input and reports", "[project]") {
   print_projection(text, pr);
   CHECK(text.str().find("tps by clients") != std::string::npos);
   CHECK(projection_json(pr).find("\"bottleneck\"") != std::string::npos);
+}
+
+TEST_CASE("project: p99 of an exponential response is ln(100) times its mean", "[project]") {
+  Profile p = base_profile();
+  p.reads_per_tx = 0;
+  p.read_bytes_per_tx = 0;
+  p.latency = {100, 0.0001, 0.0001, 0.0001};  // below the model: no "other"
+  ProjectOptions o;
+  o.clients_lo = o.clients_hi = 1;
+  o.vcpus = 1;
+  auto pr = project(p, {fixed_tier("x", 0.1, 0)}, o);
+  REQUIRE(pr.other_s == 0);
+  // One queueing station (the CPU) alone: exponential, gamma shape 1.
+  CHECK(pr.tiers[0].latency_s == Approx(0.0005));
+  CHECK(pr.tiers[0].p99_s == Approx(0.0005 * std::log(100.0)).epsilon(1e-6));
+  // Heavy-tailed device time (shape far below 1) still gives a p99 above the mean.
+  Profile q = base_profile();
+  Tier slow = fixed_tier("slow", 0.1, 0);
+  slow.read = {LatencyDist::Lognormal, 100000, 50000000};
+  auto pq = project(q, {slow}, o);
+  CHECK(pq.tiers[0].p99_s > pq.tiers[0].latency_s);
 }
