@@ -2,6 +2,7 @@
 // and periodic samples of the server (CPU time of its process tree,
 // PostgreSQL's counters) together, on one clock, into one trace.
 #include "app/command.h"
+#include "app/units.h"
 #include "capture/block.h"
 #include "capture/proxy.h"
 #include "capture/run.h"
@@ -38,22 +39,6 @@ struct CaptureRunOptions {
   std::string conninfo;
   int threads = 0;
 };
-
-int64_t parse_duration(const std::string& flag, const std::string& v) {
-  size_t i = 0;
-  while (i < v.size() && ((v[i] >= '0' && v[i] <= '9') || v[i] == '.')) ++i;
-  if (i == 0) throw InputError(flag + " " + v + ": expected a duration such as 60s, 5m, 500ms");
-  double n = std::stod(v.substr(0, i));
-  std::string unit = v.substr(i);
-  double mul;
-  if (unit.empty() || unit == "s") mul = 1e9;
-  else if (unit == "ms") mul = 1e6;
-  else if (unit == "m" || unit == "min") mul = 60e9;
-  else if (unit == "h") mul = 3600e9;
-  else throw InputError(flag + " " + v + ": unknown unit '" + unit + "' (ms, s, m, h)");
-  if (n <= 0) throw InputError(flag + " " + v + ": must be positive");
-  return static_cast<int64_t>(n * mul);
-}
 
 // "host=H port=P dbname=postgres" from --upstream HOST:PORT or DIR[:PORT].
 std::string conninfo_for(const std::string& upstream) {
