@@ -2,6 +2,7 @@
 // wire-protocol proxy.
 #include "app/command.h"
 #include "capture/proxy.h"
+#include "app/stop_signals.h"
 #include "app/units.h"
 #include "common/error.h"
 
@@ -54,15 +55,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
 
   // SIGINT/SIGTERM are taken with sigtimedwait; block them before any thread
   // starts so that every thread inherits the mask.
-  sigset_t set, old;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, &old);
-  struct Restore {
-    sigset_t m;
-    ~Restore() { pthread_sigmask(SIG_SETMASK, &m, nullptr); }
-  } restore{old};
+  StopSignals signals;
 
   capture::Proxy proxy(po);
   proxy.start();
@@ -74,8 +67,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   clock_gettime(CLOCK_MONOTONIC, &start);
   const char* why = "stopped";
   for (;;) {
-    timespec tick{0, 200'000'000};
-    int sig = sigtimedwait(&set, nullptr, &tick);
+    int sig = signals.wait(200'000'000);
     if (sig == SIGINT || sig == SIGTERM) {
       why = sig == SIGINT ? "SIGINT" : "SIGTERM";
       break;

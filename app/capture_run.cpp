@@ -2,6 +2,7 @@
 // and periodic samples of the server (CPU time of its process tree,
 // PostgreSQL's counters) together, on one clock, into one trace.
 #include "app/command.h"
+#include "app/stop_signals.h"
 #include "app/units.h"
 #include "capture/block.h"
 #include "capture/proxy.h"
@@ -161,15 +162,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   if (!block && o.device.empty()) say("block I/O not recorded (no --device)");
   if (block) parts.push_back(part_block);
 
-  sigset_t set, old;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, &old);
-  struct Restore {
-    sigset_t m;
-    ~Restore() { pthread_sigmask(SIG_SETMASK, &m, nullptr); }
-  } restore{old};
+  StopSignals signals;
 
   std::atomic<bool> stop{false};
   std::mutex mu;
@@ -275,8 +268,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   clock_gettime(CLOCK_MONOTONIC, &start);
   const char* why = "stopped";
   for (;;) {
-    timespec tick{0, 200'000'000};
-    int sig = sigtimedwait(&set, nullptr, &tick);
+    int sig = signals.wait(200'000'000);
     if (sig == SIGINT || sig == SIGTERM) {
       why = sig == SIGINT ? "SIGINT" : "SIGTERM";
       break;

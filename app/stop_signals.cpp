@@ -1,0 +1,23 @@
+#include "app/stop_signals.h"
+
+#include <pthread.h>
+#include <ctime>
+
+namespace tierlab::app {
+
+StopSignals::StopSignals() {
+  sigemptyset(&set_);
+  sigaddset(&set_, SIGINT);
+  sigaddset(&set_, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set_, &old_);
+}
+
+StopSignals::~StopSignals() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+int StopSignals::wait(long timeout_ns) {
+  timespec tick{timeout_ns / 1'000'000'000, timeout_ns % 1'000'000'000};
+  int sig = sigtimedwait(&set_, nullptr, &tick);
+  return sig == SIGINT || sig == SIGTERM ? sig : 0;
+}
+
+}  // namespace tierlab::app

@@ -1,0 +1,27 @@
+// SIGINT/SIGTERM as a stop request for long-running capture commands.
+#pragma once
+
+#include <csignal>
+
+namespace tierlab::app {
+
+// Blocks SIGINT and SIGTERM in the calling thread, so that every thread
+// started afterwards inherits the mask and the signals are only taken by
+// wait(); the previous mask is restored on destruction. Construct it before
+// starting any worker thread.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // Waits up to timeout_ns for SIGINT or SIGTERM; returns the signal, or 0.
+  int wait(long timeout_ns);
+
+ private:
+  sigset_t set_;
+  sigset_t old_;
+};
+
+}  // namespace tierlab::app
