@@ -31,6 +31,7 @@ struct RunOptions {
   std::string rw = "randread";
   std::string bs = "4k";
   uint32_t iodepth = 32;
+  uint32_t iodepth_batch = 1;
   std::string size;       // "" = the target's size
   unsigned rwmixread = 50;
   bool direct = false;
@@ -107,6 +108,7 @@ void run_iosim(const RunOptions& o) {
   eo.target = o.target;
   eo.direct = o.direct;
   eo.iodepth = o.iodepth;
+  eo.submit_batch = o.iodepth_batch;
   eo.verify = o.verify;
   eo.realtime = o.rt;
   eo.seed = o.seed;
@@ -262,6 +264,10 @@ void setup_iosim_run(CLI::App& parent) {
   sub->add_option("--rw", opt->rw, "randread|randwrite|read|write|randrw|readwrite")->capture_default_str();
   sub->add_option("--bs", opt->bs, "block size (4k, 64k, ...)")->capture_default_str();
   sub->add_option("--iodepth", opt->iodepth, "I/Os in flight (open loop: at most)")->capture_default_str();
+  sub->add_option("--iodepth-batch", opt->iodepth_batch,
+                  "submit once this many I/Os are ready, like fio's iodepth_batch_submit "
+                  "(0 = all that are ready at once)")
+      ->capture_default_str();
   sub->add_option("--size", opt->size, "bytes of the target to use; a regular file is created/extended to it");
   sub->add_option("--rwmixread", opt->rwmixread, "percent reads for randrw/readwrite")->capture_default_str();
   sub->add_flag("--direct", opt->direct, "O_DIRECT (bypass the page cache)");

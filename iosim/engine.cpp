@@ -132,6 +132,8 @@ class Engine {
   bool fetch(IoSource& src, bool counted);
   void issue(uint32_t slot_idx, Nanos now);
   void prep(uint32_t slot_idx);
+  // Submits the prepared requests without waiting.
+  void submit_pending();
   void complete(uint32_t slot_idx, Nanos now);
   void finish(uint32_t slot_idx, Nanos now);
   void fail(std::string msg) {
@@ -217,7 +219,7 @@ void Engine::open_target() {
 void Engine::setup_ring() {
   unsigned entries = 8;
   while (entries < o_.iodepth) entries <<= 1;
-  ring_ = std::make_unique<detail::Ring>(entries);
+  ring_ = std::make_unique<detail::Ring>(entries, true);
   io_uring* ring = ring_->get();
 
   io_uring_probe* probe = io_uring_get_probe_ring(ring);
@@ -293,6 +295,14 @@ void Engine::prep(uint32_t i) {
   sqe->flags |= IOSQE_FIXED_FILE;
   io_uring_sqe_set_data64(sqe, i);
   ++pending_;
+}
+
+void Engine::submit_pending() {
+  inflight_ += pending_;
+  pending_ = 0;
+  int rc = io_uring_submit(ring_->get());
+  if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
+    fail(errno_message("io_uring_submit", -rc));
 }
 
 void Engine::issue(uint32_t i, Nanos now) {
@@ -465,6 +475,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       s.flags = next_.flags;
       s.counted = counted;
       issue(i, now);
+      if (o_.submit_batch && pending_ >= o_.submit_batch) submit_pending();
       have_next_ = fetch(src, counted);
     }
     if (!held_.empty()) next_due = std::min(next_due, held_.front().release);
@@ -482,6 +493,9 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
         io_uring_cqe* cqe = nullptr;
         rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, nullptr);
         if (rc == -ETIME) rc = 0;
+      } else if (ring_->deferred()) {
+        // Spinning: completions are posted only when this thread asks.
+        rc = pending_ ? io_uring_submit_and_get_events(ring) : io_uring_get_events(ring);
       } else if (pending_) {
         rc = io_uring_submit(ring);
       }
@@ -533,13 +547,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       }
       io_uring_cq_advance(ring, n);
       // Retries and remainders prepared above go out now.
-      if (pending_) {
-        inflight_ += pending_;
-        pending_ = 0;
-        int rc = io_uring_submit(ring);
-        if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
-          fail(errno_message("io_uring_submit", -rc));
-      }
+      if (pending_) submit_pending();
     }
     if (!have_next_ && inflight_ == 0 && held_.empty()) break;
     if (stop_ && inflight_ == 0) {

@@ -70,6 +70,9 @@ struct EngineOptions {
   std::string target;        // regular file or block device
   bool direct = false;       // O_DIRECT; buffers are 4 KiB aligned
   uint32_t iodepth = 32;     // request slots (also the open-loop limit)
+  // Submit once this many requests are prepared (fio's iodepth_batch_submit);
+  // 0 = once per pass of the loop, together with the wait for completions.
+  uint32_t submit_batch = 1;
   uint64_t size = 0;         // regular file: created/extended to this size
   bool open_loop = false;    // issue at TimedIo::at instead of at once
   Nanos runtime_ns = 0;      // stop issuing after this long; 0 = no limit

@@ -7,6 +7,7 @@
 #include <liburing.h>
 #include <time.h>
 
+#include <cerrno>
 #include <cstdint>
 
 namespace tierlab::iosim::detail {
@@ -35,23 +36,40 @@ inline void sleep_until(int64_t ns) {
 
 class Ring {
  public:
-  // Throws RuntimeError naming io_uring_queue_init and the errno.
-  explicit Ring(unsigned entries) {
-    int rc = io_uring_queue_init(entries, &ring_, 0);
-    if (rc < 0) {
-      err_ = -rc;
-      throw RuntimeError(errno_message("io_uring_queue_init (io_uring unavailable)", -rc));
+  // With `single_task`, the ring is set up for one thread that both submits
+  // and reaps: SINGLE_ISSUER, and DEFER_TASKRUN (completions are posted when
+  // that thread enters the kernel to wait for them, instead of interrupting
+  // it) or, on kernels without it, COOP_TASKRUN. Falls back to a plain ring
+  // where the kernel refuses the flags. Throws RuntimeError naming
+  // io_uring_queue_init and the errno.
+  explicit Ring(unsigned entries, bool single_task = false) {
+    int rc = -EINVAL;
+    if (single_task) {
+      const unsigned tries[] = {
+          IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
+          IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN,
+      };
+      for (unsigned flags : tries) {
+        rc = io_uring_queue_init(entries, &ring_, flags);
+        if (rc != -EINVAL) break;
+      }
     }
+    if (rc == -EINVAL) rc = io_uring_queue_init(entries, &ring_, 0);
+    if (rc < 0) throw RuntimeError(errno_message("io_uring_queue_init (io_uring unavailable)", -rc));
+    deferred_ = (ring_.flags & IORING_SETUP_DEFER_TASKRUN) != 0;
   }
   ~Ring() { io_uring_queue_exit(&ring_); }
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
 
   io_uring* get() { return &ring_; }
+  // Completions reach the CQ ring only when this thread enters the kernel
+  // with GETEVENTS (io_uring_get_events, or any wait).
+  bool deferred() const { return deferred_; }
 
  private:
   io_uring ring_{};
-  int err_ = 0;
+  bool deferred_ = false;
 };
 
 }  // namespace tierlab::iosim::detail
