@@ -41,6 +41,7 @@ struct RunOptions {
   uint64_t ios = 0;
   bool verify = false;
   bool rt = false;
+  bool no_pm_qos = false;
   uint64_t seed = 1;
   std::string json;       // path, "-" = stdout
 };
@@ -111,6 +112,7 @@ void run_iosim(const RunOptions& o) {
   eo.submit_batch = o.iodepth_batch;
   eo.verify = o.verify;
   eo.realtime = o.rt;
+  eo.hold_cpu_latency = !o.no_pm_qos;
   eo.seed = o.seed;
   eo.max_ios = o.ios;
   if (!o.size.empty()) eo.size = iosim::parse_size(o.size, "--size");
@@ -182,6 +184,11 @@ void run_iosim(const RunOptions& o) {
     std::printf("  schedule: %.3f s, run: %.3f s (%+.2f%%)\n", r.schedule_ns / 1e9, r.elapsed_ns / 1e9,
                 dur_err * 100);
   }
+  if (eo.open_loop || eo.shaper)
+    std::printf("  cpu wake-up latency: %s\n",
+                r.cpu_latency_held ? "held at 0 us (/dev/cpu_dma_latency)"
+                : o.no_pm_qos      ? "not held (--no-pm-qos)"
+                                   : "not held (/dev/cpu_dma_latency needs root)");
   if (eo.shaper) {
     const auto& ss = shaper->stats();
     std::printf("  tier %s: %llu I/Os throttled (%.3f s waiting for tokens), %llu merged\n", r.tier.c_str(),
@@ -229,6 +236,7 @@ void run_iosim(const RunOptions& o) {
       j["duration_error"] = dur_err;
       j["slot_waits"] = r.slot_waits;
     }
+    j["cpu_latency_held"] = r.cpu_latency_held;
     j["short_ios"] = r.short_ios;
     j["eof_short"] = r.eof_short;
     j["eagain"] = r.eagain;
@@ -277,6 +285,9 @@ void setup_iosim_run(CLI::App& parent) {
   sub->add_option("--ios", opt->ios, "stop after this many I/Os");
   sub->add_flag("--verify", opt->verify, "write a known pattern and check it on read back");
   sub->add_flag("--rt", opt->rt, "run the I/O loop at real-time priority (SCHED_FIFO; root)");
+  sub->add_flag("--no-pm-qos", opt->no_pm_qos,
+                "open loop or --tier: let idle CPUs sleep deeply (by default /dev/cpu_dma_latency is held "
+                "at 0 during the run, as cyclictest does)");
   sub->add_option("--seed", opt->seed, "seed of the pattern, latencies and verify data")->capture_default_str();
   sub->add_option("--json", opt->json, "write the results as JSON to this file (- = stdout)");
   sub->callback([opt] { run_iosim(*opt); });

@@ -26,11 +26,67 @@ using detail::mono_ns;
 namespace {
 
 constexpr unsigned kReapBatch = 64;
-// Closer than kSpinNs to a deadline the loop spins instead of sleeping, and
-// a sleep ends kWakeEarlyNs before it: waking up takes tens of microseconds.
-constexpr Nanos kSpinNs = 150'000;
-constexpr Nanos kWakeEarlyNs = 100'000;
+// A wait shorter than this is spun rather than slept.
+constexpr Nanos kMinSleepNs = 20'000;
 constexpr uint64_t kSector = 512;
+
+// How early to wake up for a deadline. A sleeping thread wakes late: by a
+// few microseconds on an idle machine, by tens to hundreds in a virtual
+// machine whose halted vCPU the host has to schedule back. The loop sleeps
+// until margin() before a deadline and spins the rest. The margin is
+// estimated like TCP's retransmission timeout: smoothed lateness of the
+// loop's timed wake-ups plus four times their mean deviation. Rare stalls of
+// milliseconds (the host running another guest) are not worth spinning
+// against, so the margin is capped and each deadline reached by spinning
+// alone counts as an on-time wake-up, letting the margin come back down.
+class WakeMargin {
+ public:
+  Nanos margin() const { return std::clamp<Nanos>(avg_ + 4 * dev_ + kSlackNs, kMinNs, kMaxNs); }
+  // A timed sleep returned `late` ns after the intended time.
+  void observe(Nanos late) {
+    Nanos err = late - avg_;
+    avg_ += err / 8;
+    dev_ += ((err < 0 ? -err : err) - dev_) / 4;
+  }
+  // A deadline was reached without sleeping.
+  void on_time() { observe(avg_); }
+
+ private:
+  static constexpr Nanos kSlackNs = 10'000;
+  static constexpr Nanos kMinNs = 20'000;
+  static constexpr Nanos kMaxNs = 300'000;  // bounds the spinning
+  Nanos avg_ = 20'000;
+  Nanos dev_ = 5'000;
+};
+
+// Holds the CPU wake-up latency limit (PM QoS, /dev/cpu_dma_latency) at
+// 0 us while alive, as cyclictest does: idle CPUs then stay in states they
+// leave at once (on a virtual machine: they poll instead of halting the
+// vCPU), so a timer or a completion interrupt reaches the loop within
+// microseconds. The kernel drops the limit when the descriptor closes.
+// Without write access (not root) nothing is held and held() is false.
+class CpuLatencyHold {
+ public:
+  explicit CpuLatencyHold(bool want) {
+    if (!want) return;
+    fd_ = ::open("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
+    if (fd_ < 0) return;
+    int32_t zero = 0;
+    if (::write(fd_, &zero, sizeof zero) != sizeof zero) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~CpuLatencyHold() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  CpuLatencyHold(const CpuLatencyHold&) = delete;
+  CpuLatencyHold& operator=(const CpuLatencyHold&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
 
 uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
   x += 0x9e3779b97f4a7c15ull;
@@ -129,11 +185,15 @@ class Engine {
   // The loop: issues src's requests and reaps until all are done. When
   // `counted` is false (verify pass) nothing goes into the run's stats.
   void loop(IoSource& src, bool open_loop, bool counted);
-  bool fetch(IoSource& src, bool counted);
+  // Reads the next issuable request into next_; `now` checks --runtime.
+  bool fetch(IoSource& src, bool counted, Nanos now);
   void issue(uint32_t slot_idx, Nanos now);
   void prep(uint32_t slot_idx);
   // Submits the prepared requests without waiting.
   void submit_pending();
+  // Stops the run on a failed io_uring_enter (not on EINTR, EAGAIN, EBUSY,
+  // ETIME: the loop simply goes round again).
+  void check_submit(int rc);
   void complete(uint32_t slot_idx, Nanos now);
   void finish(uint32_t slot_idx, Nanos now);
   void fail(std::string msg) {
@@ -154,6 +214,8 @@ class Engine {
   uint32_t block_ = 0;  // bytes per slot buffer
   void* arena_ = nullptr;
   std::unique_ptr<detail::Ring> ring_;
+  WakeMargin wake_;
+  Nanos slept_for_ = 0;            // the deadline the last sleep or spin was for
   std::vector<Slot> slots_;
   std::vector<uint32_t> free_;     // free slot indices (capacity iodepth)
   std::vector<Held> held_;         // min-heap by release (capacity iodepth)
@@ -300,9 +362,12 @@ void Engine::prep(uint32_t i) {
 void Engine::submit_pending() {
   inflight_ += pending_;
   pending_ = 0;
-  int rc = io_uring_submit(ring_->get());
-  if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY)
-    fail(errno_message("io_uring_submit", -rc));
+  check_submit(io_uring_submit(ring_->get()));
+}
+
+void Engine::check_submit(int rc) {
+  if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME)
+    fail(errno_message("io_uring_enter", -rc));
 }
 
 void Engine::issue(uint32_t i, Nanos now) {
@@ -386,12 +451,12 @@ void Engine::finish(uint32_t i, Nanos now) {
   free_.push_back(i);
 }
 
-bool Engine::fetch(IoSource& src, bool counted) {
+bool Engine::fetch(IoSource& src, bool counted, Nanos now) {
   for (;;) {
     if (stop_) return false;
     if (counted) {
       if (o_.max_ios && issued_ >= o_.max_ios) return false;
-      if (o_.runtime_ns && start_ && mono_ns() - start_ >= o_.runtime_ns) return false;
+      if (o_.runtime_ns && start_ && now - start_ >= o_.runtime_ns) return false;
     }
     if (!src.next(next_)) return false;
     TimedIo& q = next_;
@@ -432,7 +497,7 @@ bool Engine::fetch(IoSource& src, bool counted) {
 void Engine::loop(IoSource& src, bool open_loop, bool counted) {
   io_uring* ring = ring_->get();
   io_uring_cqe* cqes[kReapBatch];
-  have_next_ = fetch(src, counted);
+  have_next_ = fetch(src, counted, 0);
   const Nanos t0 = have_next_ ? next_.at : 0;
   // The schedule's epoch: every request is due at epoch + (at - t0).
   const Nanos epoch = mono_ns() + (open_loop ? 200'000 : 0);
@@ -476,35 +541,43 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       s.counted = counted;
       issue(i, now);
       if (o_.submit_batch && pending_ >= o_.submit_batch) submit_pending();
-      have_next_ = fetch(src, counted);
+      have_next_ = fetch(src, counted, now);
     }
     if (!held_.empty()) next_due = std::min(next_due, held_.front().release);
 
     // 3. Submit, and wait when there is nothing else to do.
-    inflight_ += pending_;
-    if (inflight_ > 0) {
-      int rc = 0;
-      if (next_due == INT64_MAX) {
-        rc = io_uring_submit_and_wait(ring, 1);
-      } else if (next_due - now > kSpinNs) {
-        // Sleep in the kernel until a completion or shortly before the
-        // deadline; the last stretch is spun.
-        __kernel_timespec ts = detail::to_kts(next_due - now - kWakeEarlyNs);
-        io_uring_cqe* cqe = nullptr;
-        rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, nullptr);
-        if (rc == -ETIME) rc = 0;
-      } else if (ring_->deferred()) {
-        // Spinning: completions are posted only when this thread asks.
-        rc = pending_ ? io_uring_submit_and_get_events(ring) : io_uring_get_events(ring);
-      } else if (pending_) {
-        rc = io_uring_submit(ring);
+    if (next_due == INT64_MAX) {
+      if (inflight_ + pending_ > 0) {
+        inflight_ += pending_;
+        pending_ = 0;
+        check_submit(io_uring_submit_and_wait(ring, 1));
       }
-      if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME)
-        fail(errno_message("io_uring_submit", -rc));
-    } else if (next_due != INT64_MAX && next_due - now > kSpinNs) {
-      detail::sleep_until(next_due - kWakeEarlyNs);
+    } else if (next_due - now > wake_.margin() + kMinSleepNs) {
+      // Sleep until a completion or margin() before the deadline.
+      Nanos wake_at = next_due - wake_.margin();
+      if (inflight_ + pending_ > 0) {
+        inflight_ += pending_;
+        pending_ = 0;
+        __kernel_timespec ts = detail::to_kts(std::max<Nanos>(wake_at - mono_ns(), 1));
+        io_uring_cqe* cqe = nullptr;
+        int rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, nullptr);
+        if (rc == -ETIME) wake_.observe(mono_ns() - wake_at);
+        else check_submit(rc);
+      } else {
+        detail::sleep_until(wake_at);
+        wake_.observe(mono_ns() - wake_at);
+      }
+      slept_for_ = next_due;
+    } else {
+      // Spin the last stretch; completions are still reaped meanwhile.
+      if (slept_for_ != next_due) {
+        wake_.on_time();
+        slept_for_ = next_due;
+      }
+      if (pending_) submit_pending();
+      else if (inflight_ && ring_->work_pending()) check_submit(io_uring_get_events(ring));
+      detail::cpu_relax();
     }
-    pending_ = 0;
 
     // 4. Reap a batch.
     unsigned n = io_uring_peek_batch_cqe(ring, cqes, kReapBatch);
@@ -592,6 +665,10 @@ EngineResult Engine::run(IoSource& src) {
       if (on) sched_setscheduler(0, policy, &old);
     }
   } rt(o_.realtime);
+  // Runs that keep deadlines (open loop, or a tier's completion times) hold
+  // the CPU wake-up latency down.
+  CpuLatencyHold cpu_latency(o_.hold_cpu_latency && (o_.open_loop || o_.shaper));
+  r_.cpu_latency_held = cpu_latency.held();
 
   loop(src, o_.open_loop, true);
   if (error_.empty() && o_.verify && !written_.empty()) {

@@ -90,6 +90,11 @@ struct EngineOptions {
   // processes on a busy machine do not delay issue and release times.
   // Needs root or CAP_SYS_NICE; RuntimeError otherwise.
   bool realtime = false;
+  // Runs with deadlines (open loop, or a shaper) hold the CPU wake-up
+  // latency limit (/dev/cpu_dma_latency) at 0 us, as cyclictest does, so
+  // that idle CPUs do not sleep too deeply to wake on time. Needs root;
+  // skipped without it (EngineResult::cpu_latency_held says which).
+  bool hold_cpu_latency = true;
   bool allow_create = true;  // a missing regular file is created with --size
   // If set, receives the reported completion time of each counted I/O, up
   // to its capacity (reserve it beforehand: the loop never grows it).
@@ -124,6 +129,7 @@ struct EngineResult {
   uint64_t verified_bytes = 0;
   uint64_t target_size = 0;
   std::string tier;          // tier name, "" without shaping
+  bool cpu_latency_held = false;  // see EngineOptions::hold_cpu_latency
 };
 
 // Checks once that io_uring and the features the engine uses exist: ring

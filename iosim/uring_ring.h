@@ -34,6 +34,13 @@ inline void sleep_until(int64_t ns) {
   }
 }
 
+// A pause for spin loops: lets a sibling hardware thread run.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 class Ring {
  public:
   // With `single_task`, the ring is set up for one thread that both submits
@@ -46,8 +53,9 @@ class Ring {
     int rc = -EINVAL;
     if (single_task) {
       const unsigned tries[] = {
-          IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN,
-          IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN,
+          IORING_SETUP_SUBMIT_ALL | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN |
+              IORING_SETUP_TASKRUN_FLAG,
+          IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
       };
       for (unsigned flags : tries) {
         rc = io_uring_queue_init(entries, &ring_, flags);
@@ -56,20 +64,22 @@ class Ring {
     }
     if (rc == -EINVAL) rc = io_uring_queue_init(entries, &ring_, 0);
     if (rc < 0) throw RuntimeError(errno_message("io_uring_queue_init (io_uring unavailable)", -rc));
-    deferred_ = (ring_.flags & IORING_SETUP_DEFER_TASKRUN) != 0;
   }
   ~Ring() { io_uring_queue_exit(&ring_); }
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
 
   io_uring* get() { return &ring_; }
-  // Completions reach the CQ ring only when this thread enters the kernel
-  // with GETEVENTS (io_uring_get_events, or any wait).
-  bool deferred() const { return deferred_; }
+  // True when completions are waiting to be posted to the CQ ring until
+  // this thread enters the kernel (io_uring_get_events, or any wait): task
+  // work under DEFER/COOP_TASKRUN, or an overflowed CQ ring.
+  bool work_pending() const {
+    unsigned f = __atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE);
+    return (f & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0;
+  }
 
  private:
   io_uring ring_{};
-  bool deferred_ = false;
 };
 
 }  // namespace tierlab::iosim::detail

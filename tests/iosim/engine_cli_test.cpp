@@ -63,6 +63,22 @@ TEST_CASE("cli: iosim run replays a trace open loop under a tier", "[engine][cli
   CHECK(j["lat_ns"]["min"].get<int64_t>() >= 1'000'000);
   CHECK(j["schedule_ns"] == 399 * 500'000);
   for (const char* k : {"p50", "p99", "max"}) CHECK(j["issue_lag_ns"].contains(k));
+  // Held as root, not otherwise; either way the run says which.
+  REQUIRE(j.contains("cpu_latency_held"));
+  CHECK(r.out.find("cpu wake-up latency: ") != std::string::npos);
+
+  // --no-pm-qos leaves the CPU wake-up latency alone; --iodepth-batch 0
+  // submits everything ready at once: the same I/Os either way.
+  r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--trace", dir.file("s.tlt"), "--no-pm-qos",
+                   "--iodepth-batch", "0", "--json", "-"});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  brace = r.out.find("\n{");
+  REQUIRE(brace != std::string::npos);
+  j = nlohmann::json::parse(r.out.substr(brace + 1));
+  CHECK(j["ios"] == 400);
+  CHECK(j["cpu_latency_held"] == false);
+  CHECK(r.out.find("not held (--no-pm-qos)") != std::string::npos);
 }
 
 TEST_CASE("cli: iosim run rejects bad input with one line and exit 2", "[engine][cli]") {

@@ -111,6 +111,9 @@ TEST_CASE("engine: written data reads back with verify", "[engine]") {
   o.max_block = 16384;
   o.verify = true;
   o.direct = true;
+  // Each request submitted on its own, in fours, or all that are ready at once.
+  o.submit_batch = GENERATE(1u, 4u, 0u);
+  INFO("submit_batch " << o.submit_batch);
   {
     // Sequential writes over the whole file, then random writes on top:
     // the verify pass reads every written sector back.
@@ -212,6 +215,8 @@ TEST_CASE("engine: no allocation per I/O in steady state", "[engine]") {
   o.size = 8 << 20;
   o.iodepth = 32;
   o.max_block = 4096;
+  o.submit_batch = GENERATE(1u, 0u);
+  INFO("submit_batch " << o.submit_batch);
   auto allocs_for = [&](uint64_t n, bool open_loop) {
     std::vector<TimedIo> reqs;
     for (uint64_t i = 0; i < n; ++i)
