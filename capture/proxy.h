@@ -38,6 +38,10 @@ struct ProxyOptions {
   std::string out;                        // trace file
   int threads = 0;                        // event-loop threads; 0 = one per core
   bool drop_on_overflow = false;          // drop records instead of waiting
+  // Event loop: "io_uring", "epoll", or "auto" (io_uring when the kernel
+  // has what it needs, else epoll). The environment variable
+  // TIERLAB_PROXY_IO, when set, overrides it.
+  std::string io = "auto";
   uint32_t max_message = 1u << 30;        // largest message accepted
   size_t queue_bytes = 8u << 20;          // record queue per thread
   size_t buffer_bytes = 32u << 10;        // forwarding buffer per direction
