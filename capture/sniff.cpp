@@ -315,6 +315,8 @@ using PcapPtr = std::unique_ptr<pcap_t, PcapCloser>;
 std::string filter_expr(const SniffOptions& o) {
   std::string f = "tcp port " + std::to_string(o.port);
   if (!o.host.empty()) f += " and host " + o.host;
+  for (const auto& c : o.ignore_clients)
+    f += " and not (host " + c.addr + " and port " + std::to_string(c.port) + ")";
   return f;
 }
 
