@@ -203,7 +203,8 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   px.opts = opts;
   px.limits.max_message = opts.max_message;
   if (opts.max_message < 1024) throw InputError("--max-message-size: at least 1kB");
-  px.threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  px.threads = opts.threads > 0 ? opts.threads
+                                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency() / 2));
   if (px.threads > 256) throw InputError("--threads: at most 256");
   if (opts.out.empty()) throw InputError("--out: missing");
   if (opts.listen.empty() && opts.listen_unix.empty())
