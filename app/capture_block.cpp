@@ -1,5 +1,6 @@
 // tierlab capture block: kernel block I/O (tracefs) -> trace.
 #include "app/command.h"
+#include "app/units.h"
 #include "capture/block.h"
 #include "common/error.h"
 #include "trace/writer.h"
@@ -22,27 +23,12 @@ struct BlockOptions {
 std::atomic<bool> g_stop{false};
 extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
-trace::Nanos parse_duration(const std::string& s, const char* flag) {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-    throw InputError(std::string(flag) + ": '" + s + "' is not a duration (e.g. 30s, 500ms, 2m)");
-  }
-  std::string unit = s.substr(pos);
-  double mult = unit == "" || unit == "s" ? 1e9 : unit == "ms" ? 1e6 : unit == "us" ? 1e3
-              : unit == "m" ? 60e9 : unit == "h" ? 3600e9 : -1;
-  if (mult < 0 || v < 0) throw InputError(std::string(flag) + ": '" + s + "' is not a duration (e.g. 30s, 500ms, 2m)");
-  return trace::Nanos(v * mult);
-}
-
 void run_block(const BlockOptions& o) {
   capture::BlockCaptureOptions co;
   co.device = o.device;
   co.pids = o.pids;
   co.buffer_kb = o.buffer_kb;
-  if (!o.duration.empty()) co.duration_ns = parse_duration(o.duration, "--duration");
+  if (!o.duration.empty()) co.duration_ns = parse_duration("--duration", o.duration);
   capture::BlockDevice dev = capture::resolve_block_device(o.device);
   capture::require_block_capture_privileges();  // before creating --out
   if (dev.from_partition)

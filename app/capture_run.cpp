@@ -1,17 +1,22 @@
-// tierlab capture run: the transaction capture (proxy), the block recorder
-// and periodic samples of the server (CPU time of its process tree,
-// PostgreSQL's counters) together, on one clock, into one trace.
+// tierlab capture run: the transaction capture (through the proxy, or
+// passively from packets), the block recorder and periodic samples of the
+// server (CPU time of its process tree, PostgreSQL's counters) together, on
+// one clock, into one trace.
 #include "app/command.h"
 #include "app/stop_signals.h"
 #include "app/units.h"
 #include "capture/block.h"
 #include "capture/proxy.h"
 #include "capture/run.h"
+#include "capture/sniff.h"
 #include "common/error.h"
 #include "trace/writer.h"
 
+#include <arpa/inet.h>
 #include <libpq-fe.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -21,8 +26,11 @@
 #include <cstdio>
 #include <ctime>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <ostream>
+#include <streambuf>
 #include <string>
 #include <thread>
 
@@ -30,15 +38,23 @@ namespace tierlab::app {
 namespace {
 
 struct CaptureRunOptions {
+  // Proxy mode.
   std::string listen = "127.0.0.1:6432";
   std::string upstream;
+  int threads = 0;
+  // Passive mode.
+  std::string interface;
+  uint16_t port = 0;
+  std::string host;
+  std::string buffer_size;
+  // Which mode's flags were given (the modes exclude each other).
+  bool proxy_flags = false, passive_flags = false;
   std::string device;
   std::string out;
   std::string duration;
   std::string sample_interval = "1s";
   int pid = 0;
   std::string conninfo;
-  int threads = 0;
 };
 
 // "host=H port=P dbname=postgres" from --upstream HOST:PORT or DIR[:PORT].
@@ -68,6 +84,31 @@ class PgSampler {
   ~PgSampler() { PQfinish(conn_); }
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
+
+  // The client end of the connection when it is TCP, so that passive capture
+  // can leave the sampler's own queries out of the recorded sessions.
+  bool tcp_client(std::string& addr, uint16_t& port) const {
+    sockaddr_storage ss{};
+    socklen_t len = sizeof ss;
+    if (!ok() || ::getsockname(PQsocket(conn_), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (ss.ss_family == AF_INET) {
+      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
+      inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
+      port = ntohs(a->sin_port);
+    } else if (ss.ss_family == AF_INET6) {
+      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
+      if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr))
+        inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], buf, sizeof buf);
+      else
+        inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
+      port = ntohs(a->sin6_port);
+    } else {
+      return false;  // a unix socket never reaches a network interface
+    }
+    addr = buf;
+    return true;
+  }
 
   // First column of the first row, or "" on failure.
   std::string value(const char* sql) {
@@ -111,19 +152,211 @@ void say(const std::string& line) {
   std::fflush(stderr);
 }
 
+// The transaction side of a capture run: the proxy or the packet sniffer,
+// each writing its own part file.
+class TxCapture {
+ public:
+  virtual ~TxCapture() = default;
+  // Returns once transactions are being recorded; throws if they cannot be.
+  virtual void start() = 0;
+  // "listening on ..." or "capturing on ...", for the start line.
+  virtual std::string where() const = 0;
+  // True when the capture ended on its own (stop() then throws its error).
+  virtual bool failed() const = 0;
+  // Stops, flushes and closes the part file; idempotent. Throws its error.
+  virtual void stop() = 0;
+  // The summary lines about transactions and what could not be seen.
+  virtual void print_summary(const char* why) const = 0;
+};
+
+void print_counts(uint64_t sessions, uint64_t statements, uint64_t transactions, uint64_t errors) {
+  std::printf("sessions: %llu, statements: %llu, transactions: %llu, errors: %llu\n",
+              static_cast<unsigned long long>(sessions), static_cast<unsigned long long>(statements),
+              static_cast<unsigned long long>(transactions), static_cast<unsigned long long>(errors));
+}
+
+class ProxyCapture : public TxCapture {
+ public:
+  ProxyCapture(const CaptureRunOptions& o, const std::string& part) : upstream_(o.upstream) {
+    capture::ProxyOptions po;
+    po.listen = o.listen;
+    po.upstream = o.upstream;
+    po.out = part;
+    po.threads = o.threads;
+    proxy_ = std::make_unique<capture::Proxy>(po);
+  }
+  void start() override { proxy_->start(); }
+  std::string where() const override { return "listening on " + proxy_->listening() + ", upstream " + upstream_; }
+  bool failed() const override { return proxy_->failed(); }
+  void stop() override { proxy_->stop(); }
+  void print_summary(const char* why) const override {
+    auto s = proxy_->summary();
+    std::printf("capture run: %s after %.1f s\n", why, static_cast<double>(s.duration_ns) / 1e9);
+    print_counts(s.sessions, s.statements, s.transactions, s.errors);
+    if (s.dropped) std::printf("dropped records: %llu\n", static_cast<unsigned long long>(s.dropped));
+  }
+
+ private:
+  std::string upstream_;
+  std::unique_ptr<capture::Proxy> proxy_;
+};
+
+// Hands each complete line written to it to a function.
+class LineBuf : public std::streambuf {
+ public:
+  explicit LineBuf(std::function<void(const std::string&)> on_line) : on_line_(std::move(on_line)) {}
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return traits_type::not_eof(c);
+    if (c == '\n') {
+      on_line_(line_);
+      line_.clear();
+    } else {
+      line_.push_back(static_cast<char>(c));
+    }
+    return c;
+  }
+
+ private:
+  std::function<void(const std::string&)> on_line_;
+  std::string line_;
+};
+
+// capture sniff's recorder (capture/sniff.h) on its own thread. run_sniff()
+// logs "capturing on ..." once packets flow: that line is the start signal
+// here; the rest of its log (warnings) goes to stderr.
+class SniffCapture : public TxCapture {
+ public:
+  explicit SniffCapture(capture::SniffOptions so)
+      : opts_(std::move(so)), buf_([this](const std::string& line) { on_log(line); }), log_(&buf_) {}
+  ~SniffCapture() override {
+    try {
+      stop();
+    } catch (...) {
+    }
+  }
+  void start() override {
+    thread_ = std::thread([this] {
+      std::exception_ptr e;
+      capture::SniffSummary s;
+      try {
+        s = capture::run_sniff(opts_, log_);
+      } catch (...) {
+        e = std::current_exception();
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      summary_ = s;
+      error_ = e;
+      done_ = true;
+      cv_.notify_all();
+    });
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return live_ || done_; });
+    if (!live_) {
+      l.unlock();
+      stop();  // rethrows the recorder's error
+      throw RuntimeError("capture run: packet capture on " + opts_.interface + " ended before it started");
+    }
+  }
+  std::string where() const override {
+    return "capturing on " + opts_.interface + ", port " + std::to_string(opts_.port) +
+           (opts_.host.empty() ? std::string() : ", host " + opts_.host);
+  }
+  bool failed() const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return done_;
+  }
+  void stop() override {
+    if (!thread_.joinable()) return;
+    {
+      // A stop_sniff() that comes before run_sniff() is listening is
+      // forgotten: repeat it until the recorder has ended.
+      std::unique_lock<std::mutex> l(mu_);
+      while (!done_) {
+        capture::stop_sniff();
+        cv_.wait_for(l, std::chrono::milliseconds(100));
+      }
+    }
+    thread_.join();
+    if (error_) std::rethrow_exception(error_);
+  }
+  void print_summary(const char* why) const override {
+    const auto& s = summary_;
+    std::printf("capture run: %s after %.1f s\n", why, s.seconds);
+    print_counts(s.sessions, s.statements, s.transactions, s.errors);
+    std::printf("packets: %llu (%.1f MB), kernel drops: %llu, interface drops: %llu, stream gaps: %llu (%llu bytes)\n",
+                static_cast<unsigned long long>(s.packets), static_cast<double>(s.bytes) / 1e6,
+                static_cast<unsigned long long>(s.kernel_drops), static_cast<unsigned long long>(s.if_drops),
+                static_cast<unsigned long long>(s.gaps), static_cast<unsigned long long>(s.gap_bytes));
+    if (s.joined) std::printf("sessions joined mid-stream: %llu\n", static_cast<unsigned long long>(s.joined));
+    if (s.tls_sessions)
+      std::printf("sessions encrypted (TLS/GSS), not decodable: %llu\n",
+                  static_cast<unsigned long long>(s.tls_sessions));
+    if (s.decode_failures)
+      std::printf("sessions that stopped decoding (malformed stream): %llu\n",
+                  static_cast<unsigned long long>(s.decode_failures));
+  }
+
+ private:
+  void on_log(const std::string& line) {
+    if (line.rfind("capturing on", 0) == 0) {
+      std::lock_guard<std::mutex> l(mu_);
+      live_ = true;
+      cv_.notify_all();
+      return;
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+  }
+
+  capture::SniffOptions opts_;
+  LineBuf buf_;
+  std::ostream log_;
+  std::thread thread_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool live_ = false, done_ = false;
+  capture::SniffSummary summary_;
+  std::exception_ptr error_;
+};
+
 void run_capture_run(const CaptureRunOptions& o) {
+  const bool passive = !o.interface.empty();
+  if (o.proxy_flags && o.passive_flags)
+    throw InputError(
+        "capture run: give either --listen/--upstream (through the proxy) or --interface/--port (passive "
+        "capture), not both");
+  if (!passive && o.upstream.empty())
+    throw InputError(
+        "capture run: give --upstream (and --listen) to capture through the proxy, or --interface and --port to "
+        "capture passively");
+  if (passive && o.port == 0) throw InputError("capture run: --interface needs --port, the server's TCP port");
   int64_t duration = o.duration.empty() ? 0 : parse_duration("--duration", o.duration);
   int64_t interval = parse_duration("--sample-interval", o.sample_interval);
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
   if (o.pid < 0) throw InputError("--pid " + std::to_string(o.pid) + ": must be a process id");
   if (!o.device.empty()) capture::resolve_block_device(o.device);  // bad name -> exit 2 now
+  capture::SniffOptions so;
+  if (passive) {
+    so.interface = o.interface;
+    so.port = o.port;
+    so.host = o.host;
+    if (!o.buffer_size.empty()) so.buffer_bytes = parse_size("--buffer-size", o.buffer_size);
+  }
 
-  const std::string part_proxy = o.out + ".proxy.part", part_block = o.out + ".block.part",
-                    part_samples = o.out + ".samples.part";
-  std::vector<std::string> parts{part_proxy, part_samples};
+  const std::string part_tx = o.out + (passive ? ".sniff.part" : ".proxy.part"),
+                    part_block = o.out + ".block.part", part_samples = o.out + ".samples.part";
+  std::vector<std::string> parts{part_tx, part_samples};
 
   // What the server is: version, shared_buffers, postmaster pid, memory.
-  PgSampler pg(o.conninfo.empty() ? conninfo_for(o.upstream) : o.conninfo);
+  std::string server = o.upstream;
+  if (passive) server = (o.host.empty() ? std::string("localhost") : o.host) + ":" + std::to_string(o.port);
+  PgSampler pg(o.conninfo.empty() ? conninfo_for(server) : o.conninfo);
+  if (passive) {
+    capture::SniffOptions::Client self;
+    if (pg.tcp_client(self.addr, self.port)) so.ignore_clients.push_back(self);
+  }
   int32_t postmaster = o.pid;
   std::vector<std::pair<std::string, std::string>> meta;
   if (pg.ok()) {
@@ -240,15 +473,15 @@ void run_capture_run(const CaptureRunOptions& o) {
     }
   });
 
-  capture::ProxyOptions po;
-  po.listen = o.listen;
-  po.upstream = o.upstream;
-  po.out = part_proxy;
-  po.threads = o.threads;
-  std::unique_ptr<capture::Proxy> proxy;
+  std::unique_ptr<TxCapture> tx;
   try {
-    proxy = std::make_unique<capture::Proxy>(po);
-    proxy->start();
+    if (passive) {
+      so.out = part_tx;
+      tx = std::make_unique<SniffCapture>(so);
+    } else {
+      tx = std::make_unique<ProxyCapture>(o, part_tx);
+    }
+    tx->start();
   } catch (...) {
     {
       std::lock_guard<std::mutex> l(mu);
@@ -257,11 +490,11 @@ void run_capture_run(const CaptureRunOptions& o) {
     cv.notify_all();
     sample_thread.join();
     if (block_thread.joinable()) block_thread.join();
+    tx.reset();
     for (const auto& p : parts) ::unlink(p.c_str());
     throw;
   }
-  say("listening on " + proxy->listening() + ", upstream " + o.upstream + ", recording to " + o.out +
-      (block ? ", block I/O of " + o.device : std::string()) +
+  say(tx->where() + ", recording to " + o.out + (block ? ", block I/O of " + o.device : std::string()) +
       (duration > 0 ? "" : "; Ctrl-C to stop"));
 
   timespec start;
@@ -273,7 +506,10 @@ void run_capture_run(const CaptureRunOptions& o) {
       why = sig == SIGINT ? "SIGINT" : "SIGTERM";
       break;
     }
-    if (proxy->failed()) break;
+    if (tx->failed()) {
+      why = "transaction capture failed";
+      break;
+    }
     if (duration > 0) {
       timespec now;
       clock_gettime(CLOCK_MONOTONIC, &now);
@@ -284,11 +520,11 @@ void run_capture_run(const CaptureRunOptions& o) {
       }
     }
   }
-  std::exception_ptr proxy_error;
+  std::exception_ptr tx_error;
   try {
-    proxy->stop();
+    tx->stop();
   } catch (...) {
-    proxy_error = std::current_exception();
+    tx_error = std::current_exception();
   }
   {
     std::lock_guard<std::mutex> l(mu);
@@ -297,7 +533,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   cv.notify_all();
   sample_thread.join();
   if (block_thread.joinable()) block_thread.join();
-  for (auto* e : {&proxy_error, &block_error, &sample_error})
+  for (auto* e : {&tx_error, &block_error, &sample_error})
     if (*e) {
       for (const auto& p : parts) ::unlink(p.c_str());
       std::rethrow_exception(*e);
@@ -305,18 +541,13 @@ void run_capture_run(const CaptureRunOptions& o) {
 
   uint64_t records = capture::merge_traces(parts, o.out);
   for (const auto& p : parts) ::unlink(p.c_str());
-  auto s = proxy->summary();
-  std::printf("capture run: %s after %.1f s\n", why, static_cast<double>(s.duration_ns) / 1e9);
-  std::printf("sessions: %llu, statements: %llu, transactions: %llu, errors: %llu\n",
-              static_cast<unsigned long long>(s.sessions), static_cast<unsigned long long>(s.statements),
-              static_cast<unsigned long long>(s.transactions), static_cast<unsigned long long>(s.errors));
+  tx->print_summary(why);
   if (block)
     std::printf("block I/O: %llu requests (%llu incomplete, %llu events lost)\n",
                 static_cast<unsigned long long>(block_stats.ios),
                 static_cast<unsigned long long>(block_stats.incomplete),
                 static_cast<unsigned long long>(block_stats.lost));
   std::printf("samples: %llu\n", static_cast<unsigned long long>(samples.load()));
-  if (s.dropped) std::printf("dropped records: %llu\n", static_cast<unsigned long long>(s.dropped));
   std::printf("trace: %s (%llu records)\n", o.out.c_str(), static_cast<unsigned long long>(records));
   std::fflush(stdout);
 }
@@ -327,13 +558,22 @@ void setup_capture_run(CLI::App& parent) {
   auto* cmd = capture.add_subcommand(
       "run",
       "record everything a projection needs in one trace: the transactions (through the proxy:\n"
-      "point clients at --listen), the block I/O of --device (needs root), and every\n"
-      "--sample-interval the CPU time of the server's process tree and PostgreSQL's counters\n"
-      "(pg_stat_database, pg_stat_bgwriter, WAL position). Transactions are taken through the\n"
-      "proxy only (--listen/--upstream).");
-  cmd->add_option("--listen", opt->listen, "HOST:PORT to accept clients on (port 0: any free port)")
-      ->capture_default_str();
-  cmd->add_option("--upstream", opt->upstream, "the server: HOST:PORT or SOCKET_DIR[:PORT]")->required();
+      "point clients at --listen; or passively from packets on --interface, no hop in the path,\n"
+      "needs root), the block I/O of --device (needs root), and every --sample-interval the CPU\n"
+      "time of the server's process tree and PostgreSQL's counters (pg_stat_database,\n"
+      "pg_stat_bgwriter, WAL position).");
+  auto* listen = cmd->add_option("--listen", opt->listen,
+                                 "proxy: HOST:PORT to accept clients on (port 0: any free port)")
+                     ->capture_default_str();
+  auto* upstream = cmd->add_option("--upstream", opt->upstream, "proxy: the server, HOST:PORT or SOCKET_DIR[:PORT]");
+  auto* threads =
+      cmd->add_option("--threads", opt->threads, "proxy: event-loop threads (0: half the cores, at least one)")->capture_default_str();
+  auto* iface = cmd->add_option("--interface,-i", opt->interface,
+                                "passive: capture packets on this interface (lo, eth0, any); needs root");
+  auto* port = cmd->add_option("--port,-p", opt->port, "passive: the server's TCP port");
+  auto* host = cmd->add_option("--host", opt->host, "passive: the server's IP address (default: any)");
+  auto* buffer = cmd->add_option("--buffer-size,-B", opt->buffer_size,
+                                 "passive: kernel capture buffer (default 64M; larger means fewer drops)");
   cmd->add_option("--device", opt->device,
                   "block device holding the data directory (vda, /dev/vda, 254:0 or a path on it); needs root");
   cmd->add_option("--out,-o", opt->out, "trace file to write (.tlt)")->required();
@@ -342,9 +582,13 @@ void setup_capture_run(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--pid", opt->pid, "postmaster pid (default: from the server's postmaster.pid)");
   cmd->add_option("--conninfo", opt->conninfo,
-                  "libpq connection string for the counters (default: host and port of --upstream, dbname=postgres)");
-  cmd->add_option("--threads", opt->threads, "proxy event-loop threads (0: one per core)")->capture_default_str();
-  cmd->callback([opt] { run_capture_run(*opt); });
+                  "libpq connection string for the counters (default: the server's host and port, "
+                  "dbname=postgres)");
+  cmd->callback([opt, listen, upstream, threads, iface, port, host, buffer] {
+    opt->proxy_flags = listen->count() + upstream->count() + threads->count() > 0;
+    opt->passive_flags = iface->count() + port->count() + host->count() + buffer->count() > 0;
+    run_capture_run(*opt);
+  });
 }
 
 const Registration reg{"capture run", 19, &setup_capture_run};

@@ -1,5 +1,6 @@
 // tierlab capture sniff: record PostgreSQL traffic passively from packets.
 #include "app/command.h"
+#include "app/units.h"
 #include "capture/sniff.h"
 #include "common/error.h"
 
@@ -18,39 +19,11 @@ struct SniffCli {
   std::string buffer_size;  // "64M", "1G", "65536"
 };
 
-double parse_duration(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit(end);
-  double mul = 0;
-  if (unit.empty() || unit == "s") mul = 1;
-  else if (unit == "ms") mul = 1e-3;
-  else if (unit == "m" || unit == "min") mul = 60;
-  else if (unit == "h") mul = 3600;
-  if (end == s.c_str() || mul == 0 || !(v >= 0))
-    throw InputError("capture sniff: --duration '" + s + "': expected e.g. 30s, 5m, 250ms");
-  return v * mul;
-}
-
-uint64_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  std::string unit(end);
-  double mul = 0;
-  if (unit.empty() || unit == "B") mul = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "k") mul = 1024.0;
-  else if (unit == "M" || unit == "MiB") mul = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") mul = 1024.0 * 1024 * 1024;
-  if (end == s.c_str() || mul == 0 || !(v > 0))
-    throw InputError("capture sniff: --buffer-size '" + s + "': expected e.g. 64M, 1G");
-  return static_cast<uint64_t>(v * mul);
-}
-
 void on_sniff_stop_signal(int) { capture::stop_sniff(); }
 
 void run_sniff_cli(SniffCli& cli) {
-  if (!cli.duration.empty()) cli.opts.duration_s = parse_duration(cli.duration);
-  if (!cli.buffer_size.empty()) cli.opts.buffer_bytes = parse_size(cli.buffer_size);
+  if (!cli.duration.empty()) cli.opts.duration_s = static_cast<double>(parse_duration("--duration", cli.duration)) / 1e9;
+  if (!cli.buffer_size.empty()) cli.opts.buffer_bytes = parse_size("--buffer-size", cli.buffer_size);
   if (!cli.opts.pcap_file.empty() && !cli.opts.interface.empty())
     throw InputError("capture sniff: give either --interface or --pcap, not both");
   if (!cli.opts.pcap_file.empty() && !cli.duration.empty())

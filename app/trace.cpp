@@ -267,6 +267,30 @@ void append_io_flags(std::string& s, uint8_t f) {
   }
 }
 
+// " offset=.. len=.. latency_us=.. pid=.. [flags=..]" of a block or file
+// I/O; a negative latency prints as unknown.
+void append_io_fields(std::string& s, uint64_t offset, uint64_t length, Nanos latency_ns, int32_t pid,
+                      uint8_t flags) {
+  s += " offset=";
+  append_u(s, offset);
+  s += " len=";
+  append_u(s, length);
+  if (latency_ns < 0) {
+    s += " latency=?";
+  } else {
+    s += " latency_us=";
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(latency_ns) / 1000.0);
+    s += buf;
+  }
+  s += " pid=";
+  append_i(s, pid);
+  if (flags) {
+    s += " flags=";
+    append_io_flags(s, flags);
+  }
+}
+
 void append_device(std::string& s, uint32_t dev) {
   append_u(s, dev >> 20);
   s += ':';
@@ -445,43 +469,14 @@ void dump_line(std::string& s, const Record& r, Nanos origin) {
           s.append(op_name(b.op));
           s += " dev=";
           append_device(s, b.device);
-          s += " offset=";
-          append_u(s, b.offset);
-          s += " len=";
-          append_u(s, b.length);
-          if (b.flags & kIoIncomplete) {
-            s += " latency=?";
-          } else {
-            s += " latency_us=";
-            char buf[32];
-            std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(b.complete_ns - r.ts) / 1000.0);
-            s += buf;
-          }
-          s += " pid=";
-          append_i(s, b.pid);
-          if (b.flags) {
-            s += " flags=";
-            append_io_flags(s, b.flags);
-          }
+          append_io_fields(s, b.offset, b.length, (b.flags & kIoIncomplete) ? -1 : b.complete_ns - r.ts, b.pid,
+                           b.flags);
         } else if constexpr (std::is_same_v<T, FileIo>) {
           s += ' ';
           s.append(op_name(b.op));
           s += " file=";
           append_quoted(s, b.file);
-          s += " offset=";
-          append_u(s, b.offset);
-          s += " len=";
-          append_u(s, b.length);
-          s += " latency_us=";
-          char buf[32];
-          std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(b.latency_ns) / 1000.0);
-          s += buf;
-          s += " pid=";
-          append_i(s, b.pid);
-          if (b.flags) {
-            s += " flags=";
-            append_io_flags(s, b.flags);
-          }
+          append_io_fields(s, b.offset, b.length, b.latency_ns, b.pid, b.flags);
         } else if constexpr (std::is_same_v<T, Sample>) {
           s += ' ';
           s.append(b.name);

@@ -4,7 +4,7 @@
 
 namespace tierlab::app {
 
-// "60s", "5m", "1h", "500ms", "90" (seconds) -> nanoseconds.
+// "60s", "5m", "1h", "500ms", "250us", "90" (seconds) -> nanoseconds.
 int64_t parse_duration(const std::string& flag, const std::string& v) {
   size_t i = 0;
   while (i < v.size() && ((v[i] >= '0' && v[i] <= '9') || v[i] == '.')) ++i;
@@ -14,9 +14,10 @@ int64_t parse_duration(const std::string& flag, const std::string& v) {
   double mul;
   if (unit.empty() || unit == "s") mul = 1e9;
   else if (unit == "ms") mul = 1e6;
+  else if (unit == "us") mul = 1e3;
   else if (unit == "m" || unit == "min") mul = 60e9;
   else if (unit == "h") mul = 3600e9;
-  else throw InputError(flag + " " + v + ": unknown unit '" + unit + "' (ms, s, m, h)");
+  else throw InputError(flag + " " + v + ": unknown unit '" + unit + "' (us, ms, s, m, h)");
   if (n <= 0) throw InputError(flag + " " + v + ": must be positive");
   return static_cast<int64_t>(n * mul);
 }

@@ -7,7 +7,7 @@
 
 namespace tierlab::app {
 
-// "60s", "5m", "1h", "500ms", "90" (seconds) -> nanoseconds; must be positive.
+// "60s", "5m", "1h", "500ms", "250us", "90" (seconds) -> nanoseconds; must be positive.
 int64_t parse_duration(const std::string& flag, const std::string& v);
 
 // "1GiB", "64MB", "65536" -> bytes (k/M/G are powers of 1024).

@@ -10,6 +10,7 @@
 // the submitting pid when it precedes the D. Other actions are skipped; the
 // per-CPU summary blkparse prints at the end stops the import.
 #include "capture/import.h"
+#include "capture/import_text.h"
 
 #include "common/error.h"
 
@@ -24,22 +25,8 @@
 namespace tierlab::capture {
 namespace {
 
-[[noreturn]] void bad(const std::string& name, uint64_t line, const std::string& what) {
-  throw InputError(name + ":" + std::to_string(line) + ": " + what);
-}
-
-std::vector<std::string_view> split_ws(std::string_view s) {
-  std::vector<std::string_view> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) ++i;
-    size_t j = i;
-    while (j < s.size() && s[j] != ' ' && s[j] != '\t' && s[j] != '\r') ++j;
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j;
-  }
-  return out;
-}
+using import_text::bad;
+using import_text::split_ws;
 
 template <class T>
 bool num(std::string_view s, T& v) {

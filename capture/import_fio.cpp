@@ -1,5 +1,6 @@
 // fio iolog v2/v3 importer and v3 exporter.
 #include "capture/import.h"
+#include "capture/import_text.h"
 
 #include "common/error.h"
 
@@ -16,25 +17,11 @@
 namespace tierlab::capture {
 namespace {
 
+using import_text::bad;
+using import_text::split_ws;
+
 constexpr std::string_view kV2 = "fio version 2 iolog";
 constexpr std::string_view kV3 = "fio version 3 iolog";
-
-std::vector<std::string_view> split_ws(std::string_view s) {
-  std::vector<std::string_view> out;
-  size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) ++i;
-    size_t j = i;
-    while (j < s.size() && s[j] != ' ' && s[j] != '\t' && s[j] != '\r') ++j;
-    if (j > i) out.push_back(s.substr(i, j - i));
-    i = j;
-  }
-  return out;
-}
-
-[[noreturn]] void bad(const std::string& name, uint64_t line, const std::string& what) {
-  throw InputError(name + ":" + std::to_string(line) + ": " + what);
-}
 
 uint64_t parse_u64(std::string_view s, const std::string& name, uint64_t line, const char* what) {
   uint64_t v = 0;

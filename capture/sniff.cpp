@@ -8,6 +8,10 @@
 #include <pcap/pcap.h>
 
 #include <arpa/inet.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <poll.h>
 
 #include <atomic>
@@ -315,6 +319,8 @@ using PcapPtr = std::unique_ptr<pcap_t, PcapCloser>;
 std::string filter_expr(const SniffOptions& o) {
   std::string f = "tcp port " + std::to_string(o.port);
   if (!o.host.empty()) f += " and host " + o.host;
+  for (const auto& c : o.ignore_clients)
+    f += " and not (host " + c.addr + " and port " + std::to_string(c.port) + ")";
   return f;
 }
 
@@ -323,6 +329,23 @@ void check(pcap_t* p, int rc, const std::string& what) {
     const char* msg = rc == PCAP_ERROR ? pcap_geterr(p) : pcap_statustostr(rc);
     throw RuntimeError(what + ": " + msg);
   }
+}
+
+// On a loopback interface every packet passes the tap twice: once as it is
+// sent and once as it is received. libpcap discards the sent copy in user
+// space, after the kernel has cloned it and copied it into the ring; asking
+// the kernel not to deliver sent packets (PACKET_IGNORE_OUTGOING, Linux 4.20)
+// halves the per-packet work the capture puts on the traffic it watches. On
+// other interfaces the server's replies are outgoing packets, so this is
+// loopback only; on a kernel without the option libpcap's filtering remains.
+void ignore_loopback_echo(pcap_t* p, const std::string& interface) {
+  int fd = pcap_fileno(p);
+  ifreq ifr{};
+  if (interface.size() >= sizeof ifr.ifr_name) return;
+  std::memcpy(ifr.ifr_name, interface.data(), interface.size());
+  if (ioctl(fd, SIOCGIFFLAGS, &ifr) != 0 || !(ifr.ifr_flags & IFF_LOOPBACK)) return;
+  int one = 1;
+  (void)setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
 }
 
 PcapPtr open_live(const SniffOptions& o, bool* nano, std::ostream& log) {
@@ -346,6 +369,7 @@ PcapPtr open_live(const SniffOptions& o, bool* nano, std::ostream& log) {
   if (rc < 0) throw RuntimeError(where + ": " + pcap_geterr(p.get()));
   if (rc > 0) log << "tierlab capture sniff: warning: " << pcap_geterr(p.get()) << "\n";
   *nano = pcap_get_tstamp_precision(p.get()) == PCAP_TSTAMP_PRECISION_NANO;
+  ignore_loopback_echo(p.get(), o.interface);
   return p;
 }
 

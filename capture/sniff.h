@@ -43,6 +43,13 @@ struct SniffOptions {
   uint32_t max_connections = 16384;
   uint64_t reassembly_bytes = 64ull << 20;  // out-of-order segment pool
   double hole_timeout_s = 0.5;  // packet time a stream hole may stay open
+  // Connections from these client endpoints are not captured (a tool's own
+  // connection to the server, such as capture run's counter sampler).
+  struct Client {
+    std::string addr;  // IPv4 or IPv6 address
+    uint16_t port = 0;
+  };
+  std::vector<Client> ignore_clients;
 };
 
 struct SniffSummary {

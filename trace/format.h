@@ -106,6 +106,23 @@ struct RecentPids {
   void reset() { *this = RecentPids{}; }
 };
 
+// Delta-coding state, reset at every chunk start. The writer and the reader
+// keep one each and must update it identically.
+struct DeltaState {
+  Nanos prev_ts = 0;
+  uint64_t prev_session = 0;
+  bool have_session = false;
+  uint64_t bio_end = 0;
+  uint32_t bio_dev = 0;
+  RecentPids bio_pids;
+  uint32_t bio_len[4] = {};   // per block I/O op
+  uint8_t bio_flags[4] = {};  // per block I/O op
+  uint64_t fio_end = 0;
+  int32_t fio_pid = 0;
+
+  void reset() { *this = DeltaState{}; }
+};
+
 // Interned-string table bounds; past them strings are written inline.
 inline constexpr size_t kMaxInternLen = 64 * 1024;
 inline constexpr size_t kMaxInternBytes = 64u << 20;

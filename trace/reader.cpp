@@ -125,17 +125,7 @@ struct Reader::Impl {
   bool done = false;
   uint64_t pending_def_bytes = 0;
 
-  // Delta state, reset at every chunk start (mirrors the writer).
-  Nanos prev_ts = 0;
-  uint64_t prev_session = 0;
-  bool have_session = false;
-  uint64_t bio_end = 0;
-  uint32_t bio_dev = 0;
-  RecentPids bio_pids;
-  uint32_t bio_len[4] = {};   // per op
-  uint8_t bio_flags[4] = {};  // per op
-  uint64_t fio_end = 0;
-  int32_t fio_pid = 0;
+  DeltaState dstate;  // reset at every chunk start
 
   std::vector<std::string_view> strings{std::string_view{}};  // id 0 = ""
   StringArena arena;
@@ -198,16 +188,7 @@ struct Reader::Impl {
   }
 
   void reset_chunk_state() {
-    prev_ts = 0;
-    prev_session = 0;
-    have_session = false;
-    bio_end = 0;
-    bio_dev = 0;
-    bio_pids.reset();
-    std::fill(std::begin(bio_len), std::end(bio_len), 0u);
-    std::fill(std::begin(bio_flags), std::end(bio_flags), uint8_t{0});
-    fio_end = 0;
-    fio_pid = 0;
+    dstate.reset();
     chunk_seen = 0;
   }
 
@@ -267,7 +248,7 @@ struct Reader::Impl {
     ++stats.chunks;
     stats.bytes += kChunkHeaderLen + stored_len;
     reset_chunk_state();
-    prev_ts = first_ts;
+    dstate.prev_ts = first_ts;
     return true;
   }
 
@@ -344,27 +325,27 @@ struct Reader::Impl {
     if (kb & kBioExt) {
       uint8_t ext = byte();
       if (ext & ~kBioExtKnown) corrupt("undecodable payload (block I/O extension bits)");
-      if (ext & kBioNewFlags) bio_flags[op] = byte();
-      if (ext & kBioNewDevice) bio_dev = static_cast<uint32_t>(varint());
-      if (ext & kBioNewLength) bio_len[op] = static_cast<uint32_t>(varint());
+      if (ext & kBioNewFlags) dstate.bio_flags[op] = byte();
+      if (ext & kBioNewDevice) dstate.bio_dev = static_cast<uint32_t>(varint());
+      if (ext & kBioNewLength) dstate.bio_len[op] = static_cast<uint32_t>(varint());
     }
     int slot = (h & kBioPidMask) >> kBioPidShift;
     if (slot == kBioPidNew) {
-      int32_t pid = static_cast<int32_t>(bio_pids.front() + unzigzag(varint()));
-      bio_pids.touch(pid);
+      int32_t pid = static_cast<int32_t>(dstate.bio_pids.front() + unzigzag(varint()));
+      dstate.bio_pids.touch(pid);
     } else {
-      bio_pids.take(slot);
+      dstate.bio_pids.take(slot);
     }
     unsigned unit = (h & kBioUnitMask) >> kBioUnitShift;
     if (unit == 3) corrupt("undecodable payload (block offset unit)");
     unsigned shift = unit == 2 ? 12 : unit == 1 ? 9 : 0;
     int64_t delta = unzigzag(varint());
-    b.offset = bio_end + (static_cast<uint64_t>(delta) << shift);
-    b.flags = bio_flags[op];
-    b.device = bio_dev;
-    b.pid = bio_pids.front();
-    b.length = bio_len[op];
-    bio_end = b.offset + b.length;
+    b.offset = dstate.bio_end + (static_cast<uint64_t>(delta) << shift);
+    b.flags = dstate.bio_flags[op];
+    b.device = dstate.bio_dev;
+    b.pid = dstate.bio_pids.front();
+    b.length = dstate.bio_len[op];
+    dstate.bio_end = b.offset + b.length;
     b.complete_ns = static_cast<Nanos>(static_cast<uint64_t>(ts) + static_cast<uint64_t>(unzigzag(varint())));
   }
 
@@ -405,7 +386,7 @@ struct Reader::Impl {
         pending_def_bytes += static_cast<uint64_t>(p - rec);
         continue;
       }
-      if (!(kb & kZeroDelta)) prev_ts = static_cast<Nanos>(static_cast<uint64_t>(prev_ts) + static_cast<uint64_t>(unzigzag(varint())));
+      if (!(kb & kZeroDelta)) dstate.prev_ts = static_cast<Nanos>(static_cast<uint64_t>(dstate.prev_ts) + static_cast<uint64_t>(unzigzag(varint())));
       if (code == kEnd) {
         end_record();
         continue;
@@ -413,12 +394,12 @@ struct Reader::Impl {
       uint64_t session = 0;
       if (has_session(code)) {
         if (kb & kSameSession) {
-          if (!have_session) corrupt("undecodable payload (no previous session)");
+          if (!dstate.have_session) corrupt("undecodable payload (no previous session)");
         } else {
-          prev_session = varint();
-          have_session = true;
+          dstate.prev_session = varint();
+          dstate.have_session = true;
         }
-        session = prev_session;
+        session = dstate.prev_session;
       } else if ((kb & kSameSession) && code != static_cast<uint8_t>(Kind::BlockIo)) {
         corrupt("undecodable payload (session flag on a storage record)");
       }
@@ -433,7 +414,7 @@ struct Reader::Impl {
       if (code >= static_cast<uint8_t>(Kind::Count_))
         corrupt("undecodable payload (unknown record kind " + std::to_string(code) + ")");
       decode(kb, code, out);
-      out.ts = prev_ts;
+      out.ts = dstate.prev_ts;
       out.session = session;
       ++stats.records;
       ++chunk_seen;
@@ -533,18 +514,18 @@ struct Reader::Impl {
         break;
       }
       case Kind::Ready: out.body.emplace<Ready>().status = static_cast<char>(byte()); break;
-      case Kind::BlockIo: block(kb, prev_ts, out.body.emplace<BlockIo>()); break;
+      case Kind::BlockIo: block(kb, dstate.prev_ts, out.body.emplace<BlockIo>()); break;
       case Kind::FileIo: {
         auto& b = out.body.emplace<FileIo>();
         uint64_t of = varint();
         b.op = static_cast<IoOp>(of & 3);
         b.flags = static_cast<uint8_t>(of >> 2);
-        fio_pid = static_cast<int32_t>(fio_pid + unzigzag(varint()));
-        b.pid = fio_pid;
+        dstate.fio_pid = static_cast<int32_t>(dstate.fio_pid + unzigzag(varint()));
+        b.pid = dstate.fio_pid;
         b.file = str();
-        b.offset = fio_end + static_cast<uint64_t>(unzigzag(varint()));
+        b.offset = dstate.fio_end + static_cast<uint64_t>(unzigzag(varint()));
         b.length = static_cast<uint32_t>(varint());
-        fio_end = b.offset + b.length;
+        dstate.fio_end = b.offset + b.length;
         b.latency_ns = unzigzag(varint());
         break;
       }

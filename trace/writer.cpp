@@ -207,30 +207,11 @@ struct Writer::Impl {
   uint64_t bytes = 0;
   bool closed = false;
 
-  // Delta state, reset at every chunk start.
-  Nanos prev_ts = 0;
-  uint64_t prev_session = 0;
-  bool have_session = false;
-  uint64_t bio_end = 0;
-  uint32_t bio_dev = 0;
-  RecentPids bio_pids;
-  uint32_t bio_len[4] = {};   // per op
-  uint8_t bio_flags[4] = {};  // per op
-  uint64_t fio_end = 0;
-  int32_t fio_pid = 0;
+  DeltaState dstate;  // reset at every chunk start
 
   void reset_chunk_state() {
     chunk_records = 0;
-    prev_ts = 0;
-    prev_session = 0;
-    have_session = false;
-    bio_end = 0;
-    bio_dev = 0;
-    bio_pids.reset();
-    std::fill(std::begin(bio_len), std::end(bio_len), 0u);
-    std::fill(std::begin(bio_flags), std::end(bio_flags), uint8_t{0});
-    fio_end = 0;
-    fio_pid = 0;
+    dstate.reset();
   }
 
   uint8_t* ensure(size_t n) {
@@ -313,7 +294,7 @@ struct Writer::Impl {
     uint8_t* p = start;
     if (chunk_records == 0) {
       chunk_first_ts = r.ts;
-      prev_ts = r.ts;
+      dstate.prev_ts = r.ts;
     }
     const uint8_t code = static_cast<uint8_t>(r.body.index());
 
@@ -361,19 +342,19 @@ struct Writer::Impl {
     // Kind byte, timestamp delta, session.
     uint8_t* kind_at = p++;
     uint8_t kind = code;
-    int64_t delta = static_cast<int64_t>(static_cast<uint64_t>(r.ts) - static_cast<uint64_t>(prev_ts));
+    int64_t delta = static_cast<int64_t>(static_cast<uint64_t>(r.ts) - static_cast<uint64_t>(dstate.prev_ts));
     if (delta == 0)
       kind |= kZeroDelta;
     else
       p = put_varint(p, zigzag(delta));
-    prev_ts = r.ts;
+    dstate.prev_ts = r.ts;
     if (has_session(code)) {
-      if (have_session && r.session == prev_session) {
+      if (dstate.have_session && r.session == dstate.prev_session) {
         kind |= kSameSession;
       } else {
         p = put_varint(p, r.session);
-        prev_session = r.session;
-        have_session = true;
+        dstate.prev_session = r.session;
+        dstate.have_session = true;
       }
     }
     *kind_at = kind;
@@ -429,12 +410,12 @@ struct Writer::Impl {
             p = put_block(p, r.ts, b, *kind_at);
           } else if constexpr (std::is_same_v<T, FileIo>) {
             p = put_varint(p, static_cast<uint64_t>(b.op) | (uint64_t{b.flags} << 2));
-            p = put_varint(p, zigzag(static_cast<int64_t>(b.pid) - fio_pid));
-            fio_pid = b.pid;
+            p = put_varint(p, zigzag(static_cast<int64_t>(b.pid) - dstate.fio_pid));
+            dstate.fio_pid = b.pid;
             p = put_ref(p, refs[0]);
-            p = put_varint(p, zigzag(static_cast<int64_t>(b.offset - fio_end)));
+            p = put_varint(p, zigzag(static_cast<int64_t>(b.offset - dstate.fio_end)));
             p = put_varint(p, b.length);
-            fio_end = b.offset + b.length;
+            dstate.fio_end = b.offset + b.length;
             p = put_varint(p, zigzag(b.latency_ns));
           } else if constexpr (std::is_same_v<T, Sample>) {
             p = put_ref(p, refs[0]);
@@ -495,35 +476,35 @@ struct Writer::Impl {
     uint8_t h = static_cast<uint8_t>(op);
     uint8_t ext = 0;
     uint8_t* ext_at = p;
-    if (b.flags != bio_flags[op] || b.device != bio_dev || b.length != bio_len[op]) {
+    if (b.flags != dstate.bio_flags[op] || b.device != dstate.bio_dev || b.length != dstate.bio_len[op]) {
       kind |= kBioExt;
       ++p;
-      if (b.flags != bio_flags[op]) {
+      if (b.flags != dstate.bio_flags[op]) {
         ext |= kBioNewFlags;
         *p++ = b.flags;
-        bio_flags[op] = b.flags;
+        dstate.bio_flags[op] = b.flags;
       }
-      if (b.device != bio_dev) {
+      if (b.device != dstate.bio_dev) {
         ext |= kBioNewDevice;
         p = put_varint(p, b.device);
-        bio_dev = b.device;
+        dstate.bio_dev = b.device;
       }
-      if (b.length != bio_len[op]) {
+      if (b.length != dstate.bio_len[op]) {
         ext |= kBioNewLength;
         p = put_varint(p, b.length);
-        bio_len[op] = b.length;
+        dstate.bio_len[op] = b.length;
       }
       *ext_at = ext;
     }
-    int32_t last_pid = bio_pids.front();
-    int slot = bio_pids.touch(b.pid);
+    int32_t last_pid = dstate.bio_pids.front();
+    int slot = dstate.bio_pids.touch(b.pid);
     if (slot < 0) {
       h |= kBioPidNew << kBioPidShift;
       p = put_varint(p, zigzag(static_cast<int64_t>(b.pid) - last_pid));
     } else {
       h |= static_cast<uint8_t>(slot << kBioPidShift);
     }
-    int64_t delta = static_cast<int64_t>(b.offset - bio_end);
+    int64_t delta = static_cast<int64_t>(b.offset - dstate.bio_end);
     unsigned shift = 0;
     if (delta % 4096 == 0) {
       h |= 2 << kBioUnitShift;
@@ -533,7 +514,7 @@ struct Writer::Impl {
       shift = 9;
     }
     p = put_varint(p, zigzag(delta >> shift));
-    bio_end = b.offset + b.length;
+    dstate.bio_end = b.offset + b.length;
     p = put_varint(p, zigzag(static_cast<int64_t>(static_cast<uint64_t>(b.complete_ns) -
                                                   static_cast<uint64_t>(ts))));
     *h_at = h;
@@ -546,7 +527,7 @@ struct Writer::Impl {
       // End record: counts, so a reader can tell a complete trace.
       uint8_t* p = ensure(1 + 3 * kMaxVarint);
       if (chunk_records == 0) {
-        chunk_first_ts = prev_ts;
+        chunk_first_ts = dstate.prev_ts;
       }
       *p++ = kEnd | kZeroDelta;
       p = put_varint(p, records);

@@ -42,7 +42,7 @@ std::string slurp(const std::string& path) {
 
 }  // namespace
 
-TEST_CASE("project: capture run records transactions, samples and block I/O; profile and project read it",
+TEST_CASE("project: capture run records transactions, samples and block I/O, profile and project read it",
           "[integration][project]") {
   auto& pg = test::shared_server();
   TempDir dir;
