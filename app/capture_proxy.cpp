@@ -23,7 +23,7 @@ struct CaptureProxyOptions {
   std::string upstream;
   std::string out;
   std::string duration;      // "" = until SIGINT/SIGTERM
-  int threads = 0;           // 0 = one per core
+  int threads = 0;           // 0 = half the cores, at least one
   std::string on_overflow = "block";
   std::string max_message_size = "1GiB";
 };
@@ -120,7 +120,7 @@ void setup_capture_proxy(CLI::App& parent) {
   cmd->add_option("--upstream", opt->upstream, "the server: HOST:PORT or SOCKET_DIR[:PORT]")->required();
   cmd->add_option("--out,-o", opt->out, "trace file to write (.tlt)")->required();
   cmd->add_option("--duration", opt->duration, "stop after this long (60s, 5m); default: until SIGINT/SIGTERM");
-  cmd->add_option("--threads", opt->threads, "event-loop threads (0: one per core)")->capture_default_str();
+  cmd->add_option("--threads", opt->threads, "event-loop threads (0: half the cores, at least one)")->capture_default_str();
   cmd->add_option("--on-overflow", opt->on_overflow,
                   "when the trace writer falls behind: block (wait, lose nothing) or drop (count dropped records)")
       ->capture_default_str();

@@ -574,7 +574,7 @@ void setup_capture_run(CLI::App& parent) {
                      ->capture_default_str();
   auto* upstream = cmd->add_option("--upstream", opt->upstream, "proxy: the server, HOST:PORT or SOCKET_DIR[:PORT]");
   auto* threads =
-      cmd->add_option("--threads", opt->threads, "proxy: event-loop threads (0: one per core)")->capture_default_str();
+      cmd->add_option("--threads", opt->threads, "proxy: event-loop threads (0: half the cores, at least one)")->capture_default_str();
   auto* iface = cmd->add_option("--interface,-i", opt->interface,
                                 "passive: capture packets on this interface (lo, eth0, any); needs root");
   auto* port = cmd->add_option("--port,-p", opt->port, "passive: the server's TCP port");

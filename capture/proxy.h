@@ -15,11 +15,14 @@
 // closed; other sessions carry on. A malformed or oversized message from
 // either side closes that session with one line on stderr.
 //
-// Threads: `threads` event loops, each with its own epoll, listeners
-// (SO_REUSEPORT for TCP; the unix socket is shared, EPOLLEXCLUSIVE) and
-// sessions. Session objects, their buffers and decoders are pooled per
-// thread and reused, so steady-state forwarding and recording allocate
-// nothing.
+// Threads: `threads` event loops, each with its own io_uring (or epoll
+// where io_uring is missing; see capture/proxy_loop.h), listeners
+// (SO_REUSEPORT for TCP; the unix socket is shared) and sessions. The
+// default is one loop per two cores: the proxy usually shares the machine
+// with the server or the clients, and one loop forwards for many sessions.
+// Session objects, receive buffers and decoders are allocated up front or
+// pooled per thread and reused, so steady-state forwarding and recording
+// allocate nothing.
 #pragma once
 
 #include "trace/record.h"
@@ -36,8 +39,12 @@ struct ProxyOptions {
   std::string listen_unix;                // socket directory; "" = none
   std::string upstream;                   // HOST:PORT or SOCKET_DIR[:PORT]
   std::string out;                        // trace file
-  int threads = 0;                        // event-loop threads; 0 = one per core
+  int threads = 0;                        // event-loop threads; 0 = half the cores, at least 1
   bool drop_on_overflow = false;          // drop records instead of waiting
+  // Event loop: "io_uring", "epoll", or "auto" (io_uring when the kernel
+  // has what it needs, else epoll). The environment variable
+  // TIERLAB_PROXY_IO, when set, overrides it.
+  std::string io = "auto";
   uint32_t max_message = 1u << 30;        // largest message accepted
   size_t queue_bytes = 8u << 20;          // record queue per thread
   size_t buffer_bytes = 32u << 10;        // forwarding buffer per direction

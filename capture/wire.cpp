@@ -251,6 +251,14 @@ void SessionDecoder::end(trace::EndReason reason, trace::Nanos ts) {
   ++stats_.records;
 }
 
+void SessionDecoder::note_error(std::string_view severity, std::string_view sqlstate,
+                                std::string_view message, trace::Nanos ts) {
+  if (ended_ || (!started_ && !begun_)) return;
+  if (severity == "FATAL" || severity == "PANIC") fatal_seen_ = true;
+  ++stats_.errors;
+  emit(ts, trace::Error{sqlstate, severity, message});
+}
+
 bool SessionDecoder::fail(Direction d, const Dir& s, const char* what) {
   failed_ = true;
   char type[16];

@@ -149,6 +149,13 @@ class SessionDecoder {
   // StartupMessage seen) or already ended.
   void end(trace::EndReason reason, trace::Nanos ts);
 
+  // Records an ErrorResponse the capture itself sent the client in the
+  // server's place (the proxy's FATAL answer to a protocol error or to an
+  // unreachable server) as an Error of this session, even when the decoder
+  // has failed. Nothing before a StartupMessage or after end().
+  void note_error(std::string_view severity, std::string_view sqlstate,
+                  std::string_view message, trace::Nanos ts);
+
   bool failed() const { return failed_; }
   const char* error() const { return error_; }
   // True when the next byte of direction d starts a message.

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -236,6 +237,13 @@ void pgbench_through_proxy(const std::string& mode) {
   bool version = false;
   for (const auto& r : recs) version |= r.kind == trace::Kind::Meta && r.a == "server_version" && !r.b.empty();
   CHECK(version);
+  // Which event loop ran: io_uring unless forced (TIERLAB_PROXY_IO) or missing.
+  std::string io;
+  for (const auto& r : recs)
+    if (r.kind == trace::Kind::Meta && r.a == "io") io = r.b;
+  CHECK((io == "io_uring" || io == "epoll"));
+  if (const char* forced = std::getenv("TIERLAB_PROXY_IO"); forced && *forced && std::string(forced) != "auto")
+    CHECK(io == forced);
   if (mode == "prepared") {
     CHECK(count(recs, trace::Kind::Parse) == static_cast<size_t>(clients) * 7);
     CHECK(count(recs, trace::Kind::Bind) == static_cast<size_t>(pr.processed) * 7);
@@ -536,10 +544,60 @@ TEST_CASE("proxy: a malformed or oversized message closes only that session", "[
   CHECK(err.find("unknown message type") != std::string::npos);
   CHECK(err.find("exceeds the maximum message size 65536") != std::string::npos);
   auto recs = load(px.trace_path());
-  int protocol_ends = 0;
+  std::set<uint64_t> protocol_ends;
   for (const auto& r : recs)
-    if (r.kind == trace::Kind::SessionEnd && r.n == static_cast<int>(trace::EndReason::ProtocolError)) ++protocol_ends;
-  CHECK(protocol_ends == 2);
+    if (r.kind == trace::Kind::SessionEnd && r.n == static_cast<int>(trace::EndReason::ProtocolError))
+      protocol_ends.insert(r.session);
+  CHECK(protocol_ends.size() == 2);
+  // What the proxy told each client is in that session's record, with its SQLSTATE.
+  std::set<uint64_t> told_sessions;
+  std::vector<std::string> told_why;
+  for (const auto& r : recs)
+    if (r.kind == trace::Kind::Error && r.a == "08P01") {
+      CHECK(r.b == "FATAL");
+      CHECK(protocol_ends.count(r.session) == 1);
+      told_sessions.insert(r.session);
+      told_why.push_back(r.c);
+    }
+  CHECK(told_sessions == protocol_ends);
+  REQUIRE(told_why.size() == 2);
+  CHECK(told_why[0].find("unknown message type") != std::string::npos);
+  CHECK(told_why[1].find("exceeds the maximum message size") != std::string::npos);
+  // The summary counts them as errors too.
+  CHECK(px.out_text.find("errors: 2\n") != std::string::npos);
+}
+
+TEST_CASE("proxy: a client that reads slowly still gets every row (back-pressure)", "[proxy]") {
+  auto& pg = test::shared_server();
+  TempDir dir;
+  ProxyProcess px(dir, upstream_of(pg));
+  std::string conninfo = "host=127.0.0.1 port=" + px.port_str() + " dbname=postgres user=" + pg.superuser();
+  PGconn* c = PQconnectdb(conninfo.c_str());
+  REQUIRE(PQstatus(c) == CONNECTION_OK);
+  // About 20 MB of rows, far more than the proxy queues per direction: the
+  // proxy must stop reading the server while the client does not read.
+  REQUIRE(PQsendQuery(c, "select g, repeat('x', 2000) from generate_series(1, 10000) g") == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  PGresult* res = PQgetResult(c);
+  REQUIRE(res);
+  CHECK(PQresultStatus(res) == PGRES_TUPLES_OK);
+  CHECK(PQntuples(res) == 10000);
+  CHECK(std::string(PQgetvalue(res, 9999, 0)) == "10000");
+  CHECK(std::string(PQgetvalue(res, 9999, 1)) == std::string(2000, 'x'));
+  PQclear(res);
+  while ((res = PQgetResult(c))) PQclear(res);
+  // And the session goes on.
+  res = PQexec(c, "select 42");
+  CHECK(std::string(PQgetvalue(res, 0, 0)) == "42");
+  PQclear(res);
+  PQfinish(c);
+  REQUIRE(px.stop() == 0);
+  auto recs = load(px.trace_path());
+  std::vector<int64_t> rows;
+  for (const auto& r : recs)
+    if (r.kind == trace::Kind::Result) rows.push_back(r.n);
+  CHECK(rows == std::vector<int64_t>{10000, 1});
+  CHECK(count(recs, trace::Kind::SessionEnd) == 1);
 }
 
 TEST_CASE("proxy: SIGKILL leaves a trace readable up to its last chunk", "[proxy]") {

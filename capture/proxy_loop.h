@@ -1,0 +1,86 @@
+// Private to capture/: what the capture proxy's event loops share.
+//
+// A loop owns its sessions (client connection, upstream connection, one
+// SessionDecoder each) and runs on one thread. Two implementations:
+//  - io_uring (capture/proxy_uring.cpp), the default: multishot receives
+//    into a ring of provided buffers, sends queued as submissions and handed
+//    to the kernel together with the wait, in one io_uring_enter per round;
+//  - epoll (capture/proxy_epoll.cpp): recv/send/epoll_wait, used where
+//    io_uring is missing or disabled.
+// Both forward every byte unchanged and feed the same bytes to the decoder.
+#pragma once
+
+#include "capture/proxy.h"
+#include "capture/wire.h"
+#include "trace/record.h"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace tierlab::capture::detail {
+
+inline trace::Nanos now_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<trace::Nanos>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+struct Addr {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  std::string text;
+  bool is_unix = false;
+  int port = 0;
+};
+
+void set_nodelay(int fd);
+std::string format_peer(const sockaddr_storage& ss);
+
+struct LoopStats {
+  uint64_t connections = 0, sessions = 0, statements = 0, transactions = 0, errors = 0;
+  uint64_t to_server = 0, to_client = 0, protocol_errors = 0, upstream_failures = 0;
+};
+
+// What every event loop reads.
+struct Shared {
+  ProxyOptions opts;
+  WireLimits limits;
+  Addr upstream;
+  int unix_fd = -1;   // shared unix listener, or -1
+  int stop_fd = -1;   // eventfd: readable once the loops must stop
+  std::atomic<uint64_t> next_id{1};
+};
+
+class EventLoop {
+ public:
+  virtual ~EventLoop() = default;
+  // Runs until stop_fd becomes readable, then ends every open session
+  // (SessionEnd{CaptureEnd}). Called once, on the loop's own thread.
+  virtual void run() = 0;
+
+  LoopStats stats;  // read after the thread is joined
+  std::thread thread;
+};
+
+// tcp_fd: this loop's own TCP listener (SO_REUSEPORT), -1 for none; the loop
+// owns it. Records go to `sink`, used from the loop's thread only.
+std::unique_ptr<EventLoop> make_epoll_loop(Shared& px, int tcp_fd, RecordSink& sink);
+std::unique_ptr<EventLoop> make_uring_loop(Shared& px, int tcp_fd, RecordSink& sink);
+
+// "" when io_uring loops can run here (the ring features they need are
+// present and allowed), else what is missing, in one line.
+std::string uring_unsupported();
+
+// The FATAL ErrorResponse the proxy sends a client itself: written to out
+// (cap bytes), recorded through dec as the server's answer. Returns its
+// length, 0 if it does not fit.
+size_t proxy_error(SessionDecoder& dec, uint8_t* out, size_t cap, const char* sqlstate,
+                   const char* message);
+
+}  // namespace tierlab::capture::detail
