@@ -188,6 +188,8 @@ class Loop final : public EventLoop {
       std::fprintf(stderr, "tierlab: capture proxy: enabling the io_uring: %s\n", std::strerror(errno));
       return;
     }
+    // Spares the descriptor lookup in every io_uring_enter; optional.
+    (void)io_uring_register_ring_fd(&ring_);
     if (tcp_fd_ >= 0) arm_accept(tcp_fd_, kAcceptTcp);
     if (px_.unix_fd >= 0) arm_accept(px_.unix_fd, kAcceptUnix);
     io_uring_sqe* e = sqe();

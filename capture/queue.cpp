@@ -526,12 +526,13 @@ void Recorder::run() {
         dirty = false;
       }
       if (n == 0 && stopping) break;  // every ring was empty after stop was seen
-      // Work in batches: wake about once per millisecond unless the rings
-      // are filling faster than that, so the writer does not spin on a
-      // trickle of records and take a core from the event loops.
+      // Work in batches: wake every 5 ms unless the rings are filling
+      // faster than that, so the writer does not wake (two context
+      // switches, on cores the event loops and the server need) for a
+      // trickle of records. The rings hold far more than 5 ms of records.
       // An idle capture (no record for 100 rounds) polls every 10 ms.
       idle = n == 0 ? idle + 1 : 0;
-      if (n < 1024) sleep_ns(idle > 100 ? 10'000'000 : 1'000'000);
+      if (n < 1024) sleep_ns(idle > 100 ? 10'000'000 : 5'000'000);
     }
   } catch (...) {
     error_ = std::current_exception();
