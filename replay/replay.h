@@ -137,6 +137,10 @@ struct Report {
          lat_p99_ms = 0, lat_p999_ms = 0, lat_max_ms = 0;
   // Schedule lag (actual send - scheduled send), milliseconds; 0 with max_speed.
   double lag_avg_ms = 0, lag_p99_ms = 0, lag_max_ms = 0;
+  // The part of each lag spent in tierlab: actual send - the later of the
+  // scheduled send and the session's previous answer (a session still
+  // waiting for the target at its due time is the target's lag).
+  double own_lag_p99_ms = 0, own_lag_max_ms = 0;
   std::vector<FingerprintDelta> slowed;   // at most 10, most slowed first
   std::vector<FingerprintDelta> sped_up;  // at most 10, most sped up first
 };

@@ -55,6 +55,7 @@ struct Stats {
   explicit Stats(size_t fingerprints = 0) : fps(fingerprints) {}
   Histogram lat;   // statement latency, ns
   Histogram lag;   // schedule lag, ns
+  Histogram own_lag;  // the part of each lag spent in tierlab, ns
   uint64_t statements = 0;
   uint64_t transactions = 0;
   uint64_t div_error_status = 0;

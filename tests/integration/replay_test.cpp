@@ -351,6 +351,8 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
   for (const char* key : {"avg", "stddev", "p50", "p90", "p99", "p999", "max"}) CHECK(j["latency_ms"].contains(key));
   CHECK(j["lag_ms"].contains("p99"));
   CHECK(j["lag_ms"].contains("max"));
+  CHECK(j["lag_ms"].contains("tierlab_p99"));
+  CHECK(j["lag_ms"].contains("tierlab_max"));
   CHECK(j["statements"] == 61);
   CHECK(j["errors_by_sqlstate"]["42P01"] == 1);
   CHECK(j["divergence"]["error_status"] == 0);
@@ -490,5 +492,8 @@ TEST_CASE("a session that falls behind does not hold up the others", "[replay][p
   CHECK(r.errors == 0);
   CHECK(r.lag_max_ms > 800);      // session 1's second statement
   CHECK(r.lag_avg_ms < 1000.0 / 30 + 10);  // the other 29 sends were on time
+  // That lag was the target's (the session waited for pg_sleep's answer),
+  // not tierlab's: the send followed the answer at once.
+  CHECK(r.own_lag_max_ms < 50);
   CHECK(r.duration_s == Approx(1.5).epsilon(0.02));
 }
