@@ -26,6 +26,7 @@ struct CaptureProxyOptions {
   int threads = 0;           // 0 = half the cores, at least one
   std::string on_overflow = "block";
   std::string max_message_size = "1GiB";
+  std::string io = "auto";
 };
 
 std::string human_bytes(uint64_t b) {
@@ -44,6 +45,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   po.upstream = o.upstream;
   po.out = o.out;
   po.threads = o.threads;
+  po.io = o.io;
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
   if (o.on_overflow == "drop") po.drop_on_overflow = true;
   else if (o.on_overflow != "block")
@@ -123,6 +125,10 @@ void setup_capture_proxy(CLI::App& parent) {
   cmd->add_option("--threads", opt->threads, "event-loop threads (0: half the cores, at least one)")->capture_default_str();
   cmd->add_option("--on-overflow", opt->on_overflow,
                   "when the trace writer falls behind: block (wait, lose nothing) or drop (count dropped records)")
+      ->capture_default_str();
+  cmd->add_option("--io", opt->io,
+                  "event loop: io_uring, epoll, or auto (io_uring when the kernel allows it)")
+      ->check(CLI::IsMember({"auto", "io_uring", "epoll"}))
       ->capture_default_str();
   cmd->add_option("--max-message-size", opt->max_message_size,
                   "close sessions sending a larger message (e.g. 64MB)")

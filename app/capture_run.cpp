@@ -33,6 +33,7 @@
 #include <streambuf>
 #include <string>
 #include <thread>
+#include <unordered_set>
 
 namespace tierlab::app {
 namespace {
@@ -443,12 +444,18 @@ void run_capture_run(const CaptureRunOptions& o) {
   std::thread sample_thread([&] {
     try {
       std::vector<std::pair<const char*, double>> c;
+      std::unordered_set<int32_t> known_pids;
       bool pg_on = pg.ok();
       for (;;) {
         trace::Nanos now = trace::monotonic_now();
         if (postmaster > 0) {
           try {
             auto cpu = capture::process_tree_cpu(postmaster);
+            // Which processes are the server's, so that the profile can tell
+            // their I/O from the kernel's own (writeback, journal).
+            for (int32_t pid : cpu.pids)
+              if (known_pids.insert(pid).second)
+                sample_writer->write(now, 0, trace::Meta{"server.pid", std::to_string(pid)});
             sample_writer->write(now, 0, trace::Sample{"cpu.user_ns", static_cast<double>(cpu.user_ns)});
             sample_writer->write(now, 0, trace::Sample{"cpu.system_ns", static_cast<double>(cpu.system_ns)});
             samples += 2;

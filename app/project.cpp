@@ -21,7 +21,7 @@ struct ProjectCliOptions {
   int vcpus = 0;
   std::string memory;
   std::string capture_memory;
-  bool background_uncapped = false;
+  bool kernel_uncapped = false;
   std::string json_out;
   std::string html_out;
 };
@@ -64,7 +64,7 @@ void run_project(const ProjectCliOptions& o) {
   if (!o.memory.empty()) po.memory_bytes = models::parse_size(o.memory, "--memory");
   if (!o.capture_memory.empty())
     po.capture_memory_bytes = models::parse_size(o.capture_memory, "--capture-memory");
-  po.background_writes_uncapped = o.background_uncapped;
+  po.kernel_writes_uncapped = o.kernel_uncapped;
 
   // Tiers first: a typo should not wait for a long trace to be read.
   models::Catalog catalog = models::load_catalog(o.tiers_file);
@@ -96,8 +96,9 @@ void setup_project(CLI::App& parent) {
                   "reads follow the trace's miss-ratio curve");
   sub->add_option("--capture-memory", opts->capture_memory,
                   "memory at capture, when the trace does not record it");
-  sub->add_flag("--background-writes-uncapped", opts->background_uncapped,
-                "leave writes of non-backend processes (checkpointer, writeback) out of the IOPS caps");
+  sub->add_flag("--kernel-writes-uncapped", opts->kernel_uncapped,
+                "leave the kernel's own writes (writeback of buffered writes, journal) out of the IOPS caps "
+                "and count only what the server's processes submit, as cgroup v1 blkio throttling does");
   sub->add_option("--json", opts->json_out, "also write the projection as JSON to this file");
   sub->add_option("--html", opts->html_out, "also write a self-contained HTML report to this file");
   sub->callback([opts] { run_project(*opts); });

@@ -42,8 +42,9 @@ struct ProxyOptions {
   int threads = 0;                        // event-loop threads; 0 = half the cores, at least 1
   bool drop_on_overflow = false;          // drop records instead of waiting
   // Event loop: "io_uring", "epoll", or "auto" (io_uring when the kernel
-  // has what it needs, else epoll). The environment variable
-  // TIERLAB_PROXY_IO, when set, overrides it.
+  // has what it needs, else epoll); `capture proxy --io`. The environment
+  // variable TIERLAB_PROXY_IO, when set, overrides it (tests use it to run
+  // every proxy test on either loop).
   std::string io = "auto";
   uint32_t max_message = 1u << 30;        // largest message accepted
   size_t queue_bytes = 8u << 20;          // record queue per thread

@@ -101,6 +101,8 @@ TreeCpu process_tree_cpu(int32_t root) {
   const double tick_ns = 1e9 / static_cast<double>(sysconf(_SC_CLK_TCK));
   uint64_t ut = rs.utime + rs.cutime, st = rs.stime + rs.cstime;
   int procs = 1;
+  TreeCpu out;
+  out.pids.push_back(root);
   std::vector<int32_t> stack{root};
   while (!stack.empty()) {
     int32_t p = stack.back();
@@ -111,10 +113,10 @@ TreeCpu process_tree_cpu(int32_t root) {
       ut += c.utime;
       st += c.stime;
       ++procs;
+      out.pids.push_back(it->second);
       stack.push_back(it->second);
     }
   }
-  TreeCpu out;
   out.user_ns = static_cast<int64_t>(static_cast<double>(ut) * tick_ns);
   out.system_ns = static_cast<int64_t>(static_cast<double>(st) * tick_ns);
   out.processes = procs;

@@ -18,6 +18,7 @@ struct TreeCpu {
   int64_t user_ns = 0;    // utime of the tree, plus cutime of its root
   int64_t system_ns = 0;  // stime likewise
   int processes = 0;      // live processes in the tree
+  std::vector<int32_t> pids;  // their pids, root first
 };
 
 // CPU time used so far by `root` and every live descendant, plus what its

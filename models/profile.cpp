@@ -113,6 +113,7 @@ struct ProfileBuilder::Impl {
   std::unordered_map<std::string, uint64_t> file_ids;
   std::map<std::string, Counter> counters;
   std::map<std::string, std::string> meta;
+  std::unordered_set<int32_t> server_pids;  // Meta "server.pid" (and "postmaster_pid")
 
   void start_statement(Session& s, Nanos ts, std::string_view sql) {
     if (!s.in_tx) {
@@ -230,6 +231,8 @@ struct ProfileBuilder::Impl {
             c.last_ts = r.ts;
             c.last = b.value;
           } else if constexpr (std::is_same_v<T, Meta>) {
+            if (b.key == "server.pid" || b.key == "postmaster_pid")
+              server_pids.insert(static_cast<int32_t>(std::strtol(std::string(b.value).c_str(), nullptr, 10)));
             meta[std::string(b.key)] = std::string(b.value);
           } else {
             if (r.session != 0) touch(r);
@@ -339,6 +342,7 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
   Histogram rd, wr, fl;
   double reads = 0, read_bytes = 0, writes = 0, write_bytes = 0, flushes = 0;
   double other_reads = 0, bg_writes = 0, bg_write_bytes = 0, all_reads = 0, all_writes = 0;
+  double srv_writes = 0, srv_write_bytes = 0;
   double unattributed = 0;
   uint64_t block_records = 0;
   for (const auto& io : ios) {
@@ -371,6 +375,10 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
       if (io.op == trace::IoOp::Write) {
         ++bg_writes;
         bg_write_bytes += io.length;
+        if (server_pids.count(io.pid)) {
+          ++srv_writes;
+          srv_write_bytes += io.length;
+        }
       }
       continue;
     }
@@ -416,6 +424,9 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
   p.other_reads_per_s = other_reads / p.duration_s;
   p.background_writes_per_s = bg_writes / p.duration_s;
   p.background_write_bytes_per_s = bg_write_bytes / p.duration_s;
+  p.knows_server_processes = !server_pids.empty();
+  p.server_writes_per_s = srv_writes / p.duration_s;
+  p.server_write_bytes_per_s = srv_write_bytes / p.duration_s;
   p.native_read = summarise(rd);
   p.native_write = summarise(wr);
   p.native_flush = summarise(fl);
@@ -685,6 +696,10 @@ void print_profile(std::ostream& out, const Profile& p) {
         << " write IOPS; background writes " << fmt("%.1f/s", p.background_writes_per_s) << " ("
         << bytes(p.background_write_bytes_per_s) << "/s), other reads "
         << fmt("%.1f/s", p.other_reads_per_s) << "\n";
+    if (p.knows_server_processes)
+      out << "  background writes by the server's processes " << fmt("%.1f/s", p.server_writes_per_s) << " ("
+          << bytes(p.server_write_bytes_per_s) << "/s), by the kernel "
+          << fmt("%.1f/s", p.background_writes_per_s - p.server_writes_per_s) << "\n";
     auto line = [&](const char* what, const LatencySummary& l) {
       if (l.count)
         out << "  " << what << " latency: mean " << ms(l.mean_s) << ", p50 " << ms(l.p50_s)
@@ -755,6 +770,10 @@ std::string profile_json(const Profile& p, int indent) {
   dev["write_iops"] = p.device_write_iops;
   dev["background_writes_per_s"] = p.background_writes_per_s;
   dev["background_write_bytes_per_s"] = p.background_write_bytes_per_s;
+  if (p.knows_server_processes) {
+    dev["server_writes_per_s"] = p.server_writes_per_s;
+    dev["server_write_bytes_per_s"] = p.server_write_bytes_per_s;
+  }
   dev["other_reads_per_s"] = p.other_reads_per_s;
   dev["unattributed_backend_ios"] = p.unattributed_backend_ios;
   dev["read_latency"] = lat_json(p.native_read);

@@ -99,6 +99,15 @@ struct Profile {
   double other_reads_per_s = 0;     // reads by processes that are not backends
   double background_writes_per_s = 0;  // writes by processes that are not backends
   double background_write_bytes_per_s = 0;
+  // Of the background writes, those the server's own processes issued
+  // (background writer, checkpointer, WAL writer: Meta "server.pid" of the
+  // capture's process tree); the rest the kernel issued on its own
+  // (writeback of buffered writes, the file system's journal). The server's
+  // auxiliary processes run on their own clocks (bgwriter_delay, checkpoint
+  // pacing), so this is a rate per second, not per transaction.
+  bool knows_server_processes = false;
+  double server_writes_per_s = 0;
+  double server_write_bytes_per_s = 0;
   LatencySummary native_read;       // device latency at capture
   LatencySummary native_write;
   LatencySummary native_flush;

@@ -100,7 +100,32 @@ struct Demands {
   double writes = 0, write_bytes = 0;
   double flushes = 0;
   double bg_reads = 0;
-  double bg_writes = 0, bg_write_bytes = 0;
+  double bg_writes = 0, bg_write_bytes = 0;  // the kernel's own (writeback, journal), per transaction
+  // The server's auxiliary processes (background writer, checkpointer) run
+  // on their own clocks: their writes are a rate, whatever the throughput.
+  double srv_writes_per_s = 0, srv_write_bytes_per_s = 0;
+};
+
+// A rate cap: the tier admits `limit` units per second; a transaction takes
+// `per_tx` of them and the server's own background I/O `fixed_per_s`.
+struct Cap {
+  std::string name;
+  double per_tx = 0;
+  double fixed_per_s = 0;
+  double limit = 0;
+  // Highest throughput the cap admits. The background I/O keeps its rate
+  // while it fits under the cap (its requests wait in line, but they keep
+  // coming at that rate) and the transactions get what is left. When it
+  // alone would take all of the cap, the background processes are
+  // throttled too and the cap is shared in proportion to demand at
+  // `x_free`, the uncapped throughput.
+  double bound(double x_free) const {
+    if (per_tx <= 0) return std::numeric_limits<double>::infinity();
+    double left = limit - fixed_per_s;
+    if (left > 0) return left / per_tx;
+    return x_free > 0 ? limit * x_free / (x_free * per_tx + fixed_per_s) : 0;
+  }
+  double utilisation(double x) const { return (x * per_tx + fixed_per_s) / limit; }
 };
 
 struct Network {
@@ -108,13 +133,12 @@ struct Network {
   int think = 0, cpu = 1, storage = 2, other = 3;
   double io_var = 0;  // compound-Poisson variance of the device service time
   double read_ios = 0, write_ios = 0, bytes = 0;  // counted per transaction
-  // Rate caps: name and seconds of cap per transaction (1 / the throughput
-  // the cap allows).
-  std::vector<std::pair<std::string, double>> caps;
+  double fixed_write_ios = 0, fixed_bytes = 0;    // counted per second
+  std::vector<Cap> caps;
 };
 
 Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double other_s,
-              bool bg_uncapped) {
+              bool kernel_uncapped) {
   Network n;
   n.stations.push_back({"think", StationKind::Delay, think_s, 1});
   n.stations.push_back({"cpu", StationKind::Multi, d.cpu_s, std::max(1, vcpus)});
@@ -131,22 +155,26 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
   double read_size = d.reads > 0 ? d.read_bytes / d.reads : 8192;
   double write_size = d.writes > 0 ? d.write_bytes / d.writes : 8192;
   double bg_size = d.bg_writes > 0 ? d.bg_write_bytes / d.bg_writes : 8192;
-  double bgw = bg_uncapped ? 0 : d.bg_writes;
+  double srv_size = d.srv_writes_per_s > 0 ? d.srv_write_bytes_per_s / d.srv_writes_per_s : 8192;
+  double bgw = kernel_uncapped ? 0 : d.bg_writes;
   n.read_ios = (d.reads + d.bg_reads) * counted(read_size, t.io_unit_bytes);
-  n.write_ios = d.writes * counted(write_size, t.io_unit_bytes) + bgw * counted(bg_size, t.io_unit_bytes);
-  n.bytes = d.read_bytes + d.bg_reads * read_size + d.write_bytes + (bg_uncapped ? 0 : d.bg_write_bytes);
-  auto cap = [&](const char* name, double per_tx, double rate) {
-    if (rate > 0 && per_tx > 0) n.caps.push_back({name, per_tx / rate});
+  n.write_ios = d.writes * counted(write_size, t.io_unit_bytes) + bgw * counted(bg_size, t.io_unit_bytes) +
+                (t.count_flushes ? d.flushes : 0);
+  n.bytes = d.read_bytes + d.bg_reads * read_size + d.write_bytes + (kernel_uncapped ? 0 : d.bg_write_bytes);
+  n.fixed_write_ios = d.srv_writes_per_s * counted(srv_size, t.io_unit_bytes);
+  n.fixed_bytes = d.srv_write_bytes_per_s;
+  auto cap = [&](const char* name, double per_tx, double fixed, double rate) {
+    if (rate > 0 && (per_tx > 0 || fixed > 0)) n.caps.push_back({name, per_tx, fixed, rate});
   };
   double read_cap = t.read_iops, write_cap = t.write_iops, total_cap = t.total_iops;
   if (t.burst.enabled()) {
     // Sustained rate: the baseline the bucket refills at.
     total_cap = total_cap > 0 ? std::min(total_cap, t.burst.refill_iops) : t.burst.refill_iops;
   }
-  cap("read IOPS cap", n.read_ios, read_cap);
-  cap("write IOPS cap", n.write_ios, write_cap);
-  cap("IOPS cap", n.read_ios + n.write_ios, total_cap);
-  cap("throughput cap", n.bytes, t.bytes_per_sec);
+  cap("read IOPS cap", n.read_ios, 0, read_cap);
+  cap("write IOPS cap", n.write_ios, n.fixed_write_ios, write_cap);
+  cap("IOPS cap", n.read_ios + n.write_ios, n.fixed_write_ios, total_cap);
+  cap("throughput cap", n.bytes, n.fixed_bytes, t.bytes_per_sec);
   return n;
 }
 
@@ -156,9 +184,9 @@ struct Solved {
 };
 
 Solved solve(const Demands& d, const Tier& t, int vcpus, double think_s, double other_s,
-             bool bg_uncapped, int max_n) {
+             bool kernel_uncapped, int max_n) {
   Solved s;
-  s.net = build(d, t, vcpus, think_s, other_s, bg_uncapped);
+  s.net = build(d, t, vcpus, think_s, other_s, kernel_uncapped);
   s.pts = solve_mva(s.net.stations, max_n, s.net.think);
   return s;
 }
@@ -245,8 +273,21 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   d.write_bytes = p.write_bytes_per_tx;
   d.flushes = p.flushes_per_tx;
   d.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps * out.read_factor : 0;
-  d.bg_writes = p.tps > 0 ? p.background_writes_per_s / p.tps : 0;
-  d.bg_write_bytes = p.tps > 0 ? p.background_write_bytes_per_s / p.tps : 0;
+  // Background writes: the server's auxiliary processes at their captured
+  // rate, the kernel's per transaction (it writes back what the backends
+  // dirtied). A trace without the server's pids has only the total.
+  double kernel_writes = p.background_writes_per_s, kernel_bytes = p.background_write_bytes_per_s;
+  if (p.knows_server_processes) {
+    d.srv_writes_per_s = p.server_writes_per_s;
+    d.srv_write_bytes_per_s = p.server_write_bytes_per_s;
+    kernel_writes = std::max(0.0, kernel_writes - p.server_writes_per_s);
+    kernel_bytes = std::max(0.0, kernel_bytes - p.server_write_bytes_per_s);
+  } else if (o.kernel_writes_uncapped && p.background_writes_per_s > 0) {
+    out.notes.push_back("the trace does not say which processes are the server's: all background writes "
+                        "are taken as the kernel's and left out of the IOPS caps");
+  }
+  d.bg_writes = p.tps > 0 ? kernel_writes / p.tps : 0;
+  d.bg_write_bytes = p.tps > 0 ? kernel_bytes / p.tps : 0;
   out.cpu_s_per_tx = d.cpu_s;
   out.reads_per_tx = d.reads;
   out.sync_writes_per_tx = d.writes;
@@ -271,13 +312,13 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     // the iteration converges from below.
     out.other_s = 0;
     for (int i = 0; i < 50; ++i) {
-      auto s = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.background_writes_uncapped, n_cap);
+      auto s = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
       double gap = p.latency.mean_s - s.pts.back().response_s;
       if (gap <= 0 && out.other_s == 0) break;
       out.other_s = std::max(0.0, out.other_s + gap);
       if (std::abs(gap) < 1e-9) break;
     }
-    auto c = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.background_writes_uncapped, n_cap);
+    auto c = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
     out.modelled_capture_tps = c.pts.back().throughput;
     out.captured_tps = p.tps;
   }
@@ -285,16 +326,17 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     out.notes.push_back("no CPU samples: the CPU is not modelled as a resource; its time is in 'other'");
 
   for (const auto& t : tiers) {
-    auto s = solve(d, t, out.vcpus, p.think_time_s, out.other_s, o.background_writes_uncapped,
+    auto s = solve(d, t, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped,
                    out.clients_hi);
     const auto& net = s.net;
-    // The tightest rate cap bounds throughput at 1 / demand.
+    // The tightest rate cap bounds throughput.
     double x_cap = std::numeric_limits<double>::infinity();
     std::string cap_name;
-    for (const auto& [name, dem] : net.caps)
-      if (1.0 / dem < x_cap) {
-        x_cap = 1.0 / dem;
-        cap_name = name;
+    const double x_free = s.pts.back().throughput;
+    for (const auto& c : net.caps)
+      if (c.bound(x_free) < x_cap) {
+        x_cap = c.bound(x_free);
+        cap_name = c.name;
       }
     // Client count n under a cap: where the uncapped network would exceed
     // it, throughput is the cap's and the clients beyond wait for tokens.
@@ -328,8 +370,8 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     tp.tps = x;
     tp.latency_s = r;
     tp.read_iops = x * net.read_ios;
-    tp.write_iops = x * net.write_ios;
-    tp.bytes_per_s = x * net.bytes;
+    tp.write_iops = x * net.write_ios + net.fixed_write_ios;
+    tp.bytes_per_s = x * net.bytes + net.fixed_bytes;
     double cap_wait = std::max(0.0, r - pt.response_s);
     tp.split.cpu_s = pt.residence_s[static_cast<size_t>(net.cpu)];
     tp.split.storage_s = pt.residence_s[static_cast<size_t>(net.storage)] + cap_wait;
@@ -359,10 +401,10 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
         tp.bottleneck = net.stations[static_cast<size_t>(pt.bottleneck)].name;
         best = tp.bottleneck_utilisation = pt.utilisation[static_cast<size_t>(pt.bottleneck)];
       }
-      for (const auto& [name, dem] : net.caps)
-        if (x * dem > best) {
-          best = x * dem;
-          tp.bottleneck = name;
+      for (const auto& c : net.caps)
+        if (c.utilisation(x) > best) {
+          best = c.utilisation(x);
+          tp.bottleneck = c.name;
           tp.bottleneck_utilisation = best;
         }
     }

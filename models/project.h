@@ -13,10 +13,14 @@
 //             `parallelism` P serves P I/Os at once (P servers), 0 = a pure
 //             delay.
 //   caps    — the tier's rate caps (read IOPS, write IOPS, total IOPS,
-//             bytes/s) bound throughput at cap / (counted I/Os or bytes per
-//             transaction), counting the transaction's own I/Os and its
-//             share of the background I/O (checkpointer, writeback, scaled
-//             with throughput). A token bucket delays nothing until its rate
+//             bytes/s) bound throughput at (cap - background rate) /
+//             (counted I/Os or bytes per transaction). A transaction counts
+//             its own I/Os (and its WAL flushes on a tier that counts
+//             flushes) plus its share of the kernel's writeback of what the
+//             backends dirtied (scaled with throughput); the server's
+//             auxiliary processes (background writer, checkpointer) write at
+//             their captured rate per second, which takes its part of the cap
+//             whatever the throughput. A token bucket delays nothing until its rate
 //             is exceeded, so a cap is not a queue: below the bound the
 //             network runs as if uncapped; where the uncapped network would
 //             exceed it, throughput is the bound and the clients beyond wait
@@ -51,10 +55,13 @@ struct ProjectOptions {
   int vcpus = 0;       // 0: Meta "cpu.count" of the capture, else this machine's
   double memory_bytes = 0;          // 0: the capture's
   double capture_memory_bytes = 0;  // overrides the trace's Meta "memory.bytes"
-  // Leave background writes (processes other than backends) out of the IOPS
-  // caps: for ground truth that does not see them, such as cgroup v1 blkio
-  // throttling, which does not apply to buffered writeback.
-  bool background_writes_uncapped = false;
+  // Leave the writes the kernel issues on its own (writeback of buffered
+  // writes, the file system's journal) out of the IOPS caps, and count only
+  // what the server's processes submit: backends' reads, WAL writes and
+  // flushes, the background writer's and checkpointer's writes. That is
+  // what cgroup v1 blkio throttling of the server's cgroup sees. Without
+  // the server's pids in the trace, every non-backend write is left out.
+  bool kernel_writes_uncapped = false;
 };
 
 // Time of one transaction, by where it goes, seconds.

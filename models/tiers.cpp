@@ -173,7 +173,8 @@ void read_latency(const json& j, const Ctx& c, Latency& l) {
 Tier read_tier(const json& j, const Ctx& c, const Catalog& known) {
   check_keys(j, c,
              {"name", "base", "description", "iops", "read_iops", "write_iops", "throughput_mib_s",
-              "bucket_ms", "io_unit_kib", "merge_sequential", "parallelism", "latency", "burst"});
+              "bucket_ms", "io_unit_kib", "merge_sequential", "count_flushes", "parallelism", "latency",
+              "burst"});
   if (!j.contains("name")) c.fail("missing key \"name\"");
   Tier t;
   if (j.contains("base")) {
@@ -198,6 +199,7 @@ Tier read_tier(const json& j, const Ctx& c, const Catalog& known) {
   if (j.contains("io_unit_kib"))
     t.io_unit_bytes = static_cast<uint64_t>(get_number(j["io_unit_kib"], tc.at("io_unit_kib"), 0, 1 << 30)) * 1024;
   if (j.contains("merge_sequential")) t.merge_sequential = get_bool(j["merge_sequential"], tc.at("merge_sequential"));
+  if (j.contains("count_flushes")) t.count_flushes = get_bool(j["count_flushes"], tc.at("count_flushes"));
   if (j.contains("parallelism"))
     t.parallelism = static_cast<uint32_t>(get_number(j["parallelism"], tc.at("parallelism"), 0, 1 << 20));
   if (j.contains("latency")) {
@@ -273,6 +275,7 @@ std::string to_json(const Tier& t) {
   j["bucket_ms"] = static_cast<double>(t.bucket_ns) / 1e6;
   j["io_unit_kib"] = t.io_unit_bytes / 1024;
   j["merge_sequential"] = t.merge_sequential;
+  if (t.count_flushes) j["count_flushes"] = true;
   j["parallelism"] = t.parallelism;
   j["latency"] = {{"read", latency_json(t.read)},
                   {"write", latency_json(t.write)},

@@ -68,6 +68,11 @@ struct Tier {
   // merged size stays within io_unit_bytes, and then counts nothing.
   uint64_t io_unit_bytes = 0;
   bool merge_sequential = false;
+  // A cache flush (the device write-back flush an fsync asks for) counts
+  // as one write I/O against the write and total IOPS caps. Linux's block
+  // throttling (cgroup blkio / io.max) counts them; cloud volumes' IOPS
+  // figures count data I/Os only.
+  bool count_flushes = false;
 
   // Service time once the tier starts an I/O.
   Latency read;

@@ -180,12 +180,15 @@ PgbenchResult parse_pgbench(const std::string& out) {
   return r;
 }
 
-void pgbench_through_proxy(const std::string& mode) {
+// io_flag: the --io event loop to ask for ("" = the default).
+void pgbench_through_proxy(const std::string& mode, const std::string& io_flag = "") {
   auto& pg = test::shared_server();
   std::string out;
   REQUIRE(pg.run_tool("pgbench", {"-i", "-q", "-s", "1"}, &out) == 0);
   TempDir dir;
-  ProxyProcess px(dir, upstream_of(pg));
+  std::vector<std::string> extra;
+  if (!io_flag.empty()) extra = {"--io", io_flag};
+  ProxyProcess px(dir, upstream_of(pg), extra);
   const int clients = 8, per_client = 40;
   out.clear();
   int rc = pg.run_tool("pgbench", {"-n", "-M", mode, "-c", std::to_string(clients), "-j", "2", "-t",
@@ -237,13 +240,17 @@ void pgbench_through_proxy(const std::string& mode) {
   bool version = false;
   for (const auto& r : recs) version |= r.kind == trace::Kind::Meta && r.a == "server_version" && !r.b.empty();
   CHECK(version);
-  // Which event loop ran: io_uring unless forced (TIERLAB_PROXY_IO) or missing.
+  // Which event loop ran: io_uring unless asked otherwise (--io,
+  // TIERLAB_PROXY_IO) or missing.
+  const std::string io_asked = io_flag;
   std::string io;
   for (const auto& r : recs)
     if (r.kind == trace::Kind::Meta && r.a == "io") io = r.b;
   CHECK((io == "io_uring" || io == "epoll"));
   if (const char* forced = std::getenv("TIERLAB_PROXY_IO"); forced && *forced && std::string(forced) != "auto")
     CHECK(io == forced);
+  else if (!io_asked.empty())
+    CHECK(io == io_asked);
   if (mode == "prepared") {
     CHECK(count(recs, trace::Kind::Parse) == static_cast<size_t>(clients) * 7);
     CHECK(count(recs, trace::Kind::Bind) == static_cast<size_t>(pr.processed) * 7);
@@ -262,6 +269,11 @@ TEST_CASE("proxy: pgbench -M extended through the proxy records every statement"
 
 TEST_CASE("proxy: pgbench -M prepared through the proxy records every statement", "[proxy]") {
   pgbench_through_proxy("prepared");
+}
+
+TEST_CASE("proxy: pgbench -M prepared through the epoll event loop (--io epoll) records every statement",
+          "[proxy]") {
+  pgbench_through_proxy("prepared", "epoll");
 }
 
 TEST_CASE("proxy: libpq pipeline mode through the proxy records every statement", "[proxy]") {

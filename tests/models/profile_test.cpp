@@ -112,6 +112,33 @@ TEST_CASE("profile: device I/O is attributed to the transaction's backend", "[pr
   CHECK(p.native_write.mean_s == Approx((600 * 0.3 + 200 * 1.0) / 800 * 1e-3).epsilon(0.01));
 }
 
+TEST_CASE("profile: background writes of the server's processes apart from the kernel's", "[profile]") {
+  // Without the server's pids every background write is just background.
+  {
+    ProfileBuilder b;
+    for (const auto& r : workload(400)) b.add(r);
+    Profile p = b.finish("synthetic");
+    CHECK_FALSE(p.knows_server_processes);
+    CHECK(p.server_writes_per_s == 0);
+  }
+  // Pid 999 (writing every 10 ms) is the server's; a kernel thread (pid 5)
+  // writes back every 5 ms.
+  auto w = workload(400);
+  w.push_back({0, 0, trace::Meta{"postmaster_pid", "98"}});
+  w.push_back({0, 0, trace::Meta{"server.pid", "999"}});
+  for (Nanos t = 0; t < 5 * kMs * 400; t += 5 * kMs)
+    w.push_back({t, 0, trace::BlockIo{t + kMs, 0x00fe00000, 3u << 30, 16384, trace::IoOp::Write, 0, 5}});
+  std::stable_sort(w.begin(), w.end(), [](const Record& a, const Record& b) { return a.ts < b.ts; });
+  ProfileBuilder b;
+  for (const auto& r : w) b.add(r);
+  Profile p = b.finish("synthetic");
+  CHECK(p.knows_server_processes);
+  CHECK(p.server_writes_per_s == Approx(100).epsilon(0.02));
+  CHECK(p.server_write_bytes_per_s == Approx(100 * 8192).epsilon(0.02));
+  CHECK(p.background_writes_per_s == Approx(300).epsilon(0.02));
+  CHECK(p.sync_writes_per_tx == Approx(0.75));
+}
+
 TEST_CASE("profile: CPU per transaction, memory and the miss-ratio curve", "[profile]") {
   ProfileBuilder b;
   for (const auto& r : workload(400)) b.add(r);

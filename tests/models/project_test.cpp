@@ -108,12 +108,50 @@ TEST_CASE("project: separate read and write caps, background writes", "[project]
   auto pr = project(p, {t}, o);
   CHECK(pr.tiers[0].bottleneck == "write IOPS cap");
   CHECK(pr.tiers[0].tps == Approx(500).epsilon(0.02));
-  o.background_writes_uncapped = true;
+  o.kernel_writes_uncapped = true;
   pr = project(p, {t}, o);
   // Now the reads (2 per tx at 4,000) and the commit write (1 at 1,000)
   // tie at 1,000 tps, and the CPU (2 vcpus, 0.5 ms) too: below 1,000.
   CHECK(pr.tiers[0].tps <= 1000.0);
   CHECK(pr.tiers[0].tps > 900.0);
+}
+
+TEST_CASE("project: the server's background writes take a fixed part of a write cap", "[project]") {
+  Profile p = base_profile();
+  p.sync_writes_per_tx = 1;
+  p.write_bytes_per_tx = 8192;
+  p.knows_server_processes = true;
+  p.background_writes_per_s = 700;  // 400/s by the kernel, 300/s by the background writer
+  p.background_write_bytes_per_s = 700 * 8192;
+  p.server_writes_per_s = 300;
+  p.server_write_bytes_per_s = 300 * 8192;
+  Tier t = fixed_tier("w", 0.2, 0);
+  t.write_iops = 1000;
+  ProjectOptions o;
+  o.clients_lo = o.clients_hi = 256;
+  // Kernel writeback per transaction (0.4), the background writer's 300/s
+  // whatever the throughput: (1000 - 300) / 1.4.
+  auto pr = project(p, {t}, o);
+  CHECK(pr.tiers[0].bottleneck == "write IOPS cap");
+  CHECK(pr.tiers[0].tps == Approx(700 / 1.4).epsilon(1e-6));
+  CHECK(pr.tiers[0].write_iops == Approx(1000).epsilon(1e-6));
+  // The kernel's writeback left out (cgroup v1 blkio): (1000 - 300) / 1.
+  o.kernel_writes_uncapped = true;
+  pr = project(p, {t}, o);
+  CHECK(pr.tiers[0].tps == Approx(700).epsilon(1e-6));
+  // A tier that counts flushes: one WAL flush per two transactions.
+  p.flushes_per_tx = 0.5;
+  t.count_flushes = true;
+  pr = project(p, {t}, o);
+  CHECK(pr.tiers[0].tps == Approx(700 / 1.5).epsilon(1e-6));
+  // Background writes beyond the cap: they are throttled too, and the cap is
+  // shared in proportion to demand.
+  p.server_writes_per_s = 3000;
+  p.server_write_bytes_per_s = 3000 * 8192;
+  pr = project(p, {t}, o);
+  CHECK(pr.tiers[0].tps > 0);
+  CHECK(pr.tiers[0].tps < 1000 / 1.5);
+  CHECK(pr.tiers[0].bottleneck == "write IOPS cap");
 }
 
 TEST_CASE("project: more memory means fewer reads along the curve", "[project]") {

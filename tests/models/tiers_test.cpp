@@ -63,7 +63,7 @@ TEST_CASE("built-in tiers load and carry the documented caps", "[tiers]") {
 TEST_CASE("a user tiers file adds a tier and can start from a built-in", "[tiers]") {
   auto path = temp_file(R"({"tiers": [
     {"name": "my-volume", "description": "test volume", "iops": 5000, "throughput_mib_s": 200,
-     "io_unit_kib": 256, "merge_sequential": true, "parallelism": 32,
+     "io_unit_kib": 256, "merge_sequential": true, "count_flushes": true, "parallelism": 32,
      "latency": {"read": {"dist": "lognormal", "p50_us": 500, "p99_us": 1500},
                  "write": {"dist": "fixed", "p50_us": 700}}},
     {"name": "gp3-6k", "base": "ebs-gp3", "iops": 6000}
@@ -79,7 +79,14 @@ TEST_CASE("a user tiers file adds a tier and can start from a built-in", "[tiers
   CHECK(t.write.dist == models::LatencyDist::Fixed);
   CHECK(t.write.p50_ns == 700000);
   CHECK(t.parallelism == 32);
+  CHECK(t.count_flushes);
+  {
+    Catalog back;
+    back.load_json(models::to_json(t), "roundtrip");
+    CHECK(back.tiers()[0].count_flushes);
+  }
   const auto& g = c.get("gp3-6k");
+  CHECK_FALSE(g.count_flushes);  // cloud volumes count data I/Os only
   CHECK(g.total_iops == 6000);
   CHECK(g.bytes_per_sec == c.get("ebs-gp3").bytes_per_sec);
   CHECK(g.read.p50_ns == c.get("ebs-gp3").read.p50_ns);
@@ -121,6 +128,8 @@ TEST_CASE("a bad tiers file gives an error naming the file and the key", "[tiers
   require_input_error([&] { c.load_json(R"([{"name": "x", "base": "ebs-gp9"}])", "t.json"); },
                       {"t.json", "base", "ebs-gp9", "ebs-gp3"});
   require_input_error([&] { c.load_json(R"([{"name": "x", "iops": -5}])", "t.json"); }, {"t.json", "iops"});
+  require_input_error([&] { c.load_json(R"([{"name": "x", "count_flushes": "yes"}])", "t.json"); },
+                      {"t.json", "count_flushes"});
   require_input_error([&] { models::load_catalog("/nonexistent/tiers.json"); },
                       {"/nonexistent/tiers.json"});
 }
