@@ -124,9 +124,8 @@ Schedule Shaper::schedule(const IoRequest& req, Nanos now) {
   stats_.counted_ios += n;
   const double cost = n;
   const double bytes = (req.op == IoOp::Read || req.op == IoOp::Write) ? req.length : 0;
-  Bucket* op_bucket = req.op == IoOp::Read ? &read_iops_
-                      : req.op == IoOp::Flush ? nullptr
-                                               : &write_iops_;
+  // A counted flush draws on the write bucket (tiers with count_flushes).
+  Bucket* op_bucket = req.op == IoOp::Read ? &read_iops_ : &write_iops_;
 
   // Earliest time every bucket that this I/O draws on has a token.
   double ready = static_cast<double>(now);

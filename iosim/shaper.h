@@ -167,7 +167,7 @@ inline int Shaper::op_slot(IoOp op) {
 }
 
 inline uint32_t Shaper::count(const IoRequest& req) {
-  if (req.op == IoOp::Flush) return 0;
+  if (req.op == IoOp::Flush) return tier_.count_flushes ? 1 : 0;
   if (req.op == IoOp::Discard) return 1;
   const uint64_t unit = tier_.io_unit_bytes;
   if (unit == 0) return 1;

@@ -249,7 +249,7 @@ TEST_CASE("wire: password and SASL messages are never recorded", "[wire]") {
   CHECK(lines.size() == 3);  // begin, ready, end
 }
 
-TEST_CASE("wire: errors carry SQLSTATE and severity; FATAL is noticed", "[wire]") {
+TEST_CASE("wire: errors carry SQLSTATE and severity, FATAL is noticed", "[wire]") {
   auto steps = login();
   steps.push_back({F, query("select 1/0")});
   steps.push_back({B, cat({Msg('N').u8('S').str("NOTICE").u8('M').str("hi").u8(0),

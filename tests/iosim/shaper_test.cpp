@@ -111,6 +111,27 @@ TEST_CASE("per-op caps apply to their op only", "[shaper]") {
   CHECK(static_cast<double>(last_w) / 1e9 == Approx(1.0).epsilon(0.02));
 }
 
+TEST_CASE("flushes take write IOPS tokens only on tiers that count them", "[shaper]") {
+  auto t = uncapped(1000);
+  t.write_iops = 100;
+  Shaper free_flushes(t, 1);
+  CHECK(free_flushes.count({IoOp::Flush, 0, 0}) == 0);
+  Nanos last = 0;
+  for (int i = 0; i < 200; ++i) last = free_flushes.schedule({IoOp::Flush, 0, 0}, 0).start;
+  CHECK(last == 0);
+
+  t.count_flushes = true;  // as Linux's block throttling does
+  Shaper counted(t, 1);
+  CHECK(counted.count({IoOp::Flush, 0, 0}) == 1);
+  // 100 writes and 100 flushes against 100 write IOPS: about 2 s.
+  for (int i = 0; i < 100; ++i) {
+    counted.schedule({IoOp::Write, 0, 4096}, 0);
+    last = counted.schedule({IoOp::Flush, 0, 0}, 0).start;
+  }
+  CHECK(static_cast<double>(last) / 1e9 == Approx(2.0).epsilon(0.02));
+  CHECK(counted.stats().counted_ios == 200);
+}
+
 TEST_CASE("a burst bucket drains at the burst rate and refills at the baseline", "[shaper]") {
   auto t = uncapped(1000);
   t.burst = models::Burst{3000, 1000, 100};  // 3,000 credits, 1,000 IOPS burst, 100 IOPS baseline

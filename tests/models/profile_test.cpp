@@ -159,7 +159,7 @@ TEST_CASE("profile: CPU per transaction, memory and the miss-ratio curve", "[pro
   CHECK(profile_json(p).find("\"reads_per_tx\"") != std::string::npos);
 }
 
-TEST_CASE("profile: file reads give the curve; re-reads hit", "[profile]") {
+TEST_CASE("profile: file reads give the curve, re-reads hit", "[profile]") {
   ProfileBuilder b;
   b.add({0, 1, trace::SessionBegin{"u", "db", "", "", 7, 0}});
   Nanos t = 0;
