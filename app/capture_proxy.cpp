@@ -29,15 +29,6 @@ struct CaptureProxyOptions {
   std::string io = "auto";
 };
 
-std::string human_bytes(uint64_t b) {
-  char buf[32];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1ull << 20));
-  else if (b >= 1024) std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
-  else std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(b));
-  return buf;
-}
-
 void run_capture_proxy(const CaptureProxyOptions& o) {
   capture::ProxyOptions po;
   po.listen = o.listen;
@@ -95,9 +86,9 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   std::printf("transactions: %llu\n", static_cast<unsigned long long>(s.transactions));
   std::printf("errors: %llu\n", static_cast<unsigned long long>(s.errors));
   std::printf("bytes client->server: %llu (%s)\n", static_cast<unsigned long long>(s.bytes_to_server),
-              human_bytes(s.bytes_to_server).c_str());
+              format_bytes(s.bytes_to_server).c_str());
   std::printf("bytes server->client: %llu (%s)\n", static_cast<unsigned long long>(s.bytes_to_client),
-              human_bytes(s.bytes_to_client).c_str());
+              format_bytes(s.bytes_to_client).c_str());
   std::printf("records: %llu\n", static_cast<unsigned long long>(s.records));
   std::printf("dropped records: %llu\n", static_cast<unsigned long long>(s.dropped));
   if (s.protocol_errors)

@@ -7,6 +7,7 @@
 // Export formats are classes deriving from Exporter, listed in
 // export_formats(): a new format is one more class and one more line there.
 #include "app/command.h"
+#include "app/units.h"
 #include "capture/import.h"
 #include "common/error.h"
 #include "trace/reader.h"
@@ -823,19 +824,6 @@ const std::vector<ExportFormat>& export_formats() {
 
 // --- info ------------------------------------------------------------------------
 
-std::string human_bytes(uint64_t b) {
-  char buf[32];
-  if (b < 10 * 1024)
-    std::snprintf(buf, sizeof buf, "%" PRIu64 " B", b);
-  else if (b < 10ull * 1024 * 1024)
-    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
-  else if (b < 10ull * 1024 * 1024 * 1024)
-    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1024.0 * 1024));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1024.0 * 1024 * 1024));
-  return buf;
-}
-
 void print_info_text(const std::string& path, const Header& h, const Summary& s) {
   const ReadStats& rs = s.read;
   auto line = [](const char* k, const std::string& v) { std::printf("%-22s %s\n", k, v.c_str()); };
@@ -880,7 +868,7 @@ void print_info_text(const std::string& path, const Header& h, const Summary& s)
   uint64_t raw = 0;
   for (uint64_t b : rs.kind_bytes) raw += b;
   std::snprintf(buf, sizeof buf, "%" PRIu64 " bytes (%s) in %" PRIu64 " chunks, %.2f bytes per record",
-                rs.bytes, human_bytes(rs.bytes).c_str(), rs.chunks,
+                rs.bytes, format_bytes(rs.bytes).c_str(), rs.chunks,
                 s.records ? static_cast<double>(rs.bytes) / static_cast<double>(s.records) : 0.0);
   line("size:", buf);
   if (rs.recovered_tail_bytes) {

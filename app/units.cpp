@@ -2,6 +2,9 @@
 
 #include "common/error.h"
 
+#include <cinttypes>
+#include <cstdio>
+
 namespace tierlab::app {
 
 // "60s", "5m", "1h", "500ms", "250us", "90" (seconds) -> nanoseconds.
@@ -36,6 +39,19 @@ uint64_t parse_size(const std::string& flag, const std::string& v) {
   else if (unit == "GB" || unit == "GiB" || unit == "G") mul = 1024ull * 1024 * 1024;
   else throw InputError(flag + " " + v + ": unknown unit '" + unit + "' (B, kB, MB, GB)");
   return n * mul;
+}
+
+std::string format_bytes(uint64_t b) {
+  char buf[32];
+  if (b < 10 * 1024)
+    std::snprintf(buf, sizeof buf, "%" PRIu64 " B", b);
+  else if (b < 10ull * 1024 * 1024)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(b) / 1024);
+  else if (b < 10ull * 1024 * 1024 * 1024)
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1024.0 * 1024));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(b) / (1024.0 * 1024 * 1024));
+  return buf;
 }
 
 }  // namespace tierlab::app

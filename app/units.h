@@ -13,4 +13,8 @@ int64_t parse_duration(const std::string& flag, const std::string& v);
 // "1GiB", "64MB", "65536" -> bytes (k/M/G are powers of 1024).
 uint64_t parse_size(const std::string& flag, const std::string& v);
 
+// 12345678 -> "11.8 MiB": bytes for a person to read (B below 10 KiB, then
+// KiB, MiB, GiB with one decimal).
+std::string format_bytes(uint64_t b);
+
 }  // namespace tierlab::app
