@@ -259,7 +259,9 @@ struct Reassembler::Impl {
 
   std::vector<Node> nodes;
   std::vector<uint32_t> free_nodes;
-  std::vector<uint8_t> block_bytes;
+  // Left uninitialised: the kernel hands out its pages on first use, so a
+  // large pool costs nothing until segments are actually held back.
+  std::unique_ptr<uint8_t[]> block_bytes;
   std::vector<uint32_t> block_next;
   std::vector<uint32_t> free_blocks;
 
@@ -277,7 +279,7 @@ struct Reassembler::Impl {
     mask = cap - 1;
     size_t nblocks = opts.buffer_bytes / kBlock;
     if (nblocks < 64) nblocks = 64;
-    block_bytes.resize(nblocks * kBlock);
+    block_bytes.reset(new uint8_t[nblocks * kBlock]);
     block_next.assign(nblocks, kNil);
     free_blocks.reserve(nblocks);
     for (size_t i = nblocks; i-- > 0;) free_blocks.push_back(static_cast<uint32_t>(i));

@@ -226,7 +226,8 @@ void SessionDecoder::flush_begin() {
   ++stats_.records;
 }
 
-void SessionDecoder::emit(trace::Nanos ts, const trace::Body& body) {
+template <class T>
+void SessionDecoder::emit(trace::Nanos ts, const T& body) {
   if (!begun_) {
     if (!begin_pending_) {
       // Something to record before any StartupMessage: say so in the begin.
