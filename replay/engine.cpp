@@ -793,9 +793,11 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   Nanos next_tick = sh.sched.epoch + period;
   uint64_t p_txn = 0, p_stmt = 0, p_err = 0, p_lag_n = 0;
   double p_lat = 0, p_latsq = 0, p_lag = 0;
-  while (running.load() > 0) {
+  // Without progress lines it just waits for the workers (no wake-ups
+  // taking CPU time from a target on the same machine).
+  while (progress && period > 0 && running.load() > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (!progress || period <= 0 || now_ns() < next_tick) continue;
+    if (now_ns() < next_tick) continue;
     uint64_t txn = 0, stmt = 0, err = 0, lag_n = 0;
     double lat = 0, latsq = 0, lag = 0;
     for (const Live& l : live) {
