@@ -103,6 +103,19 @@ class InternTable {
     return len <= kMaxInternLen && count_ < kMaxInternCount && bytes_ + len <= kMaxInternBytes;
   }
 
+  // True if a string of hash `h` was offered before (it is worth interning),
+  // else remembers it. A fixed table of fingerprints: a collision interns a
+  // string early, an overwritten entry interns it later; neither is wrong.
+  // Statement texts with literals in them (simple-protocol workloads) are
+  // mostly seen once: they stay inline, and out of writer and reader memory.
+  bool seen_before(uint64_t h) {
+    uint32_t fp = static_cast<uint32_t>(h >> 32) | 1;
+    uint32_t& e = seen_[(h >> 16) & (kSeen - 1)];
+    if (e == fp) return true;
+    e = fp;
+    return false;
+  }
+
   uint32_t insert(std::string_view s, uint64_t h) {
     if ((count_ + 1) * 2 > slots_.size()) grow();
     uint32_t id = static_cast<uint32_t>(++count_);
@@ -148,7 +161,9 @@ class InternTable {
     return p;
   }
 
+  static constexpr size_t kSeen = 1 << 15;
   std::vector<Slot> slots_;
+  std::vector<uint32_t> seen_ = std::vector<uint32_t>(kSeen);
   std::vector<std::unique_ptr<char[]>> blocks_;
   size_t block_used_ = 0, block_cap_ = 0;
   size_t count_ = 0, bytes_ = 0;
@@ -257,13 +272,15 @@ struct Writer::Impl {
     return buf.data() + used;
   }
 
-  // Interns `s` if there is room (emitting its definition record at the
-  // current position), else returns it inline.
+  // A string's first use is written inline; from its second use on it is
+  // interned if there is room (its definition record is emitted at the
+  // current position), else it stays inline.
   StrRef ref(uint8_t*& p, std::string_view s) {
     if (s.empty()) return {0, {}};
     uint64_t h = str_hash(s);
     if (uint32_t id = strings.find(s, h)) return {uint64_t{id} << 1, {}};
-    if (!strings.has_room(s.size())) return {(uint64_t{s.size()} << 1) | 1, s};
+    if (!strings.has_room(s.size()) || !strings.seen_before(h))
+      return {(uint64_t{s.size()} << 1) | 1, s};
     uint32_t id = strings.insert(s, h);
     *p++ = kStringDef;
     p = put_varint(p, s.size());

@@ -138,7 +138,7 @@ TEST_CASE("a file trace round trips and is created mode 0600", "[trace]") {
   for (size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == canon(c.records[i]));
 }
 
-TEST_CASE("a statement repeated a million times is stored once", "[trace]") {
+TEST_CASE("a statement repeated a million times is stored twice: inline, then interned", "[trace]") {
   const std::string sql = "SELECT abalance FROM pgbench_accounts WHERE aid = 12345 AND something_long = 'x'";
   WriterOptions o;
   o.compression_level = 0;  // measure the encoding, not zstd
@@ -147,7 +147,8 @@ TEST_CASE("a statement repeated a million times is stored once", "[trace]") {
   Writer w(std::move(sink), o);
   for (int i = 0; i < 1000000; ++i) w.write(Nanos{i} * 1000, 1 + i % 8, Query{sql});
   w.close();
-  // kind + delta + session + string id: 5 bytes, and the text once.
+  // kind + delta + session + string id: 5 bytes, and the text twice (inline
+  // at its first use, defined at its second).
   CHECK(raw->bytes().size() < 1000000 * 6);
   Reader r(memory_source(raw->bytes()));
   Record rec;
@@ -266,18 +267,21 @@ TEST_CASE("the worked example of docs/trace-format.md is what the writer emits",
   o.compression_level = 0;
   o.start_mono_ns = 0;
   o.realtime_offset_ns = 0;
-  auto bytes = write_memory({Record{1000, 5, Query{"a"}}, Record{81000, 3, Result{"SELECT", true, 1}},
+  auto bytes = write_memory({Record{1000, 5, Query{"a"}}, Record{1000, 5, Result{"SELECT", true, 1}},
+                             Record{1000, 5, Query{"a"}}, Record{81000, 3, Result{"SELECT", true, 1}},
                              Record{81000, 3, Ready{'I'}}},
                             o);
   // header 36, chunk header 40, then the payload.
   std::vector<uint8_t> payload(bytes.begin() + 36 + 40, bytes.end());
   std::vector<uint8_t> want = {
-      0x3e, 1, 'a',                           // StringDef 1 "a"
-      0x42, 5, 2,                             // Query, Z, session 5, string 1
+      0x42, 5, 3, 'a',                        // Query, Z, session 5, inline "a" (first use)
+      0xcd, 0x0d, 'S', 'E', 'L', 'E', 'C', 'T', 0x02,  // Result, Z and S, inline "SELECT", rows 1
+      0x3e, 1, 'a',                           // second use: StringDef 1 "a"
+      0xc2, 2,                                // Query, Z and S, string 1
       0x3e, 6, 'S', 'E', 'L', 'E', 'C', 'T',  // StringDef 2 "SELECT"
       0x0d, 0x80, 0xe2, 0x09, 0x03, 0x04, 0x02,  // Result, +80 us, session 3, string 2, rows 1
       0xcf, 0x49,                             // Ready 'I', Z and S
-      0x7f, 3, 2, 1};                         // End: 3 records, 2 strings, 1 chunk
+      0x7f, 5, 2, 1};                         // End: 5 records, 2 strings, 1 chunk
   CHECK(payload == want);
   CHECK(bytes[36 + 4] == 2);  // flags: END, stored raw
 }
