@@ -30,11 +30,12 @@ double FlushCycle::cycle_s(double x) const {
     }
     pace = std::max(pace, p.tokens / left);
   }
-  if (pace <= d || !(x > 0)) return d;
+  const double c = share * x;  // commits per second
+  if (pace <= d || !(c > 0)) return d;
   // F = e^{-xF} d + (1 - e^{-xF}) pace. g(F) = rhs - F is >= 0 at F = d and
   // <= 0 at F = pace. Invariant: g(lo) >= 0 >= g(hi).
   auto g = [&](double f) {
-    double e = std::exp(-x * f);
+    double e = std::exp(-c * f);
     return e * d + (1 - e) * pace - f;
   };
   double lo = d, hi = pace;
@@ -48,14 +49,15 @@ double FlushCycle::cycle_s(double x) const {
 double FlushCycle::busy(double x, int n) const {
   double f = cycle_s(x);
   if (!std::isfinite(f)) return 1.0;
-  return std::min(1.0, x / group_commit_batch(x, f, n) * f);
+  double c = share * x;
+  return std::min(1.0, c / group_commit_batch(c, f, n) * f);
 }
 
 double FlushCycle::residence_s(double x, int n) const {
   double f = cycle_s(x);
   if (!std::isfinite(f)) return f;
   double rho = n > 1 ? busy(x, n) * (n - 1) / n : 0.0;
-  return f * (1 + rho / 2);
+  return share * f * (1 + rho / 2);
 }
 
 namespace {
@@ -72,14 +74,16 @@ void set_device(FlushCycle& c, double lw, double lf) {
 }
 
 FlushCycle calibrate_flush_cycle(double flushes_per_tx, double writes_per_tx, double x_c, int n_c,
-                                 double lw, double lf) {
+                                 double lw, double lf, double share) {
   FlushCycle c;
-  double want = flushes_per_tx > 0 ? 1 / flushes_per_tx : 1;  // measured commits per flush
+  c.share = std::clamp(share, 1e-9, 1.0);
+  x_c *= c.share;  // commits per second
+  double want = flushes_per_tx > 0 ? c.share / flushes_per_tx : 1;  // measured commits per flush
   if (want <= 1) {
     // Never shared: the flushes beyond one per commit are ones the commits
     // do not wait for.
-    c.flushes = std::max(1.0, flushes_per_tx);
-    c.writes = writes_per_tx;
+    c.flushes = std::max(1.0, flushes_per_tx / c.share);
+    c.writes = writes_per_tx / c.share;
   } else {
     c.flushes = 1;
     c.writes = writes_per_tx / flushes_per_tx;

@@ -52,6 +52,10 @@ namespace tierlab::models {
 double group_commit_batch(double x, double f, int n);
 
 struct FlushCycle {
+  // Fraction of transactions that commit through the cycle (those that
+  // wrote WAL; read-only ones commit without a flush): commits arrive at
+  // share x, and the per-transaction figures below average over all.
+  double share = 1;
   double flushes = 1;           // flushes per cycle
   double writes = 0;            // WAL writes per cycle
   double captured_s = 0;        // the cycle at capture (calibrated, F_c)
@@ -72,21 +76,24 @@ struct FlushCycle {
   // in proportion to demand, the cycles asking for one cycle per device
   // time; +infinity only if the device time is 0 then.
   double cycle_s(double x) const;
-  double batch(double x, int n) const { return group_commit_batch(x, cycle_s(x), n); }
-  double flushes_per_tx(double x, int n) const { return flushes / batch(x, n); }
-  double writes_per_tx(double x, int n) const { return writes / batch(x, n); }
+  // Commits per flush at throughput x (transactions per second).
+  double batch(double x, int n) const { return group_commit_batch(share * x, cycle_s(x), n); }
+  double flushes_per_tx(double x, int n) const { return share * flushes / batch(x, n); }
+  double writes_per_tx(double x, int n) const { return share * writes / batch(x, n); }
   // Fraction of the time a cycle is in progress.
   double busy(double x, int n) const;
-  // A commit's wait: the rest of the cycle in progress and its own.
+  // Time in the cycle per transaction: for a committing one the rest of the
+  // cycle in progress and its own, times `share`.
   double residence_s(double x, int n) const;
 };
 
 // Builds the cycle from what the capture measured: flushes and WAL writes
 // per transaction (flushes_per_tx > 0) at throughput x_c with n_c clients,
-// on a device with mean write latency lw and flush latency lf (seconds).
+// `share` (in (0, 1]) of the transactions committing through it, on a
+// device with mean write latency lw and flush latency lf (seconds).
 // device_s is set for the captured device.
 FlushCycle calibrate_flush_cycle(double flushes_per_tx, double writes_per_tx, double x_c, int n_c,
-                                 double lw, double lf);
+                                 double lw, double lf, double share = 1);
 
 // Sets device_s for a tier with mean write latency lw and flush latency lf:
 // the captured cycle scaled by this tier's writes + flush over the captured

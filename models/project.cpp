@@ -160,12 +160,14 @@ struct Network {
   std::shared_ptr<FlushCycle> cycle;
   double cycle_write_ios = 0;
   double cycle_var = 0;  // device variance of one cycle
-  // Where a cap binds, the flush rate is pinned at what the cap leaves the
-  // cycles, and the batch (commits per flush = throughput x cycle interval)
-  // follows from where the clients wait, which the network does not say.
-  // The bound counts the cycles the tier's own flush cycle gives at the
-  // captured commit rate and client count: the captured batch on the
-  // captured device, a larger one on a device with slower flushes.
+  // Flush cycles per transaction a cap counts. Where a cap binds, cycles run
+  // back to back at the cap's pace and commits per flush = throughput x
+  // cycle interval whatever the throughput: the cap fixes the flush rate,
+  // not the batch, which follows from where the clients spend the rest of
+  // their time. The bound counts the cycles this tier's own flush cycle
+  // gives at the captured commit rate and client count: the captured batch
+  // on the captured device, a larger one on a device with slower writes and
+  // flushes.
   double bound_cycles_per_tx = 0;
 };
 
@@ -209,7 +211,7 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
     n.group_commit = true;
     n.cycle = std::make_shared<FlushCycle>(d.cycle);
     set_device(*n.cycle, lw, lf);
-    n.bound_cycles_per_tx = 1.0 / n.cycle->batch(d.capture_tps, d.capture_clients);
+    n.bound_cycles_per_tx = n.cycle->share / n.cycle->batch(d.capture_tps, d.capture_clients);
     n.cycle_write_ios = n.cycle->writes * counted(write_size, t.io_unit_bytes) +
                         (t.count_flushes ? n.cycle->flushes : 0);
     n.cycle_var = n.cycle->writes * second_moment(t.write) + n.cycle->flushes * second_moment(t.flush);
@@ -220,10 +222,9 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
         n.cycle->paces.push_back({n.cycle_write_ios, total_cap, n.fixed_write_ios, n.read_ios + n.write_ios});
     }
     n.commit = static_cast<int>(n.stations.size());
-    Station st{"commit", StationKind::Cycle, 0, 1};
     std::shared_ptr<const FlushCycle> c = n.cycle;
-    st.residence = [c](double x, int clients) { return c->residence_s(x, clients); };
-    n.stations.push_back(std::move(st));
+    n.stations.emplace_back("commit", StationKind::Cycle, 0, 1,
+                            [c](double x, int clients) { return c->residence_s(x, clients); });
   }
   // Caps that the flush cycle's I/O draws on take it per cycle (it paces the
   // cycle, see models/group_commit.h), not as a bound per transaction.
@@ -355,7 +356,13 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.flushes_per_tx = d.flushes;
   out.think_time_s = p.think_time_s;
   int n_cap = std::max(1, static_cast<int>(std::lround(p.mean_clients > 0 ? p.mean_clients : p.clients)));
-  if (d.flushes > 0 && p.tps > 0) {
+  // Transactions that commit through the flush cycle: those of templates
+  // whose backends wrote (the WAL, at commit) at least half as often as one
+  // write per `clients` commits would show.
+  double writing = 0;
+  for (const auto& t : p.templates)
+    if (t.writes_per_tx >= 0.5 / std::max(1, p.clients)) writing += t.share;
+  if (d.flushes > 0 && p.tps > 0 && writing > 0) {
     // Group commit: the flush cycle, calibrated so that at the captured
     // throughput and client count on the captured device it gives the
     // captured flushes per transaction.
@@ -363,7 +370,8 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     d.capture_tps = p.tps;
     d.capture_clients = n_cap;
     d.cycle = calibrate_flush_cycle(d.flushes, d.writes, p.tps, n_cap, p.native_write.mean_s,
-                                    p.native_flush.mean_s);
+                                    p.native_flush.mean_s, writing);
+    out.committing_share = d.cycle.share;
     out.group_commit = true;
     out.cycle_s = d.cycle.captured_s;
     out.cycle_device_s = d.cycle.captured_device_s;
@@ -448,7 +456,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     // captured flushes as a fixed demand.
     double cycles = !net.group_commit ? 0.0
                     : at_cap          ? net.bound_cycles_per_tx
-                                      : 1.0 / net.cycle->batch(x, out.clients_hi);
+                                      : net.cycle->share / net.cycle->batch(x, out.clients_hi);
     tp.flushes_per_tx = net.group_commit ? cycles * net.cycle->flushes : d.flushes;
     tp.read_iops = x * net.read_ios;
     tp.write_iops = x * (net.write_ios + cycles * net.cycle_write_ios) + net.fixed_write_ios;
@@ -467,9 +475,10 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
       double ri = pt.residence_s[i];
       if (static_cast<int>(i) == net.think || static_cast<int>(i) == net.other) continue;
       if (static_cast<int>(i) == net.commit) {
-        // Its own cycle's device time, and the wait beyond it.
-        double wait = std::max(0.0, ri - net.cycle->device_s);
-        var += net.cycle_var + wait * wait;
+        // A committing transaction's own cycle, and the queue before it.
+        double own = net.cycle->share * net.cycle->device_s;
+        double wait = std::max(0.0, ri - own);
+        var += net.cycle->share * net.cycle_var + wait * wait;
       } else if (static_cast<int>(i) == net.storage) {
         double wait = std::max(0.0, ri - st.demand_s);
         var += net.io_var + wait * wait;
@@ -518,8 +527,9 @@ void print_projection(std::ostream& out, const Projection& p) {
   out << "model at capture: " << fmt("%.1f", p.modelled_capture_tps) << " tps (measured "
       << fmt("%.1f", p.captured_tps) << ")\n";
   if (p.group_commit)
-    out << "group commit: " << fmt("%.2f", p.flushes_per_tx > 0 ? 1 / p.flushes_per_tx : 0)
-        << " commits per flush at capture, a flush cycle of " << fmt("%.3f ms", p.cycle_s * 1e3)
+    out << "group commit: " << fmt("%.0f%%", p.committing_share * 100) << " of transactions commit with a flush, "
+        << fmt("%.2f", p.flushes_per_tx > 0 ? p.committing_share / p.flushes_per_tx : 0)
+        << " per flush at capture, a flush cycle of " << fmt("%.3f ms", p.cycle_s * 1e3)
         << " (device " << fmt("%.3f ms", p.cycle_device_s * 1e3) << "), "
         << fmt("%.2f", p.flushes_per_cycle) << " flushes per cycle\n";
   out << "clients " << p.clients_hi << ", vcpus " << p.vcpus;
@@ -576,7 +586,8 @@ std::string projection_json(const Projection& p, int indent) {
                           {"other_ms", p.other_s * 1e3}};
   j["capture"] = {{"measured_tps", p.captured_tps}, {"modelled_tps", p.modelled_capture_tps}};
   if (p.group_commit)
-    j["group_commit"] = {{"cycle_ms", p.cycle_s * 1e3},
+    j["group_commit"] = {{"committing_share", p.committing_share},
+                         {"cycle_ms", p.cycle_s * 1e3},
                          {"cycle_device_ms", p.cycle_device_s * 1e3},
                          {"flushes_per_cycle", p.flushes_per_cycle}};
   auto& tj = j["tiers"] = nlohmann::json::array();

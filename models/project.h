@@ -129,6 +129,7 @@ struct Projection {
   // for one cycle's writes and flush (a tier's cycle is scaled by its own),
   // and flushes per cycle.
   bool group_commit = false;
+  double committing_share = 0;  // transactions that commit through the cycle
   double cycle_s = 0;
   double cycle_device_s = 0;
   double flushes_per_cycle = 0;

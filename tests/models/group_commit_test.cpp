@@ -43,6 +43,13 @@ TEST_CASE("group commit: calibration gives the captured flushes at the captured 
   CHECK(e.captured_s == 0);
   CHECK(e.flushes_per_tx(1000, 8) == Approx(1.25));
   CHECK(e.writes_per_tx(5000, 8) == Approx(1.5));
+  // A quarter of the transactions commit through the cycle: 0.125 flushes
+  // per transaction is two commits per flush at 250 commits/s.
+  FlushCycle q = calibrate_flush_cycle(0.125, 0.125, 1000, 8, 0.0001, 0.0002, 0.25);
+  CHECK(q.share == 0.25);
+  CHECK(group_commit_batch(250, q.captured_s, 8) == Approx(2).epsilon(1e-9));
+  CHECK(q.flushes_per_tx(1000, 8) == Approx(0.125).epsilon(1e-9));
+  CHECK(q.residence_s(1000, 1) == Approx(0.25 * q.captured_s));
   // A batch beyond the clients cannot be reached: aimed just below it.
   FlushCycle b = calibrate_flush_cycle(0.1, 0.1, 1000, 4, 0.0001, 0.0002);
   CHECK(b.flushes_per_tx(1000, 4) == Approx(0.25).epsilon(1e-6));

@@ -39,6 +39,16 @@ Profile base_profile() {
   return p;
 }
 
+// One template, all transactions, whose backends write `writes` per
+// transaction (the WAL at commit).
+void one_writing_template(Profile& p, double writes) {
+  TemplateStats t;
+  t.count = p.transactions;
+  t.share = 1;
+  t.writes_per_tx = writes;
+  p.templates = {t};
+}
+
 Tier fixed_tier(const std::string& name, double read_ms, double iops) {
   Tier t;
   t.name = name;
@@ -145,6 +155,7 @@ TEST_CASE("project: the server's background writes take a fixed part of a write 
   // commit writes per flush). On the captured device's latencies the bound
   // counts the captured batch: (1000 - 300) / (1 + 0.5).
   p.flushes_per_tx = 0.5;
+  one_writing_template(p, 1);
   t.count_flushes = true;
   t.write = t.flush = p.native_write.count ? Latency{LatencyDist::Fixed, 100000, 0} : t.write;
   pr = project(p, {t}, o);
@@ -173,6 +184,12 @@ TEST_CASE("project: WAL flushes per transaction follow the flush cycle", "[proje
   p.write_bytes_per_tx = 0.5 * 8192;
   p.flushes_per_tx = 0.5;  // two commits per flush at 1,000 tps, 4 clients
   ProjectOptions o;
+  // No template wrote: the flushes are not commits' (a read-only workload's
+  // stray flushes), kept as a fixed demand per transaction.
+  auto pn = project(p, {fixed_tier("same", 0.1, 0)}, o);
+  CHECK_FALSE(pn.group_commit);
+  CHECK(pn.tiers[0].flushes_per_tx == 0.5);
+  one_writing_template(p, 0.5);
   auto pr = project(p, {fixed_tier("same", 0.1, 0), fixed_tier("slow flush", 0.1, 0)}, o);
   REQUIRE(pr.group_commit);
   // 1000 F + exp(-1000 F) = 2.
@@ -195,6 +212,18 @@ TEST_CASE("project: WAL flushes per transaction follow the flush cycle", "[proje
   CHECK(pr.tiers[1].flushes_per_tx < pr.tiers[0].flushes_per_tx);
   CHECK(pr.tiers[1].flushes_per_tx >= 1.0 / 4);
   CHECK(pr.tiers[1].tps < pr.tiers[0].tps);
+  // Half the transactions read-only: commits arrive at half the rate, one
+  // per flush for the writing half, so the same 0.5 per transaction needs no
+  // sharing at all.
+  TemplateStats ro;
+  ro.share = 0.5;
+  p.templates[0].share = 0.5;
+  p.templates[0].writes_per_tx = 1;
+  p.templates.push_back(ro);
+  pr = project(p, {fixed_tier("same", 0.1, 0)}, o);
+  CHECK(pr.committing_share == 0.5);
+  CHECK(pr.cycle_s == Approx(0).margin(1e-9));
+  CHECK(pr.tiers[0].flushes_per_tx == Approx(0.5));
 }
 
 TEST_CASE("project: more memory means fewer reads along the curve", "[project]") {
