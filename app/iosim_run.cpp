@@ -172,7 +172,7 @@ void run_iosim(const RunOptions& o) {
     if (!st.ios) continue;
     std::printf("  %s: IOPS=%s, BW=%s(%.1fMiB/%.0fmsec)\n", names[k], human_count(st.ios / secs).c_str(),
                 human_bw(st.bytes / secs).c_str(), st.bytes / 1048576.0, r.elapsed_ns / 1e6);
-    print_lat("clat", st.lat);
+    print_lat("lat", st.lat);
     if (eo.shaper) print_lat("device", st.device_lat);
   }
   double dur_err = 0;
@@ -181,6 +181,9 @@ void run_iosim(const RunOptions& o) {
     std::printf("  issue lag (usec): p50=%.1f, p99=%.1f, max=%.1f; %llu I/Os waited for a free slot\n",
                 r.issue_lag.quantile(0.5) / 1e3, r.issue_lag.quantile(0.99) / 1e3, r.issue_lag.max() / 1e3,
                 (unsigned long long)r.slot_waits);
+    std::printf("  late issues (over %.0f usec): %llu, in %llu stalls\n",
+                iosim::EngineResult::kLateIssueNs / 1e3, (unsigned long long)r.late_issues,
+                (unsigned long long)r.issue_stalls);
     std::printf("  schedule: %.3f s, run: %.3f s (%+.2f%%)\n", r.schedule_ns / 1e9, r.elapsed_ns / 1e9,
                 dur_err * 100);
   }
@@ -235,6 +238,9 @@ void run_iosim(const RunOptions& o) {
       j["schedule_ns"] = r.schedule_ns;
       j["duration_error"] = dur_err;
       j["slot_waits"] = r.slot_waits;
+      j["late_issues"] = {{"threshold_ns", iosim::EngineResult::kLateIssueNs},
+                          {"ios", r.late_issues},
+                          {"stalls", r.issue_stalls}};
     }
     j["cpu_latency_held"] = r.cpu_latency_held;
     j["short_ios"] = r.short_ios;

@@ -27,6 +27,8 @@ struct ReplayOptions {
   std::string database;
   std::string user;
   std::string user_map;
+  bool rt = false;
+  bool no_pm_qos = false;
 };
 
 nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
@@ -45,6 +47,8 @@ nlohmann::json report_json(const replay::Report& r) {
       {"sessions_failed", r.sessions_failed},
       {"first_session_error", r.first_session_error},
       {"threads", r.threads},
+      {"realtime", r.realtime},
+      {"cpu_latency_held", r.cpu_latency_held},
       {"speed", r.max_speed ? nlohmann::json("max") : nlohmann::json(r.speed)},
       {"transactions", r.transactions},
       {"statements", r.statements},
@@ -78,6 +82,8 @@ void run_replay(const ReplayOptions& o) {
   opts.max_speed = o.max_speed;
   opts.threads = o.threads;
   opts.progress_s = o.progress_s;
+  opts.realtime = o.rt;
+  opts.hold_cpu_latency = !o.no_pm_qos;
   opts.database = o.database;
   opts.user = o.user;
   if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
@@ -126,6 +132,10 @@ void setup_replay(CLI::App& parent) {
   cmd->add_option("--user-map", o->user_map,
                   "file of captured=target user names, one per line ('#' comments)")
       ->check(CLI::ExistingFile);
+  cmd->add_flag("--rt", o->rt, "run the worker threads at real-time priority (SCHED_FIFO; root)");
+  cmd->add_flag("--no-pm-qos", o->no_pm_qos,
+                "timed replay: let idle CPUs sleep deeply (by default /dev/cpu_dma_latency is held at 0 "
+                "during the run, as cyclictest does)");
   cmd->callback([o] { run_replay(*o); });
 }
 

@@ -207,7 +207,9 @@ class SessionDecoder {
   // right for fixed-size messages.
   bool header_ok(Direction d, char type, uint32_t len) const;
   bool fail(Direction d, const Dir& s, const char* what);
-  void emit(trace::Nanos ts, const trace::Body& body);
+  // Records one body of kind T (built in place: no intermediate variant).
+  template <class T>
+  void emit(trace::Nanos ts, const T& body);
   void flush_begin();
 
   RecordSink& sink_;

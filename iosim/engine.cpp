@@ -226,6 +226,7 @@ class Engine {
   TimedIo next_{};
   bool have_next_ = false;
   bool next_late_ = false;
+  bool prev_late_ = false;         // the last issue was later than kLateIssueNs
   Nanos last_at_ = 0;
   bool stop_ = false;
   uint64_t issued_ = 0;
@@ -515,6 +516,10 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
     // 2. Issue what is due, as far as slots allow.
     Nanos next_due = INT64_MAX;
     while (have_next_ && !stop_) {
+      // Each I/O's latency and issue lag are taken just before its own
+      // submission: with per-I/O submission, the loop's first `now` is as
+      // old as the submissions before it in this pass.
+      now = mono_ns();
       if (free_.empty()) {
         if (open_loop && counted && !next_late_ && epoch + (next_.at - t0) <= now) {
           // Count each late request once: it is issued when a slot frees.
@@ -529,7 +534,16 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
           next_due = due;
           break;
         }
-        if (counted) r_.issue_lag.record(now - due);
+        if (counted) {
+          Nanos lag = now - due;
+          r_.issue_lag.record(lag);
+          bool late = lag > EngineResult::kLateIssueNs;
+          if (late) {
+            ++r_.late_issues;
+            if (!prev_late_) ++r_.issue_stalls;
+          }
+          prev_late_ = late;
+        }
       }
       uint32_t i = free_.back();
       free_.pop_back();

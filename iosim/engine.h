@@ -104,8 +104,11 @@ struct EngineOptions {
 struct OpStats {
   uint64_t ios = 0;
   uint64_t bytes = 0;
-  Histogram lat;         // completion latency as reported (ns): with a
-                         // tier, max(tier completion, device completion)
+  Histogram lat;         // latency as reported (ns), from just before the
+                         // submitting io_uring_enter (fio's lat, not its
+                         // clat: a virtual disk may serve the I/O within
+                         // the submission) to the completion; with a tier,
+                         // to max(tier completion, device completion)
   Histogram device_lat;  // what the device alone took (ns)
 };
 
@@ -117,6 +120,13 @@ struct EngineResult {
   OpStats op[4];             // indexed by IoOp
   Histogram lat;             // all ops
   Histogram issue_lag;       // open loop: actual issue - scheduled (ns)
+  // Open loop: issues later than kLateIssueNs, and the stalls they came in
+  // (a stall: consecutive late issues), so a reader can tell a few long
+  // stalls (the longest shows as issue_lag's max) from lateness spread over
+  // the run.
+  static constexpr Nanos kLateIssueNs = 100'000;
+  uint64_t late_issues = 0;
+  uint64_t issue_stalls = 0;
   Histogram release_lag;     // tier: actual release - tier completion (ns)
   uint64_t short_ios = 0;    // I/Os with a short transfer (rest resubmitted, or EOF)
   uint64_t eof_short = 0;    // reads cut short by end of file

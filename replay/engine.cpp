@@ -19,7 +19,9 @@
 #include "replay/session.h"
 #include "replay/stats.h"
 
+#include <fcntl.h>
 #include <libpq-fe.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -35,6 +37,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 namespace tierlab::replay {
@@ -50,6 +53,63 @@ Nanos now_ns() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<Nanos>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
+
+// Holds the CPU wake-up latency limit (PM QoS, /dev/cpu_dma_latency) at
+// 0 us while alive, as cyclictest does: idle CPUs then stay in states they
+// leave at once (on a virtual machine: they poll instead of halting the
+// vCPU), so a worker's timer reaches it within microseconds rather than the
+// hundreds a halted vCPU takes. The kernel drops the limit when the
+// descriptor closes. Without write access (not root) nothing is held.
+class CpuLatencyHold {
+ public:
+  explicit CpuLatencyHold(bool want) {
+    if (!want) return;
+    fd_ = ::open("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
+    if (fd_ < 0) return;
+    int32_t zero = 0;
+    if (::write(fd_, &zero, sizeof zero) != sizeof zero) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~CpuLatencyHold() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  CpuLatencyHold(const CpuLatencyHold&) = delete;
+  CpuLatencyHold& operator=(const CpuLatencyHold&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// While alive, the calling thread runs at SCHED_FIFO 1; threads it creates
+// inherit that (glibc's default PTHREAD_INHERIT_SCHED), so the workers are
+// started inside its scope and the calling thread returns to its old policy
+// afterwards.
+class RealTimeScope {
+ public:
+  explicit RealTimeScope(bool want) {
+    if (!want) return;
+    policy_ = sched_getscheduler(0);
+    sched_getparam(0, &old_);
+    sched_param p{};
+    p.sched_priority = 1;
+    if (sched_setscheduler(0, SCHED_FIFO, &p) != 0)
+      throw RuntimeError(errno_message("--rt: sched_setscheduler(SCHED_FIFO) (needs root or CAP_SYS_NICE)", errno));
+    on_ = true;
+  }
+  ~RealTimeScope() {
+    if (on_) sched_setscheduler(0, policy_, &old_);
+  }
+  RealTimeScope(const RealTimeScope&) = delete;
+  RealTimeScope& operator=(const RealTimeScope&) = delete;
+
+ private:
+  bool on_ = false;
+  int policy_ = SCHED_OTHER;
+  sched_param old_{};
+};
 
 // Connection parameters of one session, resolved before the run.
 struct ConnParams {
@@ -707,8 +767,12 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
 
   std::atomic<int> running{threads};
   std::vector<std::exception_ptr> errors(threads);
+  // Timed replays keep deadlines: hold the CPUs' wake-up latency down.
+  CpuLatencyHold cpu_latency(opts.hold_cpu_latency && !opts.max_speed);
   sh.sched.epoch = now_ns() + 1000000;  // 1 ms for the threads to start
   std::vector<std::thread> pool;
+  std::optional<RealTimeScope> rt;
+  rt.emplace(opts.realtime);
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       try {
@@ -722,15 +786,18 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
       running.fetch_sub(1);
     });
   }
+  rt.reset();  // the progress loop below runs at normal priority
 
   // This thread owns the progress output.
   Nanos period = static_cast<Nanos>(opts.progress_s * 1e9);
   Nanos next_tick = sh.sched.epoch + period;
   uint64_t p_txn = 0, p_stmt = 0, p_err = 0, p_lag_n = 0;
   double p_lat = 0, p_latsq = 0, p_lag = 0;
-  while (running.load() > 0) {
+  // Without progress lines it just waits for the workers (no wake-ups
+  // taking CPU time from a target on the same machine).
+  while (progress && period > 0 && running.load() > 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (!progress || period <= 0 || now_ns() < next_tick) continue;
+    if (now_ns() < next_tick) continue;
     uint64_t txn = 0, stmt = 0, err = 0, lag_n = 0;
     double lat = 0, latsq = 0, lag = 0;
     for (const Live& l : live) {
@@ -772,6 +839,8 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   r.speed = opts.speed;
   r.max_speed = opts.max_speed;
   r.threads = threads;
+  r.cpu_latency_held = cpu_latency.held();
+  r.realtime = opts.realtime;
   fill_report(r, total, plan, end - sh.sched.epoch);
   return r;
 }

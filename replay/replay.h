@@ -106,6 +106,15 @@ struct Options {
   std::string database;       // force this database for every session
   std::string user;           // force this user for every session
   UserMap user_map;           // captured user -> target user
+  // Timed replays (not max_speed) hold the CPU wake-up latency limit
+  // (/dev/cpu_dma_latency) at 0 us while they run, as cyclictest does, so
+  // that idle CPUs wake on time for each scheduled send. Needs root;
+  // skipped without it (Report::cpu_latency_held says which).
+  bool hold_cpu_latency = true;
+  // Run the worker threads at real-time priority (SCHED_FIFO 1), so that
+  // backends of a target on the same machine do not delay scheduled sends.
+  // Needs root or CAP_SYS_NICE; RuntimeError otherwise.
+  bool realtime = false;
 };
 
 struct FingerprintDelta {
@@ -132,6 +141,8 @@ struct Report {
   double speed = 1.0;
   bool max_speed = false;
   int threads = 0;
+  bool cpu_latency_held = false;    // see Options::hold_cpu_latency
+  bool realtime = false;            // workers ran at SCHED_FIFO
   // Statement latency (send of its unit to its result), milliseconds.
   double lat_avg_ms = 0, lat_stddev_ms = 0, lat_p50_ms = 0, lat_p90_ms = 0,
          lat_p99_ms = 0, lat_p999_ms = 0, lat_max_ms = 0;

@@ -190,7 +190,7 @@ void print_report(std::ostream& out, const Report& r) {
   out << "number of sessions: " << r.sessions;
   if (r.sessions_failed) out << " (" << r.sessions_failed << " failed: " << r.first_session_error << ")";
   out << "\n";
-  out << "number of threads: " << r.threads << "\n";
+  out << "number of threads: " << r.threads << (r.realtime ? " (SCHED_FIFO)" : "") << "\n";
   out << "number of transactions actually processed: " << r.transactions << "\n";
   out << "number of statements: " << r.statements << "\n";
   out << "number of failed statements: " << r.errors << "\n";
@@ -205,6 +205,10 @@ void print_report(std::ostream& out, const Report& r) {
     out << "schedule lag average/p99/max = " << fmt("%.3f", r.lag_avg_ms) << "/" << fmt("%.3f", r.lag_p99_ms)
         << "/" << fmt("%.3f", r.lag_max_ms) << " ms (in tierlab p99/max = " << fmt("%.3f", r.own_lag_p99_ms)
         << "/" << fmt("%.3f", r.own_lag_max_ms) << " ms; the rest waited for the target's previous answer)\n";
+  if (!r.max_speed)
+    out << "cpu wake-up latency: "
+        << (r.cpu_latency_held ? "held at 0 us (/dev/cpu_dma_latency)" : "not held (--no-pm-qos, or not root)")
+        << "\n";
   out << "tps = " << fmt("%.6f", r.tps) << "\n";
   out << "errors by SQLSTATE:" << (r.errors_by_sqlstate.empty() ? " none" : "");
   for (const auto& [state, n] : r.errors_by_sqlstate) out << " " << state << "=" << n;

@@ -73,6 +73,14 @@ class FileSink : public Sink {
   int fd_ = -1;
 };
 
+// Byte equality; short strings compared inline.
+inline bool same_bytes(const char* a, const char* b, size_t n) {
+  if (n > 16) return std::memcmp(a, b, n) == 0;
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 // Strings interned file-wide: id 0 is "", ids 1.. are given in order of first
 // use. Open addressing over string bytes kept in an arena; lookups and hits
 // never allocate.
@@ -86,7 +94,7 @@ class InternTable {
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       const Slot& sl = slots_[i];
       if (sl.id == 0) return 0;
-      if (sl.hash == h && sl.len == s.size() && std::memcmp(sl.p, s.data(), s.size()) == 0)
+      if (sl.hash == h && sl.len == s.size() && same_bytes(sl.p, s.data(), s.size()))
         return sl.id;
     }
   }
@@ -159,10 +167,40 @@ bool canonical_int(std::string_view s, int64_t& out) {
   size_t i = s[0] == '-' ? 1 : 0;
   if (i == s.size()) return false;
   if (s[i] == '0' && (s.size() > i + 1 || i == 1)) return false;  // "01", "-0"
+  if (s.size() - i < 19) {  // at most 18 digits: no overflow possible
+    int64_t v = 0;
+    for (size_t k = i; k < s.size(); ++k) {
+      if (s[k] < '0' || s[k] > '9') return false;
+      v = v * 10 + (s[k] - '0');
+    }
+    out = i ? -v : v;
+    return true;
+  }
   for (size_t k = i; k < s.size(); ++k)
     if (s[k] < '0' || s[k] > '9') return false;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
   return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+// Hash of an interned string's bytes, for the in-memory table only (never
+// stored). Short strings (statement names, command tags) are the common case:
+// eight bytes at a time, one multiply each.
+inline uint64_t str_hash(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  size_t n = s.size();
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (n * 0xC2B2AE3D27D4EB4Full);
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    h = (h ^ v) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 29;
+    p += 8;
+    n -= 8;
+  }
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; ++i) v |= uint64_t{p[i]} << (8 * i);
+  h = (h ^ v) * 0x94D049BB133111EBull;
+  return h ^ (h >> 31);
 }
 
 // Upper bound of the encoded size of one string field, definition included.
@@ -223,7 +261,7 @@ struct Writer::Impl {
   // current position), else returns it inline.
   StrRef ref(uint8_t*& p, std::string_view s) {
     if (s.empty()) return {0, {}};
-    uint64_t h = std::hash<std::string_view>{}(s);
+    uint64_t h = str_hash(s);
     if (uint32_t id = strings.find(s, h)) return {uint64_t{id} << 1, {}};
     if (!strings.has_room(s.size())) return {(uint64_t{s.size()} << 1) | 1, s};
     uint32_t id = strings.insert(s, h);
@@ -243,52 +281,56 @@ struct Writer::Impl {
     return p;
   }
 
-  static size_t bound(const Record& r) {
-    constexpr size_t base = 1 + 2 * kMaxVarint;
-    return base + std::visit(
-        [](const auto& b) -> size_t {
-          using T = std::decay_t<decltype(b)>;
-          if constexpr (std::is_same_v<T, SessionBegin>)
-            return str_bound(b.user) + str_bound(b.database) + str_bound(b.application_name) +
-                   str_bound(b.client_addr) + 2 * kMaxVarint;
-          else if constexpr (std::is_same_v<T, Query>)
-            return str_bound(b.sql);
-          else if constexpr (std::is_same_v<T, Parse>)
-            return str_bound(b.statement) + str_bound(b.sql) + kMaxVarint * (1 + b.param_types.size());
-          else if constexpr (std::is_same_v<T, Bind>) {
-            size_t n = str_bound(b.portal) + str_bound(b.statement) +
-                       kMaxVarint * (2 + b.result_formats.size());
-            for (const Param& pa : b.params) n += 3 * kMaxVarint + pa.value.size();
-            return n;
-          } else if constexpr (std::is_same_v<T, Execute>)
-            return str_bound(b.portal) + kMaxVarint;
-          else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>)
-            return str_bound(b.name) + 1;
-          else if constexpr (std::is_same_v<T, CopyData>)
-            return 2 * kMaxVarint + b.data.size();
-          else if constexpr (std::is_same_v<T, CopyFail>)
-            return str_bound(b.message);
-          else if constexpr (std::is_same_v<T, Result>)
-            return str_bound(b.tag) + kMaxVarint;
-          else if constexpr (std::is_same_v<T, Error>)
-            return str_bound(b.sqlstate) + str_bound(b.severity) + str_bound(b.message);
-          else if constexpr (std::is_same_v<T, BlockIo>)
-            return 3 + 5 * kMaxVarint;
-          else if constexpr (std::is_same_v<T, FileIo>)
-            return str_bound(b.file) + 5 * kMaxVarint;
-          else if constexpr (std::is_same_v<T, Sample>)
-            return str_bound(b.name) + 1 + kMaxVarint;
-          else if constexpr (std::is_same_v<T, Meta>)
-            return str_bound(b.key) + str_bound(b.value);
-          else
-            return 2 * kMaxVarint;
-        },
-        r.body);
+  // Upper bound of the encoded size of a record body, string definitions
+  // included (the kind byte, time delta and session come on top).
+  template <class T>
+  static size_t body_bound(const T& b) {
+    (void)b;
+    if constexpr (std::is_same_v<T, SessionBegin>)
+      return str_bound(b.user) + str_bound(b.database) + str_bound(b.application_name) +
+             str_bound(b.client_addr) + 2 * kMaxVarint;
+    else if constexpr (std::is_same_v<T, Query>)
+      return str_bound(b.sql);
+    else if constexpr (std::is_same_v<T, Parse>)
+      return str_bound(b.statement) + str_bound(b.sql) + kMaxVarint * (1 + b.param_types.size());
+    else if constexpr (std::is_same_v<T, Bind>) {
+      size_t n = str_bound(b.portal) + str_bound(b.statement) +
+                 kMaxVarint * (2 + b.result_formats.size());
+      for (const Param& pa : b.params) n += 3 * kMaxVarint + pa.value.size();
+      return n;
+    } else if constexpr (std::is_same_v<T, Execute>)
+      return str_bound(b.portal) + kMaxVarint;
+    else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>)
+      return str_bound(b.name) + 1;
+    else if constexpr (std::is_same_v<T, CopyData>)
+      return 2 * kMaxVarint + b.data.size();
+    else if constexpr (std::is_same_v<T, CopyFail>)
+      return str_bound(b.message);
+    else if constexpr (std::is_same_v<T, Result>)
+      return str_bound(b.tag) + kMaxVarint;
+    else if constexpr (std::is_same_v<T, Error>)
+      return str_bound(b.sqlstate) + str_bound(b.severity) + str_bound(b.message);
+    else if constexpr (std::is_same_v<T, BlockIo>)
+      return 3 + 5 * kMaxVarint;
+    else if constexpr (std::is_same_v<T, FileIo>)
+      return str_bound(b.file) + 5 * kMaxVarint;
+    else if constexpr (std::is_same_v<T, Sample>)
+      return str_bound(b.name) + 1 + kMaxVarint;
+    else if constexpr (std::is_same_v<T, Meta>)
+      return str_bound(b.key) + str_bound(b.value);
+    else
+      return 2 * kMaxVarint;
   }
 
   void write(const Record& r) {
     if (closed) throw RuntimeError("trace writer: write after close");
-    size_t need = bound(r);
+    // One dispatch on the kind; everything below is straight-line code for it.
+    std::visit([&](const auto& b) { write_body(r, b); }, r.body);
+  }
+
+  template <class T>
+  void write_body(const Record& r, const T& b) {
+    size_t need = 1 + 2 * kMaxVarint + body_bound(b);
     if (used > 0 && used + need > opts.chunk_bytes) flush_chunk(false);
     uint8_t* const start = ensure(need);
     uint8_t* p = start;
@@ -297,47 +339,43 @@ struct Writer::Impl {
       dstate.prev_ts = r.ts;
     }
     const uint8_t code = static_cast<uint8_t>(r.body.index());
+    (void)b;
 
     // Interned strings first: their definitions precede the record.
     StrRef refs[4];
-    std::visit(
-        [&](const auto& b) {
-          using T = std::decay_t<decltype(b)>;
-          if constexpr (std::is_same_v<T, SessionBegin>) {
-            refs[0] = ref(p, b.user);
-            refs[1] = ref(p, b.database);
-            refs[2] = ref(p, b.application_name);
-            refs[3] = ref(p, b.client_addr);
-          } else if constexpr (std::is_same_v<T, Query>) {
-            refs[0] = ref(p, b.sql);
-          } else if constexpr (std::is_same_v<T, Parse> || std::is_same_v<T, Bind>) {
-            refs[0] = ref(p, b.statement);
-            if constexpr (std::is_same_v<T, Parse>)
-              refs[1] = ref(p, b.sql);
-            else
-              refs[1] = ref(p, b.portal);
-          } else if constexpr (std::is_same_v<T, Execute>) {
-            refs[0] = ref(p, b.portal);
-          } else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
-            refs[0] = ref(p, b.name);
-          } else if constexpr (std::is_same_v<T, CopyFail>) {
-            refs[0] = ref(p, b.message);
-          } else if constexpr (std::is_same_v<T, Result>) {
-            refs[0] = ref(p, b.tag);
-          } else if constexpr (std::is_same_v<T, Error>) {
-            refs[0] = ref(p, b.sqlstate);
-            refs[1] = ref(p, b.severity);
-            refs[2] = ref(p, b.message);
-          } else if constexpr (std::is_same_v<T, FileIo>) {
-            refs[0] = ref(p, b.file);
-          } else if constexpr (std::is_same_v<T, Sample>) {
-            refs[0] = ref(p, b.name);
-          } else if constexpr (std::is_same_v<T, Meta>) {
-            refs[0] = ref(p, b.key);
-            refs[1] = ref(p, b.value);
-          }
-        },
-        r.body);
+    if constexpr (std::is_same_v<T, SessionBegin>) {
+      refs[0] = ref(p, b.user);
+      refs[1] = ref(p, b.database);
+      refs[2] = ref(p, b.application_name);
+      refs[3] = ref(p, b.client_addr);
+    } else if constexpr (std::is_same_v<T, Query>) {
+      refs[0] = ref(p, b.sql);
+    } else if constexpr (std::is_same_v<T, Parse> || std::is_same_v<T, Bind>) {
+      refs[0] = ref(p, b.statement);
+      if constexpr (std::is_same_v<T, Parse>)
+        refs[1] = ref(p, b.sql);
+      else
+        refs[1] = ref(p, b.portal);
+    } else if constexpr (std::is_same_v<T, Execute>) {
+      refs[0] = ref(p, b.portal);
+    } else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
+      refs[0] = ref(p, b.name);
+    } else if constexpr (std::is_same_v<T, CopyFail>) {
+      refs[0] = ref(p, b.message);
+    } else if constexpr (std::is_same_v<T, Result>) {
+      refs[0] = ref(p, b.tag);
+    } else if constexpr (std::is_same_v<T, Error>) {
+      refs[0] = ref(p, b.sqlstate);
+      refs[1] = ref(p, b.severity);
+      refs[2] = ref(p, b.message);
+    } else if constexpr (std::is_same_v<T, FileIo>) {
+      refs[0] = ref(p, b.file);
+    } else if constexpr (std::is_same_v<T, Sample>) {
+      refs[0] = ref(p, b.name);
+    } else if constexpr (std::is_same_v<T, Meta>) {
+      refs[0] = ref(p, b.key);
+      refs[1] = ref(p, b.value);
+    }
 
     // Kind byte, timestamp delta, session.
     uint8_t* kind_at = p++;
@@ -359,85 +397,80 @@ struct Writer::Impl {
     }
     *kind_at = kind;
 
-    std::visit(
-        [&](const auto& b) {
-          using T = std::decay_t<decltype(b)>;
-          if constexpr (std::is_same_v<T, SessionBegin>) {
-            for (const auto& rf : refs) p = put_ref(p, rf);
-            p = put_varint(p, zigzag(b.backend_pid));
-            p = put_varint(p, b.flags);
-          } else if constexpr (std::is_same_v<T, SessionEnd>) {
-            p = put_varint(p, static_cast<uint8_t>(b.reason));
-          } else if constexpr (std::is_same_v<T, Query>) {
-            p = put_ref(p, refs[0]);
-          } else if constexpr (std::is_same_v<T, Parse>) {
-            p = put_ref(p, refs[0]);
-            p = put_ref(p, refs[1]);
-            p = put_varint(p, b.param_types.size());
-            for (uint32_t oid : b.param_types) p = put_varint(p, oid);
-          } else if constexpr (std::is_same_v<T, Bind>) {
-            p = put_ref(p, refs[1]);  // portal
-            p = put_ref(p, refs[0]);  // statement
-            p = put_varint(p, b.params.size());
-            for (const Param& pa : b.params) p = put_param(p, pa);
-            p = put_varint(p, b.result_formats.size());
-            for (int16_t f : b.result_formats) p = put_varint(p, zigzag(f));
-          } else if constexpr (std::is_same_v<T, Execute>) {
-            p = put_ref(p, refs[0]);
-            p = put_varint(p, b.max_rows);
-          } else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
-            *p++ = static_cast<uint8_t>(b.target);
-            p = put_ref(p, refs[0]);
-          } else if constexpr (std::is_same_v<T, CopyData>) {
-            p = put_varint(p, static_cast<uint8_t>(b.dir));
-            p = put_varint(p, b.data.size());
-            std::memcpy(p, b.data.data(), b.data.size());
-            p += b.data.size();
-          } else if constexpr (std::is_same_v<T, CopyDone>) {
-            p = put_varint(p, static_cast<uint8_t>(b.dir));
-          } else if constexpr (std::is_same_v<T, CopyFail>) {
-            p = put_ref(p, refs[0]);
-          } else if constexpr (std::is_same_v<T, Result>) {
-            p = put_ref(p, refs[0]);
-            p = put_varint(p, b.has_rows ? b.rows + 1 : 0);
-          } else if constexpr (std::is_same_v<T, Error>) {
-            p = put_ref(p, refs[0]);
-            p = put_ref(p, refs[1]);
-            p = put_ref(p, refs[2]);
-          } else if constexpr (std::is_same_v<T, Ready>) {
-            *p++ = static_cast<uint8_t>(b.status);
-          } else if constexpr (std::is_same_v<T, BlockIo>) {
-            p = put_block(p, r.ts, b, *kind_at);
-          } else if constexpr (std::is_same_v<T, FileIo>) {
-            p = put_varint(p, static_cast<uint64_t>(b.op) | (uint64_t{b.flags} << 2));
-            p = put_varint(p, zigzag(static_cast<int64_t>(b.pid) - dstate.fio_pid));
-            dstate.fio_pid = b.pid;
-            p = put_ref(p, refs[0]);
-            p = put_varint(p, zigzag(static_cast<int64_t>(b.offset - dstate.fio_end)));
-            p = put_varint(p, b.length);
-            dstate.fio_end = b.offset + b.length;
-            p = put_varint(p, zigzag(b.latency_ns));
-          } else if constexpr (std::is_same_v<T, Sample>) {
-            p = put_ref(p, refs[0]);
-            double v = b.value;
-            if (v == static_cast<double>(static_cast<int64_t>(v)) && v >= -9007199254740992.0 &&
-                v <= 9007199254740992.0 && !(v == 0 && std::signbit(v))) {
-              *p++ = 1;
-              p = put_varint(p, zigzag(static_cast<int64_t>(v)));
-            } else {
-              *p++ = 0;
-              std::memcpy(p, &v, 8);
-              p += 8;
-            }
-          } else if constexpr (std::is_same_v<T, Meta>) {
-            p = put_ref(p, refs[0]);
-            p = put_ref(p, refs[1]);
-          } else if constexpr (std::is_same_v<T, Loss>) {
-            p = put_varint(p, static_cast<uint8_t>(b.what));
-            p = put_varint(p, b.count);
-          }
-        },
-        r.body);
+    if constexpr (std::is_same_v<T, SessionBegin>) {
+      for (const auto& rf : refs) p = put_ref(p, rf);
+      p = put_varint(p, zigzag(b.backend_pid));
+      p = put_varint(p, b.flags);
+    } else if constexpr (std::is_same_v<T, SessionEnd>) {
+      p = put_varint(p, static_cast<uint8_t>(b.reason));
+    } else if constexpr (std::is_same_v<T, Query>) {
+      p = put_ref(p, refs[0]);
+    } else if constexpr (std::is_same_v<T, Parse>) {
+      p = put_ref(p, refs[0]);
+      p = put_ref(p, refs[1]);
+      p = put_varint(p, b.param_types.size());
+      for (uint32_t oid : b.param_types) p = put_varint(p, oid);
+    } else if constexpr (std::is_same_v<T, Bind>) {
+      p = put_ref(p, refs[1]);  // portal
+      p = put_ref(p, refs[0]);  // statement
+      p = put_varint(p, b.params.size());
+      for (const Param& pa : b.params) p = put_param(p, pa);
+      p = put_varint(p, b.result_formats.size());
+      for (int16_t f : b.result_formats) p = put_varint(p, zigzag(f));
+    } else if constexpr (std::is_same_v<T, Execute>) {
+      p = put_ref(p, refs[0]);
+      p = put_varint(p, b.max_rows);
+    } else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
+      *p++ = static_cast<uint8_t>(b.target);
+      p = put_ref(p, refs[0]);
+    } else if constexpr (std::is_same_v<T, CopyData>) {
+      p = put_varint(p, static_cast<uint8_t>(b.dir));
+      p = put_varint(p, b.data.size());
+      std::memcpy(p, b.data.data(), b.data.size());
+      p += b.data.size();
+    } else if constexpr (std::is_same_v<T, CopyDone>) {
+      p = put_varint(p, static_cast<uint8_t>(b.dir));
+    } else if constexpr (std::is_same_v<T, CopyFail>) {
+      p = put_ref(p, refs[0]);
+    } else if constexpr (std::is_same_v<T, Result>) {
+      p = put_ref(p, refs[0]);
+      p = put_varint(p, b.has_rows ? b.rows + 1 : 0);
+    } else if constexpr (std::is_same_v<T, Error>) {
+      p = put_ref(p, refs[0]);
+      p = put_ref(p, refs[1]);
+      p = put_ref(p, refs[2]);
+    } else if constexpr (std::is_same_v<T, Ready>) {
+      *p++ = static_cast<uint8_t>(b.status);
+    } else if constexpr (std::is_same_v<T, BlockIo>) {
+      p = put_block(p, r.ts, b, *kind_at);
+    } else if constexpr (std::is_same_v<T, FileIo>) {
+      p = put_varint(p, static_cast<uint64_t>(b.op) | (uint64_t{b.flags} << 2));
+      p = put_varint(p, zigzag(static_cast<int64_t>(b.pid) - dstate.fio_pid));
+      dstate.fio_pid = b.pid;
+      p = put_ref(p, refs[0]);
+      p = put_varint(p, zigzag(static_cast<int64_t>(b.offset - dstate.fio_end)));
+      p = put_varint(p, b.length);
+      dstate.fio_end = b.offset + b.length;
+      p = put_varint(p, zigzag(b.latency_ns));
+    } else if constexpr (std::is_same_v<T, Sample>) {
+      p = put_ref(p, refs[0]);
+      double v = b.value;
+      if (v == static_cast<double>(static_cast<int64_t>(v)) && v >= -9007199254740992.0 &&
+          v <= 9007199254740992.0 && !(v == 0 && std::signbit(v))) {
+        *p++ = 1;
+        p = put_varint(p, zigzag(static_cast<int64_t>(v)));
+      } else {
+        *p++ = 0;
+        std::memcpy(p, &v, 8);
+        p += 8;
+      }
+    } else if constexpr (std::is_same_v<T, Meta>) {
+      p = put_ref(p, refs[0]);
+      p = put_ref(p, refs[1]);
+    } else if constexpr (std::is_same_v<T, Loss>) {
+      p = put_varint(p, static_cast<uint8_t>(b.what));
+      p = put_varint(p, b.count);
+    }
 
     // Invariant: the bound covered everything written.
     assert(static_cast<size_t>(p - start) <= need);

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -414,6 +415,63 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
     INFO(args.back() << ": " << bad.err);
     CHECK(bad.status == 2);
     CHECK(tierlab::test::count_lines(bad.err) == 1);
+  }
+}
+
+TEST_CASE("replay --rt and the CPU wake-up latency hold of timed replays", "[replay][pg][cli]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("rt.tlt");
+  {
+    TraceBuilder b(path);
+    for (uint64_t s = 1; s <= 2; ++s) {
+      b.begin(0, s, pg.superuser());
+      for (int i = 0; i < 10; ++i)
+        b.query(i * 20 * kMs + static_cast<Nanos>(s) * kMs, s, "SELECT " + std::to_string(i), "SELECT", true, 1,
+                kMs);
+      b.end(250 * kMs, s);
+    }
+    b.close();
+  }
+  std::string json = dir.file("r.json");
+  auto read = [&] {
+    std::ifstream in(json);
+    return nlohmann::json::parse(in);
+  };
+
+  // A timed replay holds /dev/cpu_dma_latency when it may (root) and says so.
+  auto timed = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--json", json});
+  INFO(timed.err);
+  REQUIRE(timed.status == 0);
+  bool root = geteuid() == 0;
+  CHECK(read()["cpu_latency_held"] == (root && access("/dev/cpu_dma_latency", W_OK) == 0));
+  CHECK(read()["realtime"] == false);
+  CHECK(timed.out.find("cpu wake-up latency: ") != std::string::npos);
+
+  auto no_qos = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--no-pm-qos", "--json", json});
+  REQUIRE(no_qos.status == 0);
+  CHECK(read()["cpu_latency_held"] == false);
+  CHECK(no_qos.out.find("cpu wake-up latency: not held") != std::string::npos);
+
+  // Max speed has no deadlines and holds nothing.
+  auto max = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--max-speed", "--json", json});
+  REQUIRE(max.status == 0);
+  CHECK(read()["cpu_latency_held"] == false);
+  CHECK(read()["statements"] == 20);
+
+  // --rt: SCHED_FIFO workers as root; otherwise one line naming the need.
+  auto rt = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--rt", "--json", json});
+  if (root) {
+    INFO(rt.err);
+    REQUIRE(rt.status == 0);
+    CHECK(read()["realtime"] == true);
+    CHECK(read()["statements"] == 20);
+    CHECK(rt.out.find("number of threads: ") != std::string::npos);
+    CHECK(rt.out.find("(SCHED_FIFO)") != std::string::npos);
+  } else {
+    CHECK(rt.status == 1);
+    CHECK(tierlab::test::count_lines(rt.err) == 1);
+    CHECK(rt.err.find("--rt") != std::string::npos);
   }
 }
 

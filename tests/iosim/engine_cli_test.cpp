@@ -25,7 +25,7 @@ TEST_CASE("cli: iosim run writes, verifies and reports fio-like and JSON", "[eng
   REQUIRE(r.status == 0);
   CHECK(r.out.find("read: IOPS=") != std::string::npos);
   CHECK(r.out.find("write: IOPS=") != std::string::npos);
-  CHECK(r.out.find("clat percentiles (usec)") != std::string::npos);
+  CHECK(r.out.find("lat percentiles (usec)") != std::string::npos);
   CHECK(r.out.find("verify:") != std::string::npos);
   std::ifstream f(dir.file("out.json"));
   auto j = nlohmann::json::parse(f);
