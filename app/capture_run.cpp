@@ -43,6 +43,7 @@ struct CaptureRunOptions {
   std::string listen = "127.0.0.1:6432";
   std::string upstream;
   int threads = 0;
+  std::string io = "auto";
   // Passive mode.
   std::string interface;
   uint16_t port = 0;
@@ -184,6 +185,7 @@ class ProxyCapture : public TxCapture {
     po.upstream = o.upstream;
     po.out = part;
     po.threads = o.threads;
+    po.io = o.io;
     proxy_ = std::make_unique<capture::Proxy>(po);
   }
   void start() override { proxy_->start(); }
@@ -575,6 +577,10 @@ void setup_capture_run(CLI::App& parent) {
   auto* upstream = cmd->add_option("--upstream", opt->upstream, "proxy: the server, HOST:PORT or SOCKET_DIR[:PORT]");
   auto* threads =
       cmd->add_option("--threads", opt->threads, "proxy: event-loop threads (0: half the cores, at least one)")->capture_default_str();
+  auto* io = cmd->add_option("--io", opt->io,
+                             "proxy: event loop, io_uring, epoll, or auto (io_uring when the kernel allows it)")
+                 ->check(CLI::IsMember({"auto", "io_uring", "epoll"}))
+                 ->capture_default_str();
   auto* iface = cmd->add_option("--interface,-i", opt->interface,
                                 "passive: capture packets on this interface (lo, eth0, any); needs root");
   auto* port = cmd->add_option("--port,-p", opt->port, "passive: the server's TCP port");
@@ -591,8 +597,8 @@ void setup_capture_run(CLI::App& parent) {
   cmd->add_option("--conninfo", opt->conninfo,
                   "libpq connection string for the counters (default: the server's host and port, "
                   "dbname=postgres)");
-  cmd->callback([opt, listen, upstream, threads, iface, port, host, buffer] {
-    opt->proxy_flags = listen->count() + upstream->count() + threads->count() > 0;
+  cmd->callback([opt, listen, upstream, threads, io, iface, port, host, buffer] {
+    opt->proxy_flags = listen->count() + upstream->count() + threads->count() + io->count() > 0;
     opt->passive_flags = iface->count() + port->count() + host->count() + buffer->count() > 0;
     run_capture_run(*opt);
   });

@@ -40,12 +40,19 @@ struct Cursor {
   }
   std::string_view cstr() {
     if (problem) return {};
-    const void* z = std::memchr(p, 0, left());
-    if (!z) {
-      problem = "string without terminating NUL";
-      return {};
+    // Most strings here are short (statement and portal names, tags): a
+    // plain scan of the first bytes beats a library call.
+    const uint8_t* zz = p;
+    const uint8_t* stop = left() > 16 ? p + 16 : end;
+    while (zz < stop && *zz) ++zz;
+    if (zz == stop) {
+      const void* z = zz < end ? std::memchr(zz, 0, static_cast<size_t>(end - zz)) : nullptr;
+      if (!z) {
+        problem = "string without terminating NUL";
+        return {};
+      }
+      zz = static_cast<const uint8_t*>(z);
     }
-    auto* zz = static_cast<const uint8_t*>(z);
     std::string_view s(reinterpret_cast<const char*>(p), static_cast<size_t>(zz - p));
     p = zz + 1;
     return s;

@@ -73,6 +73,14 @@ class FileSink : public Sink {
   int fd_ = -1;
 };
 
+// Byte equality; short strings compared inline.
+inline bool same_bytes(const char* a, const char* b, size_t n) {
+  if (n > 16) return std::memcmp(a, b, n) == 0;
+  for (size_t i = 0; i < n; ++i)
+    if (a[i] != b[i]) return false;
+  return true;
+}
+
 // Strings interned file-wide: id 0 is "", ids 1.. are given in order of first
 // use. Open addressing over string bytes kept in an arena; lookups and hits
 // never allocate.
@@ -86,7 +94,7 @@ class InternTable {
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       const Slot& sl = slots_[i];
       if (sl.id == 0) return 0;
-      if (sl.hash == h && sl.len == s.size() && std::memcmp(sl.p, s.data(), s.size()) == 0)
+      if (sl.hash == h && sl.len == s.size() && same_bytes(sl.p, s.data(), s.size()))
         return sl.id;
     }
   }
@@ -159,6 +167,15 @@ bool canonical_int(std::string_view s, int64_t& out) {
   size_t i = s[0] == '-' ? 1 : 0;
   if (i == s.size()) return false;
   if (s[i] == '0' && (s.size() > i + 1 || i == 1)) return false;  // "01", "-0"
+  if (s.size() - i < 19) {  // at most 18 digits: no overflow possible
+    int64_t v = 0;
+    for (size_t k = i; k < s.size(); ++k) {
+      if (s[k] < '0' || s[k] > '9') return false;
+      v = v * 10 + (s[k] - '0');
+    }
+    out = i ? -v : v;
+    return true;
+  }
   for (size_t k = i; k < s.size(); ++k)
     if (s[k] < '0' || s[k] > '9') return false;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);

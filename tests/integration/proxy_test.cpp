@@ -678,3 +678,30 @@ TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addr
   bad({"--upstream", upstream_of(pg), "--listen", "127.0.0.1:" + std::to_string(pg.port())}, "Address already in use");
   bad({"--upstream", upstream_of(pg), "--on-overflow", "maybe"}, "--on-overflow maybe");
 }
+
+TEST_CASE("proxy: capture run --io picks the proxy's event loop and is a proxy flag", "[proxy]") {
+  auto& pg = test::shared_server();
+  TempDir dir;
+  std::string t = dir.file("run.tlt");
+  for (std::string io : {"epoll", "io_uring"}) {
+    auto r = test::run_tierlab({"capture", "run", "--listen", "127.0.0.1:0", "--upstream", upstream_of(pg), "--io",
+                                io, "--conninfo", pg.conninfo(), "--out", t, "--duration", "500ms",
+                                "--sample-interval", "100ms"});
+    INFO(r.out << r.err);
+    if (io == "io_uring" && r.status != 0 && r.err.find("io_uring") != std::string::npos) continue;  // not here
+    REQUIRE(r.status == 0);
+    std::string got;
+    for (const auto& rec : load(t))
+      if (rec.kind == trace::Kind::Meta && rec.a == "io") got = rec.b;
+    const char* forced = std::getenv("TIERLAB_PROXY_IO");
+    CHECK(got == (forced && *forced && std::string(forced) != "auto" ? std::string(forced) : io));
+  }
+  auto r = test::run_tierlab({"capture", "run", "--upstream", upstream_of(pg), "--io", "poll", "--out", t});
+  CHECK(r.status == 2);
+  CHECK(test::count_lines(r.err) == 1);
+  CHECK(r.err.find("--io") != std::string::npos);
+  r = test::run_tierlab({"capture", "run", "--io", "epoll", "--interface", "lo", "--port", "5432", "--out", t});
+  CHECK(r.status == 2);
+  CHECK(test::count_lines(r.err) == 1);
+  CHECK(r.err.find("not both") != std::string::npos);
+}
