@@ -52,6 +52,51 @@ std::string format_peer(const sockaddr_storage& ss) {
   return std::string(host) + ":" + std::to_string(port);
 }
 
+StartupStep startup_step(SessionDecoder& dec, int client_fd, uint8_t* buf, uint32_t& head, uint32_t& len,
+                         uint32_t max_startup, const char** why) {
+  for (;;) {
+    const uint8_t* b = buf + head;
+    const uint32_t have = len - head;
+    StartupPacket sp = classify_startup(b, have, max_startup);
+    switch (sp.kind) {
+      case StartupKind::Incomplete:
+        return StartupStep::NeedMore;
+      case StartupKind::SslRequest:
+      case StartupKind::GssEncRequest: {
+        trace::Nanos ts = now_ns();
+        if (!dec.feed(Direction::Frontend, b, sp.length, ts)) {
+          *why = dec.error();
+          return StartupStep::ProtocolError;
+        }
+        head += sp.length;
+        static const uint8_t no = 'N';
+        if (::send(client_fd, &no, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) return StartupStep::ClientGone;
+        dec.feed(Direction::Backend, &no, 1, ts);
+        if (head == len) head = len = 0;
+        continue;
+      }
+      case StartupKind::Invalid:
+      case StartupKind::Startup:
+      case StartupKind::Cancel:
+        if (!dec.feed(Direction::Frontend, b, have, now_ns())) {
+          *why = dec.error();
+          return StartupStep::ProtocolError;
+        }
+        if (sp.kind == StartupKind::Invalid) {
+          *why = "invalid startup packet";
+          return StartupStep::ProtocolError;
+        }
+        return StartupStep::Connect;
+    }
+  }
+}
+
+int upstream_socket(const Addr& a) {
+  int fd = ::socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && !a.is_unix) set_nodelay(fd);
+  return fd;
+}
+
 size_t proxy_error(SessionDecoder& dec, uint8_t* out, size_t cap, const char* sqlstate,
                    const char* message) {
   size_t n = make_error_response(out, cap, "FATAL", sqlstate, message);

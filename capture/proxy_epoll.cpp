@@ -274,57 +274,24 @@ struct Loop final : EventLoop {
     }
     b.tail += static_cast<uint32_t>(n);
     stats.to_server += static_cast<uint64_t>(n);
-    for (;;) {
-      StartupPacket sp = classify_startup(b.data + b.head, b.tail - b.head, px.limits.max_startup);
-      switch (sp.kind) {
-        case StartupKind::Incomplete:
-          if (b.tail == b.cap) {  // cannot happen while max_startup < cap; be safe
-            protocol_error(s, "startup packet larger than the buffer");
-          }
-          return;
-        case StartupKind::SslRequest:
-        case StartupKind::GssEncRequest: {
-          Nanos ts = now_ns();
-          if (!s->dec.feed(Direction::Frontend, b.data + b.head, sp.length, ts)) {
-            protocol_error(s, s->dec.error());
-            return;
-          }
-          b.head += sp.length;
-          static const uint8_t no = 'N';
-          if (::send(s->cfd, &no, 1, MSG_NOSIGNAL) != 1) {
-            close_session(s, EndReason::ClientAbort);
-            return;
-          }
-          s->dec.feed(Direction::Backend, &no, 1, ts);
-          if (b.head == b.tail) b.head = b.tail = 0;
-          continue;
-        }
-        case StartupKind::Invalid:
-        case StartupKind::Startup:
-        case StartupKind::Cancel: {
-          if (!s->dec.feed(Direction::Frontend, b.data + b.head, b.tail - b.head, now_ns())) {
-            protocol_error(s, s->dec.error());
-            return;
-          }
-          if (sp.kind == StartupKind::Invalid) {
-            protocol_error(s, "invalid startup packet");
-            return;
-          }
-          connect_upstream(s);
-          return;
-        }
-      }
+    const char* why = "";
+    switch (startup_step(s->dec, s->cfd, b.data, b.head, b.tail, px.limits.max_startup, &why)) {
+      case StartupStep::NeedMore:
+        if (b.tail == b.cap) protocol_error(s, "startup packet larger than the buffer");  // max_startup < cap
+        return;
+      case StartupStep::Connect: connect_upstream(s); return;
+      case StartupStep::ProtocolError: protocol_error(s, why); return;
+      case StartupStep::ClientGone: close_session(s, EndReason::ClientAbort); return;
     }
   }
 
   void connect_upstream(Session* s) {
     const Addr& a = px.upstream;
-    int fd = ::socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = upstream_socket(a);
     if (fd < 0) {
       upstream_refused(s, errno);
       return;
     }
-    if (!a.is_unix) set_nodelay(fd);
     s->ufd = fd;
     int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.ss), a.len);
     if (rc != 0 && errno != EINPROGRESS && errno != EAGAIN) {

@@ -77,6 +77,23 @@ std::unique_ptr<EventLoop> make_uring_loop(Shared& px, int tcp_fd, RecordSink& s
 // present and allowed), else what is missing, in one line.
 std::string uring_unsupported();
 
+// Startup packets a loop has collected from a client, at buf[head, len).
+// SSLRequest and GSSENCRequest are answered 'N' on client_fd (the client
+// continues in plaintext) and consumed; a StartupMessage or CancelRequest
+// ends the startup: the rest of the bytes are fed to dec and go upstream.
+enum class StartupStep : uint8_t {
+  NeedMore,       // incomplete: read more
+  Connect,        // a StartupMessage or CancelRequest: connect upstream, send buf[head, len)
+  ProtocolError,  // *why says what
+  ClientGone,     // the 'N' could not be sent
+};
+StartupStep startup_step(SessionDecoder& dec, int client_fd, uint8_t* buf, uint32_t& head, uint32_t& len,
+                         uint32_t max_startup, const char** why);
+
+// A non-blocking socket for the upstream (TCP_NODELAY on TCP), or -1 with
+// errno set.
+int upstream_socket(const Addr& a);
+
 // The FATAL ErrorResponse the proxy sends a client itself: written to out
 // (cap bytes), recorded through dec as the server's answer. Returns its
 // length, 0 if it does not fit.

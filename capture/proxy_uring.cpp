@@ -601,56 +601,22 @@ class Loop final : public EventLoop {
     }
     std::memcpy(s->aux.get() + s->aux_len, p, n);
     s->aux_len += n;
-    for (;;) {
-      const uint8_t* b = s->aux.get() + s->aux_head;
-      const uint32_t have = s->aux_len - s->aux_head;
-      StartupPacket sp = classify_startup(b, have, px_.limits.max_startup);
-      switch (sp.kind) {
-        case StartupKind::Incomplete:
-          return;
-        case StartupKind::SslRequest:
-        case StartupKind::GssEncRequest: {
-          Nanos ts = now_ns();
-          if (!s->dec.feed(Direction::Frontend, b, sp.length, ts)) {
-            protocol_error(s, s->dec.error());
-            return;
-          }
-          s->aux_head += sp.length;
-          static const uint8_t no = 'N';
-          if (::send(s->fd[0], &no, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
-            close_session(s, EndReason::ClientAbort);
-            return;
-          }
-          s->dec.feed(Direction::Backend, &no, 1, ts);
-          if (s->aux_head == s->aux_len) s->aux_head = s->aux_len = 0;
-          continue;
-        }
-        case StartupKind::Invalid:
-        case StartupKind::Startup:
-        case StartupKind::Cancel: {
-          if (!s->dec.feed(Direction::Frontend, b, have, now_ns())) {
-            protocol_error(s, s->dec.error());
-            return;
-          }
-          if (sp.kind == StartupKind::Invalid) {
-            protocol_error(s, "invalid startup packet");
-            return;
-          }
-          connect_upstream(s);
-          return;
-        }
-      }
+    const char* why = "";
+    switch (startup_step(s->dec, s->fd[0], s->aux.get(), s->aux_head, s->aux_len, px_.limits.max_startup, &why)) {
+      case StartupStep::NeedMore: return;
+      case StartupStep::Connect: connect_upstream(s); return;
+      case StartupStep::ProtocolError: protocol_error(s, why); return;
+      case StartupStep::ClientGone: close_session(s, EndReason::ClientAbort); return;
     }
   }
 
   void connect_upstream(Session* s) {
     const Addr& a = px_.upstream;
-    int fd = ::socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = upstream_socket(a);
     if (fd < 0) {
       upstream_refused(s, errno);
       return;
     }
-    if (!a.is_unix) set_nodelay(fd);
     s->fd[1] = fd;
     s->state = State::Connecting;
     // The startup bytes go first, once connected.

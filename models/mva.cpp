@@ -1,6 +1,8 @@
 #include "models/mva.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace tierlab::models {
@@ -13,7 +15,18 @@ std::vector<MvaPoint> solve_mva(const std::vector<Station>& stations, int max_n,
     if (s.demand_s < 0) throw std::invalid_argument("mva: negative demand at " + s.name);
     if (s.kind == StationKind::Multi && s.servers < 1)
       throw std::invalid_argument("mva: station " + s.name + " needs at least one server");
+    if (s.kind == StationKind::Cycle && !s.residence)
+      throw std::invalid_argument("mva: cycle station " + s.name + " needs a residence function");
   }
+  bool any_cycle = std::any_of(stations.begin(), stations.end(),
+                               [](const Station& s) { return s.kind == StationKind::Cycle; });
+  // Sum of the Cycle stations' residence times at throughput x.
+  auto cycles = [&](double x, int n) {
+    double sum = 0;
+    for (const auto& s : stations)
+      if (s.kind == StationKind::Cycle) sum += s.residence(x, n);
+    return sum;
+  };
   std::vector<double> q(k, 0.0);
   // p[i][j]: probability of j customers at multi-server station i (j < m).
   std::vector<std::vector<double>> p(k);
@@ -44,10 +57,36 @@ std::vector<MvaPoint> solve_mva(const std::vector<Station>& stations, int max_n,
           r[i] = s.demand_s / m * (1.0 + q[i] + extra);
           break;
         }
+        case StationKind::Cycle:
+          r[i] = 0;  // below, once X is known
+          break;
       }
       total += r[i];
     }
     double x = total > 0 ? n / total : 0.0;
+    if (any_cycle) {
+      // n = x (total + cycles(x)): the right side grows with x, so the root
+      // is unique. Invariant: lo (x) <= n and hi (x) > n, or hi is the
+      // largest rate the other stations allow (total > 0).
+      auto excess = [&](double v) { return v * (total + cycles(v, n)) - n; };
+      double lo = 0, hi = total > 0 ? n / total : 1.0;
+      if (total <= 0)
+        while (excess(hi) < 0 && hi < 1e15) hi *= 2;
+      if (excess(hi) <= 0) {
+        x = hi;
+      } else {
+        for (int it = 0; it < 200 && hi - lo > hi * 1e-12; ++it) {
+          double mid = (lo + hi) / 2;
+          (excess(mid) < 0 ? lo : hi) = mid;
+        }
+        x = lo;
+      }
+      for (size_t i = 0; i < k; ++i)
+        if (stations[i].kind == StationKind::Cycle) {
+          r[i] = stations[i].residence(x, n);
+          if (!std::isfinite(r[i])) r[i] = std::numeric_limits<double>::max() / 4;
+        }
+    }
     MvaPoint pt;
     pt.n = n;
     pt.throughput = x;
@@ -71,7 +110,7 @@ std::vector<MvaPoint> solve_mva(const std::vector<Station>& stations, int max_n,
         for (int j = 1; j <= m - 1; ++j) acc += (m - j) * pi[static_cast<size_t>(j)];
         pi[0] = std::max(0.0, 1.0 - acc / m);
       }
-      if (s.kind != StationKind::Delay && pt.utilisation[i] > best) {
+      if (s.kind != StationKind::Delay && s.kind != StationKind::Cycle && pt.utilisation[i] > best) {
         best = pt.utilisation[i];
         pt.bottleneck = static_cast<int>(i);
       }

@@ -13,22 +13,42 @@
 //               p(0|n) = 1 - [X(n) D + sum_{j=1}^{m-1} (m-j) p(j|n)] / m
 //             where p(j|n) is the probability of j customers at the station
 //             with n in the network (only j < m is needed).
+//   Cycle   — a delay whose residence time depends on the network's
+//             throughput: R = residence(X, n), non-decreasing in X (a WAL
+//             flush cycle that the commits arriving during it share: the
+//             faster they arrive, the more share one flush and the longer a
+//             commit waits for the cycle in progress). At each population the
+//             other stations' residence times come from Q(n-1) as usual and
+//             X solves n = X (sum of those + sum of the Cycle stations'
+//             R(X, n)) by bisection: an approximate MVA step, exact when the
+//             residence function is constant.
 //
-// Populations n = 1..N are solved in one pass; each step is O(K*m).
+// Populations n = 1..N are solved in one pass; each step is O(K*m), plus
+// the bisection's evaluations of the Cycle stations.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tierlab::models {
 
-enum class StationKind { Delay, Queue, Multi };
+enum class StationKind { Delay, Queue, Multi, Cycle };
 
 struct Station {
+  Station() = default;
+  Station(std::string n, StationKind k, double demand, int m = 1,
+          std::function<double(double x, int n)> r = {})
+      : name(std::move(n)), kind(k), demand_s(demand), servers(m), residence(std::move(r)) {}
+
   std::string name;
   StationKind kind = StationKind::Queue;
   double demand_s = 0;  // service demand per transaction, seconds
   int servers = 1;      // Multi only
+  // Cycle only: residence time at throughput x with n in the network;
+  // non-decreasing in x, may be +infinity (a rate the station cannot carry).
+  std::function<double(double x, int n)> residence;
 };
 
 struct MvaPoint {
@@ -44,8 +64,8 @@ struct MvaPoint {
 
 // Solves the network for n = 1..max_n. `think_station` is the index of the
 // station whose residence time is the clients' think time (excluded from
-// response_s), or -1. Throws std::invalid_argument on negative demands or
-// max_n < 1.
+// response_s), or -1. Throws std::invalid_argument on negative demands,
+// a Cycle station without a residence function, or max_n < 1.
 std::vector<MvaPoint> solve_mva(const std::vector<Station>& stations, int max_n,
                                 int think_station = -1);
 

@@ -88,6 +88,7 @@ struct Template {
   uint64_t count = 0;
   double latency_sum_s = 0;
   double reads = 0;
+  double writes = 0;
 };
 
 }  // namespace
@@ -319,6 +320,7 @@ Profile ProfileBuilder::Impl::finish(const std::string& source) {
     ts.mean_latency_s = t.latency_sum_s / static_cast<double>(t.count);
     ts.concurrency = t.latency_sum_s / p.duration_s;
     ts.reads_per_tx = t.reads / static_cast<double>(t.count);
+    ts.writes_per_tx = t.writes / static_cast<double>(t.count);
     p.templates.push_back(std::move(ts));
   }
   std::sort(p.templates.begin(), p.templates.end(),
@@ -405,6 +407,7 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
         if (io.file) break;
         ++writes;
         write_bytes += io.length;
+        templates[tx->tmpl].writes += 1;
         break;
       case trace::IoOp::Flush:
         if (io.file) ++flushes;
@@ -672,7 +675,8 @@ void print_profile(std::ostream& out, const Profile& p) {
     }
     out << "  " << fmt("%5.1f%%", t.share * 100) << "  " << t.count << " tx, " << t.statements
         << " stmt, mean " << ms(t.mean_latency_s) << ", concurrency " << fmt("%.2f", t.concurrency)
-        << ", reads/tx " << fmt("%.2f", t.reads_per_tx) << "\n      " << t.text << "\n";
+        << ", reads/tx " << fmt("%.2f", t.reads_per_tx) << ", writes/tx " << fmt("%.2f", t.writes_per_tx)
+        << "\n      " << t.text << "\n";
   }
   out << "\nper transaction:\n";
   if (p.has_cpu)
@@ -749,7 +753,8 @@ std::string profile_json(const Profile& p, int indent) {
                   {"share", t.share},
                   {"mean_latency_ms", t.mean_latency_s * 1e3},
                   {"concurrency", t.concurrency},
-                  {"reads_per_tx", t.reads_per_tx}});
+                  {"reads_per_tx", t.reads_per_tx},
+                  {"writes_per_tx", t.writes_per_tx}});
   nlohmann::json per;
   per["cpu_ms"] = p.has_cpu ? nlohmann::json(p.cpu_s_per_tx * 1e3) : nlohmann::json();
   per["device_reads"] = p.reads_per_tx;

@@ -46,6 +46,7 @@ struct TemplateStats {
   double mean_latency_s = 0;
   double concurrency = 0;    // mean transactions of this template in flight
   double reads_per_tx = 0;   // attributed device reads per transaction
+  double writes_per_tx = 0;  // attributed device writes (WAL at commit) per transaction
 };
 
 // A miss-ratio curve over cache sizes in bytes (LRU over 8 KiB pages).

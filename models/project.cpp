@@ -1,6 +1,7 @@
 #include "models/project.h"
 
 #include "common/error.h"
+#include "models/group_commit.h"
 #include "models/mva.h"
 
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <ostream>
 #include <thread>
 
@@ -104,15 +106,27 @@ struct Demands {
   // The server's auxiliary processes (background writer, checkpointer) run
   // on their own clocks: their writes are a rate, whatever the throughput.
   double srv_writes_per_s = 0, srv_write_bytes_per_s = 0;
+  // With WAL flushes in the capture, the commit writes and flushes go
+  // through the flush cycle (models/group_commit.h), calibrated on the
+  // capture; `writes` and `flushes` above are then the captured figures
+  // and no longer a fixed demand per transaction.
+  bool group_commit = false;
+  FlushCycle cycle;
+  double capture_tps = 0;
+  int capture_clients = 1;
 };
 
 // A rate cap: the tier admits `limit` units per second; a transaction takes
 // `per_tx` of them and the server's own background I/O `fixed_per_s`.
 struct Cap {
   std::string name;
-  double per_tx = 0;
+  double per_tx = 0;         // besides the flush cycle's I/O
   double fixed_per_s = 0;
   double limit = 0;
+  // With the flush cycle modelled: its I/Os per cycle, and the cycles per
+  // transaction the bound counts (see Network::bound_cycles_per_tx).
+  double commit_tokens = 0;
+  double bound_cycles_per_tx = 0;
   // Highest throughput the cap admits. The background I/O keeps its rate
   // while it fits under the cap (its requests wait in line, but they keep
   // coming at that rate) and the transactions get what is left. When it
@@ -120,21 +134,41 @@ struct Cap {
   // throttled too and the cap is shared in proportion to demand at
   // `x_free`, the uncapped throughput.
   double bound(double x_free) const {
-    if (per_tx <= 0) return std::numeric_limits<double>::infinity();
+    double per = per_tx + commit_tokens * bound_cycles_per_tx;
+    if (per <= 0) return std::numeric_limits<double>::infinity();
     double left = limit - fixed_per_s;
-    if (left > 0) return left / per_tx;
-    return x_free > 0 ? limit * x_free / (x_free * per_tx + fixed_per_s) : 0;
+    if (left > 0) return left / per;
+    return x_free > 0 ? limit * x_free / (x_free * per + fixed_per_s) : 0;
   }
-  double utilisation(double x) const { return (x * per_tx + fixed_per_s) / limit; }
+  // With `cycles_per_tx` flush cycles per transaction at throughput x.
+  double utilisation(double x, double cycles_per_tx) const {
+    return (x * (per_tx + cycles_per_tx * commit_tokens) + fixed_per_s) / limit;
+  }
 };
 
 struct Network {
   std::vector<Station> stations;
-  int think = 0, cpu = 1, storage = 2, other = 3;
+  int think = 0, cpu = 1, storage = 2, other = 3, commit = -1;
   double io_var = 0;  // compound-Poisson variance of the device service time
   double read_ios = 0, write_ios = 0, bytes = 0;  // counted per transaction
   double fixed_write_ios = 0, fixed_bytes = 0;    // counted per second
   std::vector<Cap> caps;
+  // The flush cycle on this tier (group commit); when set, write_ios holds
+  // no commit I/O, which counts per cycle: cycle_write_ios of the writes
+  // cap and the total cap.
+  bool group_commit = false;
+  std::shared_ptr<FlushCycle> cycle;
+  double cycle_write_ios = 0;
+  double cycle_var = 0;  // device variance of one cycle
+  // Flush cycles per transaction a cap counts. Where a cap binds, cycles run
+  // back to back at the cap's pace and commits per flush = throughput x
+  // cycle interval whatever the throughput: the cap fixes the flush rate,
+  // not the batch, which follows from where the clients spend the rest of
+  // their time. The bound counts the cycles this tier's own flush cycle
+  // gives at the captured commit rate and client count: the captured batch
+  // on the captured device, a larger one on a device with slower writes and
+  // flushes.
+  double bound_cycles_per_tx = 0;
 };
 
 Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double other_s,
@@ -143,14 +177,17 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
   n.stations.push_back({"think", StationKind::Delay, think_s, 1});
   n.stations.push_back({"cpu", StationKind::Multi, d.cpu_s, std::max(1, vcpus)});
   double lr = mean_latency_s(t.read), lw = mean_latency_s(t.write), lf = mean_latency_s(t.flush);
-  double service = d.reads * lr + d.writes * lw + d.flushes * lf;
+  // Commit writes and flushes: a fixed demand per transaction, or the flush
+  // cycle (a station of its own, below).
+  const double cw = d.group_commit ? 0 : d.writes, cf = d.group_commit ? 0 : d.flushes;
+  double service = d.reads * lr + cw * lw + cf * lf;
   if (t.parallelism > 0)
     n.stations.push_back({"storage", StationKind::Multi, service, static_cast<int>(t.parallelism)});
   else
     n.stations.push_back({"storage", StationKind::Delay, service, 1});
   n.stations.push_back({"other", StationKind::Delay, other_s, 1});
-  n.io_var = d.reads * second_moment(t.read) + d.writes * second_moment(t.write) +
-             d.flushes * second_moment(t.flush);
+  n.io_var = d.reads * second_moment(t.read) + cw * second_moment(t.write) +
+             cf * second_moment(t.flush);
 
   double read_size = d.reads > 0 ? d.read_bytes / d.reads : 8192;
   double write_size = d.writes > 0 ? d.write_bytes / d.writes : 8192;
@@ -158,23 +195,48 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
   double srv_size = d.srv_writes_per_s > 0 ? d.srv_write_bytes_per_s / d.srv_writes_per_s : 8192;
   double bgw = kernel_uncapped ? 0 : d.bg_writes;
   n.read_ios = (d.reads + d.bg_reads) * counted(read_size, t.io_unit_bytes);
-  n.write_ios = d.writes * counted(write_size, t.io_unit_bytes) + bgw * counted(bg_size, t.io_unit_bytes) +
-                (t.count_flushes ? d.flushes : 0);
+  n.write_ios = cw * counted(write_size, t.io_unit_bytes) + bgw * counted(bg_size, t.io_unit_bytes) +
+                (t.count_flushes ? cf : 0);
   n.bytes = d.read_bytes + d.bg_reads * read_size + d.write_bytes + (kernel_uncapped ? 0 : d.bg_write_bytes);
   n.fixed_write_ios = d.srv_writes_per_s * counted(srv_size, t.io_unit_bytes);
   n.fixed_bytes = d.srv_write_bytes_per_s;
-  auto cap = [&](const char* name, double per_tx, double fixed, double rate) {
-    if (rate > 0 && (per_tx > 0 || fixed > 0)) n.caps.push_back({name, per_tx, fixed, rate});
-  };
   double read_cap = t.read_iops, write_cap = t.write_iops, total_cap = t.total_iops;
   if (t.burst.enabled()) {
     // Sustained rate: the baseline the bucket refills at.
     total_cap = total_cap > 0 ? std::min(total_cap, t.burst.refill_iops) : t.burst.refill_iops;
   }
-  cap("read IOPS cap", n.read_ios, 0, read_cap);
-  cap("write IOPS cap", n.write_ios, n.fixed_write_ios, write_cap);
-  cap("IOPS cap", n.read_ios + n.write_ios, n.fixed_write_ios, total_cap);
-  cap("throughput cap", n.bytes, n.fixed_bytes, t.bytes_per_sec);
+  if (d.group_commit) {
+    // One cycle: its WAL writes (each of the captured mean size) and, on a
+    // tier that counts them, its flushes.
+    n.group_commit = true;
+    n.cycle = std::make_shared<FlushCycle>(d.cycle);
+    set_device(*n.cycle, lw, lf);
+    n.bound_cycles_per_tx = n.cycle->share / n.cycle->batch(d.capture_tps, d.capture_clients);
+    n.cycle_write_ios = n.cycle->writes * counted(write_size, t.io_unit_bytes) +
+                        (t.count_flushes ? n.cycle->flushes : 0);
+    n.cycle_var = n.cycle->writes * second_moment(t.write) + n.cycle->flushes * second_moment(t.flush);
+    if (n.cycle_write_ios > 0) {
+      if (write_cap > 0)
+        n.cycle->paces.push_back({n.cycle_write_ios, write_cap, n.fixed_write_ios, n.write_ios});
+      if (total_cap > 0)
+        n.cycle->paces.push_back({n.cycle_write_ios, total_cap, n.fixed_write_ios, n.read_ios + n.write_ios});
+    }
+    n.commit = static_cast<int>(n.stations.size());
+    std::shared_ptr<const FlushCycle> c = n.cycle;
+    n.stations.emplace_back("commit", StationKind::Cycle, 0, 1,
+                            [c](double x, int clients) { return c->residence_s(x, clients); });
+  }
+  // Caps that the flush cycle's I/O draws on take it per cycle (it paces the
+  // cycle, see models/group_commit.h), not as a bound per transaction.
+  auto cap = [&](const char* name, double per_tx, double fixed, double rate, double per_cycle) {
+    if (rate > 0 && (per_tx > 0 || fixed > 0 || per_cycle > 0))
+      n.caps.push_back({name, per_tx, fixed, rate, per_cycle, per_cycle > 0 ? n.bound_cycles_per_tx : 0});
+  };
+  double cyc = n.group_commit ? n.cycle_write_ios : 0;
+  cap("read IOPS cap", n.read_ios, 0, read_cap, 0);
+  cap("write IOPS cap", n.write_ios, n.fixed_write_ios, write_cap, cyc);
+  cap("IOPS cap", n.read_ios + n.write_ios, n.fixed_write_ios, total_cap, cyc);
+  cap("throughput cap", n.bytes, n.fixed_bytes, t.bytes_per_sec, 0);
   return n;
 }
 
@@ -293,6 +355,28 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.sync_writes_per_tx = d.writes;
   out.flushes_per_tx = d.flushes;
   out.think_time_s = p.think_time_s;
+  int n_cap = std::max(1, static_cast<int>(std::lround(p.mean_clients > 0 ? p.mean_clients : p.clients)));
+  // Transactions that commit through the flush cycle: those of templates
+  // whose backends wrote (the WAL, at commit) at least half as often as one
+  // write per `clients` commits would show.
+  double writing = 0;
+  for (const auto& t : p.templates)
+    if (t.writes_per_tx >= 0.5 / std::max(1, p.clients)) writing += t.share;
+  if (d.flushes > 0 && p.tps > 0 && writing > 0) {
+    // Group commit: the flush cycle, calibrated so that at the captured
+    // throughput and client count on the captured device it gives the
+    // captured flushes per transaction.
+    d.group_commit = true;
+    d.capture_tps = p.tps;
+    d.capture_clients = n_cap;
+    d.cycle = calibrate_flush_cycle(d.flushes, d.writes, p.tps, n_cap, p.native_write.mean_s,
+                                    p.native_flush.mean_s, writing);
+    out.committing_share = d.cycle.share;
+    out.group_commit = true;
+    out.cycle_s = d.cycle.captured_s;
+    out.cycle_device_s = d.cycle.captured_device_s;
+    out.flushes_per_cycle = d.cycle.flushes;
+  }
 
   // Calibrate "other" on the captured device at the captured client count,
   // with the captured memory (factor 1).
@@ -305,7 +389,6 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   dc.reads = p.reads_per_tx;
   dc.read_bytes = p.read_bytes_per_tx;
   dc.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps : 0;
-  int n_cap = std::max(1, static_cast<int>(std::lround(p.mean_clients > 0 ? p.mean_clients : p.clients)));
   {
     // Fixed point: a larger "other" lowers throughput and so the queueing
     // elsewhere; the response time grows by at most the added delay, so
@@ -369,12 +452,19 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     tp.clients = out.clients_hi;
     tp.tps = x;
     tp.latency_s = r;
+    // Flush cycles per transaction at this throughput (group commit), or the
+    // captured flushes as a fixed demand.
+    double cycles = !net.group_commit ? 0.0
+                    : at_cap          ? net.bound_cycles_per_tx
+                                      : net.cycle->share / net.cycle->batch(x, out.clients_hi);
+    tp.flushes_per_tx = net.group_commit ? cycles * net.cycle->flushes : d.flushes;
     tp.read_iops = x * net.read_ios;
-    tp.write_iops = x * net.write_ios + net.fixed_write_ios;
+    tp.write_iops = x * (net.write_ios + cycles * net.cycle_write_ios) + net.fixed_write_ios;
     tp.bytes_per_s = x * net.bytes + net.fixed_bytes;
     double cap_wait = std::max(0.0, r - pt.response_s);
+    double commit_s = net.commit >= 0 ? pt.residence_s[static_cast<size_t>(net.commit)] : 0.0;
     tp.split.cpu_s = pt.residence_s[static_cast<size_t>(net.cpu)];
-    tp.split.storage_s = pt.residence_s[static_cast<size_t>(net.storage)] + cap_wait;
+    tp.split.storage_s = pt.residence_s[static_cast<size_t>(net.storage)] + commit_s + cap_wait;
     tp.split.other_s = pt.residence_s[static_cast<size_t>(net.other)];
     tp.split.think_s = pt.residence_s[static_cast<size_t>(net.think)];
     // Variance: exponential queueing stations (and cap wait), compound-
@@ -384,7 +474,12 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
       const auto& st = net.stations[i];
       double ri = pt.residence_s[i];
       if (static_cast<int>(i) == net.think || static_cast<int>(i) == net.other) continue;
-      if (static_cast<int>(i) == net.storage) {
+      if (static_cast<int>(i) == net.commit) {
+        // A committing transaction's own cycle, and the queue before it.
+        double own = net.cycle->share * net.cycle->device_s;
+        double wait = std::max(0.0, ri - own);
+        var += net.cycle->share * net.cycle_var + wait * wait;
+      } else if (static_cast<int>(i) == net.storage) {
         double wait = std::max(0.0, ri - st.demand_s);
         var += net.io_var + wait * wait;
       } else {
@@ -402,8 +497,8 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
         best = tp.bottleneck_utilisation = pt.utilisation[static_cast<size_t>(pt.bottleneck)];
       }
       for (const auto& c : net.caps)
-        if (c.utilisation(x) > best) {
-          best = c.utilisation(x);
+        if (c.utilisation(x, cycles) > best) {
+          best = c.utilisation(x, cycles);
           tp.bottleneck = c.name;
           tp.bottleneck_utilisation = best;
         }
@@ -431,17 +526,23 @@ void print_projection(std::ostream& out, const Projection& p) {
       << ", other " << fmt("%.3f ms", p.other_s * 1e3) << "\n";
   out << "model at capture: " << fmt("%.1f", p.modelled_capture_tps) << " tps (measured "
       << fmt("%.1f", p.captured_tps) << ")\n";
+  if (p.group_commit)
+    out << "group commit: " << fmt("%.0f%%", p.committing_share * 100) << " of transactions commit with a flush, "
+        << fmt("%.2f", p.flushes_per_tx > 0 ? p.committing_share / p.flushes_per_tx : 0)
+        << " per flush at capture, a flush cycle of " << fmt("%.3f ms", p.cycle_s * 1e3)
+        << " (device " << fmt("%.3f ms", p.cycle_device_s * 1e3) << "), "
+        << fmt("%.2f", p.flushes_per_cycle) << " flushes per cycle\n";
   out << "clients " << p.clients_hi << ", vcpus " << p.vcpus;
   if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
   out << "\n\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-22s %10s %8s %11s %11s %9s %9s  %s\n", "tier", "tps", "ratio",
-                "lat avg ms", "lat p99 ms", "read/s", "write/s", "bottleneck");
+  std::snprintf(line, sizeof line, "%-22s %10s %8s %11s %11s %9s %9s %9s  %s\n", "tier", "tps", "ratio",
+                "lat avg ms", "lat p99 ms", "read/s", "write/s", "flush/tx", "bottleneck");
   out << line;
   for (const auto& t : p.tiers) {
-    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f  %s %.0f%%\n",
+    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f %9.3f  %s %.0f%%\n",
                   t.tier.c_str(), t.tps, t.ratio, t.latency_s * 1e3, t.p99_s * 1e3, t.read_iops,
-                  t.write_iops, t.bottleneck.c_str(), t.bottleneck_utilisation * 100);
+                  t.write_iops, t.flushes_per_tx, t.bottleneck.c_str(), t.bottleneck_utilisation * 100);
     out << line;
   }
   if (p.clients_lo < p.clients_hi) {
@@ -484,6 +585,11 @@ std::string projection_json(const Projection& p, int indent) {
                           {"think_ms", p.think_time_s * 1e3},
                           {"other_ms", p.other_s * 1e3}};
   j["capture"] = {{"measured_tps", p.captured_tps}, {"modelled_tps", p.modelled_capture_tps}};
+  if (p.group_commit)
+    j["group_commit"] = {{"committing_share", p.committing_share},
+                         {"cycle_ms", p.cycle_s * 1e3},
+                         {"cycle_device_ms", p.cycle_device_s * 1e3},
+                         {"flushes_per_cycle", p.flushes_per_cycle}};
   auto& tj = j["tiers"] = nlohmann::json::array();
   for (const auto& t : p.tiers) {
     nlohmann::json c = nlohmann::json::array();
@@ -499,6 +605,7 @@ std::string projection_json(const Projection& p, int indent) {
                   {"read_iops", t.read_iops},
                   {"write_iops", t.write_iops},
                   {"bytes_per_s", t.bytes_per_s},
+                  {"wal_flushes_per_tx", t.flushes_per_tx},
                   {"bottleneck", t.bottleneck},
                   {"bottleneck_utilisation", t.bottleneck_utilisation},
                   {"time_ms", {{"cpu", t.split.cpu_s * 1e3}, {"storage", t.split.storage_s * 1e3},

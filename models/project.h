@@ -9,14 +9,27 @@
 //   storage — the tier's per-I/O service time (mean of its latency
 //             distribution, the same definitions iosim's shaper draws from)
 //             times the transaction's synchronous I/Os: device reads by its
-//             backend, its commit writes and WAL flushes. A tier with
-//             `parallelism` P serves P I/Os at once (P servers), 0 = a pure
-//             delay.
+//             backend (and its commit writes and WAL flushes when the
+//             capture has no flushes to build the commit station from). A
+//             tier with `parallelism` P serves P I/Os at once (P servers),
+//             0 = a pure delay.
+//   commit  — the WAL flush cycle that commits share (group commit,
+//             models/group_commit.h): a delay that grows with throughput,
+//             since the faster commits arrive the more of them wait for the
+//             cycle in progress and share the next flush. Flushes and commit
+//             writes per transaction follow the cycle (one per commit at low
+//             load, towards 1/N when the cycle is long), calibrated to give
+//             the captured flushes per transaction at the captured
+//             throughput on the captured device. A cap that counts the
+//             cycle's writes and flushes paces back-to-back cycles (tokens
+//             per cycle / the rate the rest of the workload leaves), which
+//             lengthens the cycle instead of bounding throughput.
 //   caps    — the tier's rate caps (read IOPS, write IOPS, total IOPS,
 //             bytes/s) bound throughput at (cap - background rate) /
 //             (counted I/Os or bytes per transaction). A transaction counts
-//             its own I/Os (and its WAL flushes on a tier that counts
-//             flushes) plus its share of the kernel's writeback of what the
+//             its own I/Os (its commit writes and WAL flushes through the
+//             commit station's pacing, flushes only on a tier that counts
+//             them) plus its share of the kernel's writeback of what the
 //             backends dirtied (scaled with throughput); the server's
 //             auxiliary processes (background writer, checkpointer) write at
 //             their captured rate per second, which takes its part of the cap
@@ -36,8 +49,10 @@
 // p99 estimate: the transaction's response time is taken as a sum of
 // independent parts — queueing stations exponential (variance R_k^2), the
 // storage time a compound Poisson sum of I/Os with the tier's latency
-// distribution (variance r E[L^2]), "other" fixed — and a gamma distribution
-// with that mean and variance is fitted; its 99th percentile is reported. It is a model estimate, not a measurement.
+// distribution (variance r E[L^2]), the commit one cycle's device time plus
+// an exponential wait beyond it, "other" fixed — and a gamma distribution
+// with that mean and variance is fitted; its 99th percentile is reported.
+// It is a model estimate, not a measurement.
 #pragma once
 
 #include "models/profile.h"
@@ -88,6 +103,7 @@ struct TierProjection {
   double read_iops = 0;      // device I/Os the tier serves (counted units)
   double write_iops = 0;
   double bytes_per_s = 0;
+  double flushes_per_tx = 0; // WAL flushes per transaction at this throughput
   std::string bottleneck;    // "cpu", "storage", "read_iops cap", ... or "clients"
   double bottleneck_utilisation = 0;
   double ratio = 1;          // tps / the first tier's tps
@@ -108,6 +124,15 @@ struct Projection {
   double flushes_per_tx = 0;
   double think_time_s = 0;
   double other_s = 0;
+  // Group commit (models/group_commit.h), when the capture has WAL flushes:
+  // the flush cycle calibrated on the capture, the captured device's time
+  // for one cycle's writes and flush (a tier's cycle is scaled by its own),
+  // and flushes per cycle.
+  bool group_commit = false;
+  double committing_share = 0;  // transactions that commit through the cycle
+  double cycle_s = 0;
+  double cycle_device_s = 0;
+  double flushes_per_cycle = 0;
   // The model at the capture's own conditions, against what was measured.
   double captured_tps = 0;
   double modelled_capture_tps = 0;

@@ -204,6 +204,32 @@ TEST_CASE("engine: open loop issues at the scheduled times", "[engine]") {
   // Loose bounds: a timing test must not be flaky on a busy machine.
   CHECK(r.elapsed_ns >= r.schedule_ns);
   CHECK(r.elapsed_ns < r.schedule_ns + 100'000'000);
+  CHECK(r.late_issues <= r.ios);
+  CHECK(r.issue_stalls <= r.late_issues);
+}
+
+TEST_CASE("engine: late issues are counted and a backlog is one stall", "[engine]") {
+  require_io_uring();
+  TempDir tmp;
+  std::string file = (tmp.path / "late").string();
+  // 2,000 reads all due at once through one slot: each waits for the one
+  // before it, so the lag grows with every issue and, once over the
+  // threshold, stays over it: one stall holding every late issue.
+  std::vector<TimedIo> reqs;
+  for (int i = 0; i < 2000; ++i) reqs.push_back(TimedIo{0, uint64_t(i % 256) * 4096, 4096, IoOp::Read, 0});
+  VectorSource src(reqs);
+  EngineOptions o;
+  o.target = file;
+  o.size = 1 << 20;
+  o.iodepth = 1;
+  o.max_block = 4096;
+  o.open_loop = true;
+  EngineResult r = run_engine(o, src);
+  REQUIRE(r.ios == 2000);
+  INFO("late " << r.late_issues << ", lag max " << r.issue_lag.max());
+  CHECK(r.issue_lag.max() > EngineResult::kLateIssueNs);
+  CHECK(r.late_issues >= 1000);
+  CHECK(r.issue_stalls == 1);
 }
 
 TEST_CASE("engine: no allocation per I/O in steady state", "[engine]") {

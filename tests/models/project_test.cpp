@@ -1,6 +1,8 @@
 // Projection: the queueing model's figures on hand-built profiles.
 #include "models/project.h"
 
+#include "models/group_commit.h"
+
 #include "common/error.h"
 
 #include <catch2/catch.hpp>
@@ -35,6 +37,16 @@ Profile base_profile() {
   // at 4 clients (plus queueing).
   p.latency = {10000, 0.0012, 0.001, 0.003};
   return p;
+}
+
+// One template, all transactions, whose backends write `writes` per
+// transaction (the WAL at commit).
+void one_writing_template(Profile& p, double writes) {
+  TemplateStats t;
+  t.count = p.transactions;
+  t.share = 1;
+  t.writes_per_tx = writes;
+  p.templates = {t};
 }
 
 Tier fixed_tier(const std::string& name, double read_ms, double iops) {
@@ -139,11 +151,23 @@ TEST_CASE("project: the server's background writes take a fixed part of a write 
   o.kernel_writes_uncapped = true;
   pr = project(p, {t}, o);
   CHECK(pr.tiers[0].tps == Approx(700).epsilon(1e-6));
-  // A tier that counts flushes: one WAL flush per two transactions.
+  // A tier that counts flushes: one WAL flush per two transactions (two
+  // commit writes per flush). On the captured device's latencies the bound
+  // counts the captured batch: (1000 - 300) / (1 + 0.5).
   p.flushes_per_tx = 0.5;
+  one_writing_template(p, 1);
   t.count_flushes = true;
+  t.write = t.flush = p.native_write.count ? Latency{LatencyDist::Fixed, 100000, 0} : t.write;
   pr = project(p, {t}, o);
   CHECK(pr.tiers[0].tps == Approx(700 / 1.5).epsilon(1e-6));
+  CHECK(pr.tiers[0].flushes_per_tx == Approx(0.5).epsilon(1e-6));
+  // Writes and flushes twice as slow: a cycle twice as long, more commits
+  // per flush at the captured rate, fewer of the cap's I/Os per transaction.
+  Tier slow = t;
+  slow.write = slow.flush = {LatencyDist::Fixed, 200000, 0};
+  auto ps = project(p, {slow}, o);
+  CHECK(ps.tiers[0].flushes_per_tx < 0.5);
+  CHECK(ps.tiers[0].tps == Approx(700 / (3 * ps.tiers[0].flushes_per_tx)).epsilon(1e-6));
   // Background writes beyond the cap: they are throttled too, and the cap is
   // shared in proportion to demand.
   p.server_writes_per_s = 3000;
@@ -152,6 +176,54 @@ TEST_CASE("project: the server's background writes take a fixed part of a write 
   CHECK(pr.tiers[0].tps > 0);
   CHECK(pr.tiers[0].tps < 1000 / 1.5);
   CHECK(pr.tiers[0].bottleneck == "write IOPS cap");
+}
+
+TEST_CASE("project: WAL flushes per transaction follow the flush cycle", "[project]") {
+  Profile p = base_profile();
+  p.sync_writes_per_tx = 0.5;
+  p.write_bytes_per_tx = 0.5 * 8192;
+  p.flushes_per_tx = 0.5;  // two commits per flush at 1,000 tps, 4 clients
+  ProjectOptions o;
+  // No template wrote: the flushes are not commits' (a read-only workload's
+  // stray flushes), kept as a fixed demand per transaction.
+  auto pn = project(p, {fixed_tier("same", 0.1, 0)}, o);
+  CHECK_FALSE(pn.group_commit);
+  CHECK(pn.tiers[0].flushes_per_tx == 0.5);
+  one_writing_template(p, 0.5);
+  auto pr = project(p, {fixed_tier("same", 0.1, 0), fixed_tier("slow flush", 0.1, 0)}, o);
+  REQUIRE(pr.group_commit);
+  // 1000 F + exp(-1000 F) = 2.
+  CHECK(pr.cycle_s == Approx(0.0018414).epsilon(1e-3));
+  CHECK(pr.cycle_device_s == Approx(0.0002));
+  // On the captured latencies at the captured client count: the batch the
+  // cycle gives at the modelled rate, near the captured one.
+  const auto& same = pr.tiers[0];
+  CHECK(same.flushes_per_tx == Approx(1 / group_commit_batch(same.tps, pr.cycle_s, 4)).epsilon(1e-6));
+  CHECK(same.flushes_per_tx == Approx(0.5).epsilon(0.1));
+  // One client: every commit flushes alone.
+  o.clients_lo = o.clients_hi = 1;
+  pr = project(p, {fixed_tier("same", 0.1, 0)}, o);
+  CHECK(pr.tiers[0].flushes_per_tx == Approx(1.0));
+  // A slower flush on a tier lengthens the cycle: more commits share one.
+  o = {};
+  Tier slow = fixed_tier("slow flush", 0.1, 0);
+  slow.flush = {LatencyDist::Fixed, 1000000, 0};
+  pr = project(p, {fixed_tier("same", 0.1, 0), slow}, o);
+  CHECK(pr.tiers[1].flushes_per_tx < pr.tiers[0].flushes_per_tx);
+  CHECK(pr.tiers[1].flushes_per_tx >= 1.0 / 4);
+  CHECK(pr.tiers[1].tps < pr.tiers[0].tps);
+  // Half the transactions read-only: commits arrive at half the rate, one
+  // per flush for the writing half, so the same 0.5 per transaction needs no
+  // sharing at all.
+  TemplateStats ro;
+  ro.share = 0.5;
+  p.templates[0].share = 0.5;
+  p.templates[0].writes_per_tx = 1;
+  p.templates.push_back(ro);
+  pr = project(p, {fixed_tier("same", 0.1, 0)}, o);
+  CHECK(pr.committing_share == 0.5);
+  CHECK(pr.cycle_s == Approx(0).margin(1e-9));
+  CHECK(pr.tiers[0].flushes_per_tx == Approx(0.5));
 }
 
 TEST_CASE("project: more memory means fewer reads along the curve", "[project]") {
