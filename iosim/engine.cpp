@@ -1,6 +1,7 @@
 #include "iosim/engine.h"
 
 #include "common/error.h"
+#include "common/realtime.h"
 #include "iosim/uring_ring.h"
 
 #include <fcntl.h>
@@ -57,35 +58,6 @@ class WakeMargin {
   static constexpr Nanos kMaxNs = 300'000;  // bounds the spinning
   Nanos avg_ = 20'000;
   Nanos dev_ = 5'000;
-};
-
-// Holds the CPU wake-up latency limit (PM QoS, /dev/cpu_dma_latency) at
-// 0 us while alive, as cyclictest does: idle CPUs then stay in states they
-// leave at once (on a virtual machine: they poll instead of halting the
-// vCPU), so a timer or a completion interrupt reaches the loop within
-// microseconds. The kernel drops the limit when the descriptor closes.
-// Without write access (not root) nothing is held and held() is false.
-class CpuLatencyHold {
- public:
-  explicit CpuLatencyHold(bool want) {
-    if (!want) return;
-    fd_ = ::open("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
-    if (fd_ < 0) return;
-    int32_t zero = 0;
-    if (::write(fd_, &zero, sizeof zero) != sizeof zero) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~CpuLatencyHold() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  CpuLatencyHold(const CpuLatencyHold&) = delete;
-  CpuLatencyHold& operator=(const CpuLatencyHold&) = delete;
-  bool held() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
 };
 
 uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
@@ -661,24 +633,7 @@ EngineResult Engine::run(IoSource& src) {
   if (o_.shaper) r_.tier = o_.shaper->tier().name;
   // Fewer timer slack nanoseconds: deadlines are kept to microseconds.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-  struct RealTime {
-    bool on = false;
-    int policy = SCHED_OTHER;
-    sched_param old{};
-    explicit RealTime(bool want) {
-      if (!want) return;
-      policy = sched_getscheduler(0);
-      sched_getparam(0, &old);
-      sched_param p{};
-      p.sched_priority = 1;
-      if (sched_setscheduler(0, SCHED_FIFO, &p) != 0)
-        throw RuntimeError(errno_message("--rt: sched_setscheduler(SCHED_FIFO) (needs root or CAP_SYS_NICE)", errno));
-      on = true;
-    }
-    ~RealTime() {
-      if (on) sched_setscheduler(0, policy, &old);
-    }
-  } rt(o_.realtime);
+  RealTimeScope rt(o_.realtime);
   // Runs that keep deadlines (open loop, or a tier's completion times) hold
   // the CPU wake-up latency down.
   CpuLatencyHold cpu_latency(o_.hold_cpu_latency && (o_.open_loop || o_.shaper));

@@ -14,6 +14,7 @@
 // the client sent them; a Simple or COPY unit leaves pipeline mode first
 // (libpq allows simple Query only outside it).
 #include "common/error.h"
+#include "common/realtime.h"
 #include "replay/plan.h"
 #include "replay/schedule.h"
 #include "replay/session.h"
@@ -53,63 +54,6 @@ Nanos now_ns() {
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<Nanos>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
-
-// Holds the CPU wake-up latency limit (PM QoS, /dev/cpu_dma_latency) at
-// 0 us while alive, as cyclictest does: idle CPUs then stay in states they
-// leave at once (on a virtual machine: they poll instead of halting the
-// vCPU), so a worker's timer reaches it within microseconds rather than the
-// hundreds a halted vCPU takes. The kernel drops the limit when the
-// descriptor closes. Without write access (not root) nothing is held.
-class CpuLatencyHold {
- public:
-  explicit CpuLatencyHold(bool want) {
-    if (!want) return;
-    fd_ = ::open("/dev/cpu_dma_latency", O_WRONLY | O_CLOEXEC);
-    if (fd_ < 0) return;
-    int32_t zero = 0;
-    if (::write(fd_, &zero, sizeof zero) != sizeof zero) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-  }
-  ~CpuLatencyHold() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  CpuLatencyHold(const CpuLatencyHold&) = delete;
-  CpuLatencyHold& operator=(const CpuLatencyHold&) = delete;
-  bool held() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
-
-// While alive, the calling thread runs at SCHED_FIFO 1; threads it creates
-// inherit that (glibc's default PTHREAD_INHERIT_SCHED), so the workers are
-// started inside its scope and the calling thread returns to its old policy
-// afterwards.
-class RealTimeScope {
- public:
-  explicit RealTimeScope(bool want) {
-    if (!want) return;
-    policy_ = sched_getscheduler(0);
-    sched_getparam(0, &old_);
-    sched_param p{};
-    p.sched_priority = 1;
-    if (sched_setscheduler(0, SCHED_FIFO, &p) != 0)
-      throw RuntimeError(errno_message("--rt: sched_setscheduler(SCHED_FIFO) (needs root or CAP_SYS_NICE)", errno));
-    on_ = true;
-  }
-  ~RealTimeScope() {
-    if (on_) sched_setscheduler(0, policy_, &old_);
-  }
-  RealTimeScope(const RealTimeScope&) = delete;
-  RealTimeScope& operator=(const RealTimeScope&) = delete;
-
- private:
-  bool on_ = false;
-  int policy_ = SCHED_OTHER;
-  sched_param old_{};
-};
 
 // Connection parameters of one session, resolved before the run.
 struct ConnParams {

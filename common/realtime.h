@@ -1,0 +1,46 @@
+// Scheduling aids for runs that keep deadlines (timed replay, open-loop and
+// tier-shaped I/O): a hold on the CPUs' wake-up latency and a real-time
+// priority scope.
+#pragma once
+
+#include <sched.h>
+
+namespace tierlab {
+
+// Holds the CPU wake-up latency limit (PM QoS, /dev/cpu_dma_latency) at
+// 0 us while alive, as cyclictest does: idle CPUs then stay in states they
+// leave at once (on a virtual machine: they poll instead of halting the
+// vCPU), so a timer or a completion interrupt reaches the waiting thread
+// within microseconds rather than the hundreds a halted vCPU takes. The
+// kernel drops the limit when the descriptor closes. Without write access
+// (not root) nothing is held and held() is false.
+class CpuLatencyHold {
+ public:
+  explicit CpuLatencyHold(bool want);
+  ~CpuLatencyHold();
+  CpuLatencyHold(const CpuLatencyHold&) = delete;
+  CpuLatencyHold& operator=(const CpuLatencyHold&) = delete;
+  bool held() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// While alive, the calling thread runs at SCHED_FIFO 1 (when `want`);
+// threads it creates inherit that (glibc's default PTHREAD_INHERIT_SCHED).
+// Its old policy is restored at the end of the scope. Throws RuntimeError
+// when the priority cannot be had (needs root or CAP_SYS_NICE).
+class RealTimeScope {
+ public:
+  explicit RealTimeScope(bool want);
+  ~RealTimeScope();
+  RealTimeScope(const RealTimeScope&) = delete;
+  RealTimeScope& operator=(const RealTimeScope&) = delete;
+
+ private:
+  bool on_ = false;
+  int policy_ = SCHED_OTHER;
+  sched_param old_{};
+};
+
+}  // namespace tierlab
