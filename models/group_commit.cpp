@@ -82,8 +82,11 @@ FlushCycle calibrate_flush_cycle(double flushes_per_tx, double writes_per_tx, do
   if (want <= 1) {
     // Never shared: the flushes beyond one per commit are ones the commits
     // do not wait for.
+    // Each commit still waits for a whole cycle: its writes and flush on
+    // the captured device.
     c.flushes = std::max(1.0, flushes_per_tx / c.share);
     c.writes = writes_per_tx / c.share;
+    c.captured_s = device_time(c, lw, lf);
   } else {
     c.flushes = 1;
     c.writes = writes_per_tx / flushes_per_tx;

@@ -40,9 +40,18 @@ TEST_CASE("group commit: calibration gives the captured flushes at the captured 
   // More flushes than commits: never shared, the extra ones kept.
   FlushCycle e = calibrate_flush_cycle(1.25, 1.5, 1000, 8, 0.0001, 0.0002);
   CHECK(e.flushes == 1.25);
-  CHECK(e.captured_s == 0);
-  CHECK(e.flushes_per_tx(1000, 8) == Approx(1.25));
-  CHECK(e.writes_per_tx(5000, 8) == Approx(1.5));
+  // Each commit still waits for one cycle of the device's writes and flush.
+  CHECK(e.captured_s == Approx(1.5 / 1.25 * 0.0001 + 0.0002));
+  CHECK(e.device_s == Approx(e.captured_s));
+  CHECK(e.residence_s(1, 8) == Approx(e.captured_s).epsilon(1e-3));
+  FlushCycle slow = e;
+  set_device(slow, 0.001, 0.002);
+  CHECK(slow.device_s == Approx(10 * e.captured_s));
+  // At a low rate the captured flushes per commit; more commits per flush as
+  // the rate grows.
+  CHECK(e.flushes_per_tx(1, 8) == Approx(1.25).epsilon(1e-3));
+  CHECK(e.flushes_per_tx(1000, 8) == Approx(1.25 / group_commit_batch(1000, e.captured_s, 8)));
+  CHECK(e.writes_per_tx(5000, 8) == Approx(1.5 / group_commit_batch(5000, e.captured_s, 8)));
   // A quarter of the transactions commit through the cycle: 0.125 flushes
   // per transaction is two commits per flush at 250 commits/s.
   FlushCycle q = calibrate_flush_cycle(0.125, 0.125, 1000, 8, 0.0001, 0.0002, 0.25);
