@@ -20,9 +20,7 @@
 #include "replay/session.h"
 #include "replay/stats.h"
 
-#include <fcntl.h>
 #include <libpq-fe.h>
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -715,8 +713,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   CpuLatencyHold cpu_latency(opts.hold_cpu_latency && !opts.max_speed);
   sh.sched.epoch = now_ns() + 1000000;  // 1 ms for the threads to start
   std::vector<std::thread> pool;
-  std::optional<RealTimeScope> rt;
-  rt.emplace(opts.realtime);
+  std::optional<RealTimeScope> rt(std::in_place, opts.realtime);
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       try {
