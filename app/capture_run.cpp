@@ -16,6 +16,7 @@
 #include <libpq-fe.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -461,6 +462,15 @@ void run_capture_run(const CaptureRunOptions& o) {
             sample_writer->write(now, 0, trace::Sample{"cpu.user_ns", static_cast<double>(cpu.user_ns)});
             sample_writer->write(now, 0, trace::Sample{"cpu.system_ns", static_cast<double>(cpu.system_ns)});
             samples += 2;
+            // The capture's own CPU: on the server's machine it takes cores
+            // the server would otherwise have (the profile and projection
+            // take it out).
+            rusage self{};
+            if (::getrusage(RUSAGE_SELF, &self) == 0) {
+              auto ns = [](const timeval& t) { return double(t.tv_sec) * 1e9 + double(t.tv_usec) * 1e3; };
+              sample_writer->write(now, 0, trace::Sample{"capture.cpu_ns", ns(self.ru_utime) + ns(self.ru_stime)});
+              ++samples;
+            }
           } catch (const RuntimeError&) {
             postmaster = 0;  // the server went away; keep the rest going
           }

@@ -472,6 +472,8 @@ void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
     }
   }
   if (!p.has_cpu) p.notes.push_back("no CPU samples in the trace: CPU demand estimated from latency");
+  if (auto it = counters.find("capture.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts)
+    p.capture_cores_busy = (it->second.last - it->second.first) / static_cast<double>(it->second.last_ts - it->second.first_ts);
   auto per_tx = [&](const char* name) {
     auto it = counters.find(name);
     if (it == counters.end() || it->second.last_ts <= it->second.first_ts) return -1.0;
@@ -681,7 +683,8 @@ void print_profile(std::ostream& out, const Profile& p) {
   out << "\nper transaction:\n";
   if (p.has_cpu)
     out << "  cpu: " << ms(p.cpu_s_per_tx) << " (server busy " << fmt("%.2f", p.cpu_cores_busy)
-        << " cores)\n";
+        << " cores" << (p.capture_cores_busy > 0 ? ", the capture " + fmt("%.2f", p.capture_cores_busy) : std::string())
+        << ")\n";
   else
     out << "  cpu: not sampled\n";
   if (p.has_block_io) {
@@ -768,6 +771,7 @@ std::string profile_json(const Profile& p, int indent) {
   per["pg_wal_bytes"] = opt(p.pg_wal_bytes_per_tx);
   j["per_transaction"] = per;
   j["cpu_cores_busy"] = p.has_cpu ? nlohmann::json(p.cpu_cores_busy) : nlohmann::json();
+  j["capture_cores_busy"] = p.capture_cores_busy;
   nlohmann::json dev;
   dev["has_block_io"] = p.has_block_io;
   dev["name"] = p.device;

@@ -82,6 +82,9 @@ struct Profile {
   bool has_cpu = false;
   double cpu_s_per_tx = 0;
   double cpu_cores_busy = 0;  // mean cores the server kept busy
+  // Mean cores tierlab's capture itself kept busy (sample "capture.cpu_ns"
+  // of `capture run`); 0 when not recorded.
+  double capture_cores_busy = 0;
 
   // PostgreSQL counters (from "pg.*" samples), per transaction; -1 if absent.
   double pg_blks_read_per_tx = -1;

@@ -412,6 +412,15 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   dc.reads = p.reads_per_tx;
   dc.read_bytes = p.read_bytes_per_tx;
   dc.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps : 0;
+  // The capture's own CPU (capture run on the server's machine) took cores
+  // the server would otherwise have had: at capture the server had
+  // vcpus - c of them, as if each transaction's CPU time were vcpus /
+  // (vcpus - c) longer. "Other" is calibrated on that; the tiers are
+  // projected without the capture.
+  if (const int cv = p.vcpus > 0 ? p.vcpus : out.vcpus; p.capture_cores_busy > 0 && cv > 0) {
+    out.capture_cores = p.capture_cores_busy;
+    dc.cpu_s = d.cpu_s * cv / std::max(cv - p.capture_cores_busy, 0.5 * cv);
+  }
   {
     // Fixed point: a larger "other" lowers throughput and so the queueing
     // elsewhere; the response time grows by at most the added delay, so
@@ -557,6 +566,8 @@ void print_projection(std::ostream& out, const Projection& p) {
         << " (device " << fmt("%.3f ms", p.cycle_device_s * 1e3) << "), "
         << fmt("%.2f", p.flushes_per_cycle) << " flushes per cycle\n";
   out << "clients " << p.clients_hi << ", vcpus " << p.vcpus;
+  if (p.capture_cores > 0)
+    out << " (the capture took " << fmt("%.2f", p.capture_cores) << " of them: projected without it)";
   if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
   out << "\n\n";
   char line[256];
@@ -599,6 +610,7 @@ std::string projection_json(const Projection& p, int indent) {
   j["source"] = p.source;
   j["clients"] = {p.clients_lo, p.clients_hi};
   j["vcpus"] = p.vcpus;
+  j["capture_cores"] = p.capture_cores;
   j["memory_bytes"] = p.memory_bytes;
   j["capture_memory_bytes"] = p.capture_memory_bytes;
   j["read_factor"] = p.read_factor;

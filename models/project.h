@@ -116,6 +116,10 @@ struct Projection {
   std::string source;
   int clients_lo = 0, clients_hi = 0;
   int vcpus = 0;
+  // Cores the capture itself kept busy on the server's machine (profile's
+  // capture_cores_busy): taken from the server at capture, given back on
+  // every tier.
+  double capture_cores = 0;
   double memory_bytes = 0;
   double capture_memory_bytes = 0;
   double read_factor = 1;     // reads per transaction relative to the capture

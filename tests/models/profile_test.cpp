@@ -64,6 +64,9 @@ std::vector<Record> workload(int n) {
   out.push_back({0, 0, trace::Sample{"cpu.system_ns", 0}});
   out.push_back({Nanos(5) * kMs * n + kMs, 0, trace::Sample{"cpu.user_ns", 0.75e6 * 2 * n}});
   out.push_back({Nanos(5) * kMs * n + kMs, 0, trace::Sample{"cpu.system_ns", 0.25e6 * 2 * n}});
+  // The capture itself: a quarter of a core over the same span.
+  out.push_back({0, 0, trace::Sample{"capture.cpu_ns", 1e9}});
+  out.push_back({Nanos(5) * kMs * n + kMs, 0, trace::Sample{"capture.cpu_ns", 1e9 + 0.25 * double(5 * kMs * n + kMs)}});
   out.push_back({0, 0, trace::Meta{"setting.shared_buffers", "128MB"}});
   out.push_back({0, 0, trace::Meta{"memory.bytes", "1GB"}});
   std::stable_sort(out.begin(), out.end(), [](const Record& a, const Record& b) { return a.ts < b.ts; });
@@ -145,6 +148,7 @@ TEST_CASE("profile: CPU per transaction, memory and the miss-ratio curve", "[pro
   Profile p = b.finish("synthetic");
   REQUIRE(p.has_cpu);
   CHECK(p.cpu_s_per_tx == Approx(0.001).epsilon(0.001));
+  CHECK(p.capture_cores_busy == Approx(0.25).epsilon(1e-9));
   CHECK(p.shared_buffers_bytes == 128.0 * 1024 * 1024);
   CHECK(p.memory_bytes == 1024.0 * 1024 * 1024);
   // Both sessions read the same pages once each: half the reads hit a

@@ -87,6 +87,27 @@ TEST_CASE("project: calibration reproduces the capture on the captured device", 
   CHECK(pr.modelled_capture_tps == Approx(4 / (0.0012 + 0.001)).epsilon(1e-6));
 }
 
+TEST_CASE("project: the cores the capture took are given back to the server", "[project]") {
+  Profile p = base_profile();
+  const Tier native = fixed_tier("native", 0.2, 0);
+  auto without = project(p, {native}, {});
+  p.capture_cores_busy = 0.5;
+  auto with = project(p, {native}, {});
+  CHECK(without.capture_cores == 0);
+  CHECK(with.capture_cores == 0.5);
+  // Calibrated on the capture either way ...
+  CHECK(with.modelled_capture_tps == Approx(without.modelled_capture_tps).epsilon(1e-6));
+  // ... where the server's CPU queued behind the capture's: less of the
+  // captured latency is "other", and the tier, without the capture, is faster.
+  CHECK(with.other_s < without.other_s);
+  CHECK(with.tiers[0].tps > without.tiers[0].tps);
+  CHECK(with.tiers[0].split.cpu_s == Approx(without.tiers[0].split.cpu_s).epsilon(0.2));
+  // Saturated, the server has both cores: 2 / 0.5 ms.
+  ProjectOptions o;
+  o.clients_lo = o.clients_hi = 256;
+  CHECK(project(p, {native}, o).tiers[0].tps == Approx(4000).epsilon(0.01));
+}
+
 TEST_CASE("project: an IOPS cap bounds throughput and is the bottleneck", "[project]") {
   Profile p = base_profile();
   ProjectOptions o;
