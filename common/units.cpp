@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <span>
 #include <string>
 
 namespace tierlab {
@@ -58,61 +59,72 @@ bool scale(const Quantity& q, uint64_t unit, uint64_t& out) {
   return !__builtin_add_overflow(whole, part, &out);
 }
 
+struct Unit {
+  std::string_view name;  // lower case; "" for a bare number
+  uint64_t scale;
+};
+
+constexpr Unit kSizeUnits[] = {
+    {"", 1},
+    {"b", 1},
+    {"k", 1ull << 10}, {"kb", 1ull << 10}, {"kib", 1ull << 10},
+    {"m", 1ull << 20}, {"mb", 1ull << 20}, {"mib", 1ull << 20},
+    {"g", 1ull << 30}, {"gb", 1ull << 30}, {"gib", 1ull << 30},
+    {"t", 1ull << 40}, {"tb", 1ull << 40}, {"tib", 1ull << 40},
+};
+
+constexpr Unit kDurationUnits[] = {
+    {"", 1'000'000'000},  // a bare number is seconds
+    {"ns", 1},
+    {"us", 1'000},
+    {"ms", 1'000'000},
+    {"s", 1'000'000'000},
+    {"m", 60'000'000'000}, {"min", 60'000'000'000},
+    {"h", 3'600'000'000'000},
+};
+
+// What a parser accepts and how it says no.
+struct Syntax {
+  std::span<const Unit> units;
+  const char* not_this;   // " is not a size (examples: ...)"
+  const char* too_large;  // " is too large (...)"
+  uint64_t max;
+};
+
 std::string quoted(std::string_view flag, std::string_view text) {
   return std::string(flag) + ": '" + std::string(text) + "'";
+}
+
+uint64_t parse(std::string_view flag, std::string_view text, const Syntax& syntax) {
+  Quantity q;
+  Split s = split(text, q);
+  if (s == Split::TooLarge) throw InputError(quoted(flag, text) + syntax.too_large);
+  const Unit* unit = nullptr;
+  if (s == Split::Ok)
+    for (const Unit& u : syntax.units)
+      if (u.name == q.unit) unit = &u;
+  if (!unit) throw InputError(quoted(flag, text) + syntax.not_this);
+  uint64_t v;
+  if (!scale(q, unit->scale, v) || v > syntax.max) throw InputError(quoted(flag, text) + syntax.too_large);
+  return v;
 }
 
 }  // namespace
 
 uint64_t parse_size(std::string_view flag, std::string_view text) {
-  auto bad = [&] {
-    return InputError(quoted(flag, text) +
-                      " is not a size (examples: 512, 4k, 1.5M, 2GiB; k, M, G, T are powers of 1024)");
-  };
-  auto too_large = [&] { return InputError(quoted(flag, text) + " is too large (at most 2^64 - 1 bytes)"); };
-  Quantity q;
-  switch (split(text, q)) {
-    case Split::Ok: break;
-    case Split::NotANumber: throw bad();
-    case Split::TooLarge: throw too_large();
-  }
-  const std::string& u = q.unit;
-  uint64_t unit;
-  if (u.empty() || u == "b") unit = 1;
-  else if (u == "k" || u == "kb" || u == "kib") unit = 1ull << 10;
-  else if (u == "m" || u == "mb" || u == "mib") unit = 1ull << 20;
-  else if (u == "g" || u == "gb" || u == "gib") unit = 1ull << 30;
-  else if (u == "t" || u == "tb" || u == "tib") unit = 1ull << 40;
-  else throw bad();
-  uint64_t bytes;
-  if (!scale(q, unit, bytes)) throw too_large();
-  return bytes;
+  static constexpr Syntax kSize{
+      kSizeUnits,
+      " is not a size (examples: 512, 4k, 1.5M, 2GiB; k, M, G, T are powers of 1024)",
+      " is too large (at most 2^64 - 1 bytes)", UINT64_MAX};
+  return parse(flag, text, kSize);
 }
 
 int64_t parse_duration(std::string_view flag, std::string_view text) {
-  auto bad = [&] {
-    return InputError(quoted(flag, text) +
-                      " is not a duration (examples: 30s, 500ms, 250us, 2m, 1h; a bare number is seconds)");
-  };
-  auto too_long = [&] { return InputError(quoted(flag, text) + " is too long (at most 292 years)"); };
-  Quantity q;
-  switch (split(text, q)) {
-    case Split::Ok: break;
-    case Split::NotANumber: throw bad();
-    case Split::TooLarge: throw too_long();
-  }
-  const std::string& u = q.unit;
-  uint64_t unit;
-  if (u.empty() || u == "s") unit = 1'000'000'000;
-  else if (u == "ns") unit = 1;
-  else if (u == "us") unit = 1'000;
-  else if (u == "ms") unit = 1'000'000;
-  else if (u == "m" || u == "min") unit = 60'000'000'000;
-  else if (u == "h") unit = 3'600'000'000'000;
-  else throw bad();
-  uint64_t ns;
-  if (!scale(q, unit, ns) || ns > static_cast<uint64_t>(INT64_MAX)) throw too_long();
-  return static_cast<int64_t>(ns);
+  static constexpr Syntax kDuration{
+      kDurationUnits,
+      " is not a duration (examples: 30s, 500ms, 250us, 2m, 1h; a bare number is seconds)",
+      " is too long (at most 292 years)", INT64_MAX};
+  return static_cast<int64_t>(parse(flag, text, kDuration));
 }
 
 int64_t parse_positive_duration(std::string_view flag, std::string_view text) {
