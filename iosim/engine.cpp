@@ -418,7 +418,7 @@ void Engine::finish(uint32_t i, Nanos now) {
     r_.bytes += s.done;
     if (done > last_done_) last_done_ = done;
     if (o_.completion_log && o_.completion_log->size() < o_.completion_log->capacity())
-      o_.completion_log->push_back(done);
+      o_.completion_log->push_back(s.tier_done ? s.tier_done : done);
   }
   free_.push_back(i);
 }

@@ -96,8 +96,11 @@ struct EngineOptions {
   // skipped without it (EngineResult::cpu_latency_held says which).
   bool hold_cpu_latency = true;
   bool allow_create = true;  // a missing regular file is created with --size
-  // If set, receives the reported completion time of each counted I/O, up
-  // to its capacity (reserve it beforehand: the loop never grows it).
+  // If set, receives the completion time of each counted I/O, up to its
+  // capacity (reserve it beforehand: the loop never grows it): the tier's
+  // time under a tier (what its caps govern; a device or a descheduled loop
+  // slower than that is counted in slower_than_tier and release_lag), else
+  // the reap time.
   std::vector<Nanos>* completion_log = nullptr;
 };
 

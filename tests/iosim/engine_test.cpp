@@ -307,14 +307,18 @@ TEST_CASE("engine: a tier's latency floor and IOPS cap hold on a real file", "[e
   double iops = double(r.ios) / (double(r.elapsed_ns) / 1e9);
   CHECK(iops <= 2000 * 1.03);
   CHECK(iops >= 2000 * 0.97);
-  // Never above the cap over any 100 ms window: at most 200 I/Os plus the
-  // 2 tokens a 1 ms bucket banks and the one being admitted.
+  // The tier never completes more than its cap over any 100 ms window: at
+  // most 200 I/Os plus the 2 tokens a 1 ms bucket banks and the one being
+  // admitted. (Reported times can bunch after a stall of this process: an
+  // I/O reaped after its tier time is reported when reaped and counted in
+  // slower_than_tier.)
   std::sort(done.begin(), done.end());
   size_t worst = 0;
   for (size_t i = 0, j = 0; i < done.size(); ++i) {
     while (done[i] - done[j] >= 100'000'000) ++j;
     worst = std::max(worst, i - j + 1);
   }
-  INFO("most I/Os completed in a 100 ms window: " << worst);
+  INFO("most I/Os completed in a 100 ms window: " << worst << "; reaped after the tier's time: "
+                                                   << r.slower_than_tier);
   CHECK(worst <= 203);
 }
