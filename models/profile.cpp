@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/histogram.h"
+#include "common/units.h"
 #include "models/mrc.h"
 
 #include <nlohmann/json.hpp>
@@ -490,14 +491,14 @@ void ProfileBuilder::Impl::memory(Profile& p) {
   if (auto it = meta.find("cpu.count"); it != meta.end()) p.vcpus = std::atoi(it->second.c_str());
   if (auto it = meta.find("memory.bytes"); it != meta.end()) {
     try {
-      p.memory_bytes = parse_size(it->second, "meta memory.bytes");
+      p.memory_bytes = static_cast<double>(parse_size("meta memory.bytes", it->second));
     } catch (const InputError&) {
       p.notes.push_back("meta memory.bytes unreadable: " + it->second);
     }
   }
   if (auto it = meta.find("setting.shared_buffers"); it != meta.end()) {
     try {
-      p.shared_buffers_bytes = parse_size(it->second, "meta setting.shared_buffers");
+      p.shared_buffers_bytes = static_cast<double>(parse_size("meta setting.shared_buffers", it->second));
     } catch (const InputError&) {
       p.notes.push_back("meta setting.shared_buffers unreadable: " + it->second);
     }
@@ -540,27 +541,6 @@ double MissCurve::at(double cache_bytes) const {
   auto lo = std::prev(it);
   double f = (cache_bytes - lo->first) / (it->first - lo->first);
   return lo->second + f * (it->second - lo->second);
-}
-
-double parse_size(const std::string& text, const std::string& what) {
-  size_t i = 0;
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-  size_t start = i;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == start) throw InputError(what + ": not a size: '" + text + "'");
-  double v = std::stod(text.substr(start, i - start));
-  std::string unit;
-  for (; i < text.size(); ++i)
-    if (!std::isspace(static_cast<unsigned char>(text[i])))
-      unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
-  double mult = 1;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kb" || unit == "kib") mult = 1024.0;
-  else if (unit == "m" || unit == "mb" || unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gb" || unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tb" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
-  else throw InputError(what + ": unknown size unit '" + unit + "' in '" + text + "'");
-  return v * mult;
 }
 
 std::string fingerprint_sql(std::string_view sql) {

@@ -157,11 +157,6 @@ class ProfileBuilder {
 Profile profile_trace(trace::Reader& reader, const std::string& source, ProfileOptions opts = {});
 Profile profile_file(const std::string& path, ProfileOptions opts = {});
 
-// Parses "512MB", "8GB", "16384kB", "1024" (bytes), "8kB": PostgreSQL and
-// tierlab size syntax, case-insensitive, binary multiples. Throws InputError
-// naming `what` on bad input.
-double parse_size(const std::string& text, const std::string& what);
-
 // Normalises one statement: literals -> '?', whitespace collapsed, lower case
 // outside quoted identifiers.
 std::string fingerprint_sql(std::string_view sql);

@@ -187,7 +187,7 @@ TEST_CASE("profile: a trace without transactions is bad input", "[profile]") {
   CHECK_THROWS_AS(b.finish("empty.tlt"), InputError);
 }
 
-TEST_CASE("profile: statement fingerprints and sizes", "[profile]") {
+TEST_CASE("profile: statement fingerprints", "[profile]") {
   CHECK(fingerprint_sql("SELECT  abalance FROM pgbench_accounts WHERE aid = 12345;") ==
         "select abalance from pgbench_accounts where aid = ?;");
   CHECK(fingerprint_sql("insert into t1 values ('it''s', -3.5, $1)") ==
@@ -195,10 +195,4 @@ TEST_CASE("profile: statement fingerprints and sizes", "[profile]") {
   CHECK(fingerprint_sql("UPDATE a SET v = v + -5 WHERE id = 3") == fingerprint_sql("UPDATE a SET v = v + 5 WHERE id = 3"));
   CHECK(fingerprint_sql("SELECT a - 1 FROM t") == "select a - ? from t");
   CHECK(fingerprint_sql("SELECT \"MixedCase\" FROM x2") == "select \"MixedCase\" from x2");
-  CHECK(parse_size("128MB", "x") == 128.0 * 1024 * 1024);
-  CHECK(parse_size("16384kB", "x") == 16384.0 * 1024);
-  CHECK(parse_size("4096", "x") == 4096.0);
-  CHECK(parse_size("2g", "x") == 2.0 * 1024 * 1024 * 1024);
-  CHECK_THROWS_AS(parse_size("lots", "--memory"), InputError);
-  CHECK_THROWS_AS(parse_size("3 parsecs", "--memory"), InputError);
 }
