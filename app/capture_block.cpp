@@ -1,6 +1,6 @@
 // tierlab capture block: kernel block I/O (tracefs) -> trace.
 #include "app/command.h"
-#include "app/units.h"
+#include "common/units.h"
 #include "capture/block.h"
 #include "common/error.h"
 #include "trace/writer.h"
@@ -28,7 +28,7 @@ void run_block(const BlockOptions& o) {
   co.device = o.device;
   co.pids = o.pids;
   co.buffer_kb = o.buffer_kb;
-  if (!o.duration.empty()) co.duration_ns = parse_duration("--duration", o.duration);
+  if (!o.duration.empty()) co.duration_ns = parse_positive_duration("--duration", o.duration);
   capture::BlockDevice dev = capture::resolve_block_device(o.device);
   capture::require_block_capture_privileges();  // before creating --out
   if (dev.from_partition)

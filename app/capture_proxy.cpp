@@ -5,6 +5,7 @@
 #include "app/stop_signals.h"
 #include "app/units.h"
 #include "common/error.h"
+#include "common/units.h"
 
 #include <csignal>
 #include <cstdio>
@@ -44,7 +45,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   uint64_t max_msg = parse_size("--max-message-size", o.max_message_size);
   if (max_msg > (1ull << 30)) throw InputError("--max-message-size " + o.max_message_size + ": at most 1GiB");
   po.max_message = static_cast<uint32_t>(max_msg);
-  int64_t duration = o.duration.empty() ? 0 : parse_duration("--duration", o.duration);
+  int64_t duration = o.duration.empty() ? 0 : parse_positive_duration("--duration", o.duration);
 
   // SIGINT/SIGTERM are taken with sigtimedwait; block them before any thread
   // starts so that every thread inherits the mask.

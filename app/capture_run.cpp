@@ -4,7 +4,7 @@
 // one clock, into one trace.
 #include "app/command.h"
 #include "app/stop_signals.h"
-#include "app/units.h"
+#include "common/units.h"
 #include "capture/block.h"
 #include "capture/proxy.h"
 #include "capture/run.h"
@@ -16,6 +16,7 @@
 #include <libpq-fe.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -335,8 +336,8 @@ void run_capture_run(const CaptureRunOptions& o) {
         "capture run: give --upstream (and --listen) to capture through the proxy, or --interface and --port to "
         "capture passively");
   if (passive && o.port == 0) throw InputError("capture run: --interface needs --port, the server's TCP port");
-  int64_t duration = o.duration.empty() ? 0 : parse_duration("--duration", o.duration);
-  int64_t interval = parse_duration("--sample-interval", o.sample_interval);
+  int64_t duration = o.duration.empty() ? 0 : parse_positive_duration("--duration", o.duration);
+  int64_t interval = parse_positive_duration("--sample-interval", o.sample_interval);
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
   if (o.pid < 0) throw InputError("--pid " + std::to_string(o.pid) + ": must be a process id");
   if (!o.device.empty()) capture::resolve_block_device(o.device);  // bad name -> exit 2 now
@@ -461,6 +462,15 @@ void run_capture_run(const CaptureRunOptions& o) {
             sample_writer->write(now, 0, trace::Sample{"cpu.user_ns", static_cast<double>(cpu.user_ns)});
             sample_writer->write(now, 0, trace::Sample{"cpu.system_ns", static_cast<double>(cpu.system_ns)});
             samples += 2;
+            // The capture's own CPU: on the server's machine it takes cores
+            // the server would otherwise have (the profile and projection
+            // take it out).
+            rusage self{};
+            if (::getrusage(RUSAGE_SELF, &self) == 0) {
+              auto ns = [](const timeval& t) { return double(t.tv_sec) * 1e9 + double(t.tv_usec) * 1e3; };
+              sample_writer->write(now, 0, trace::Sample{"capture.cpu_ns", ns(self.ru_utime) + ns(self.ru_stime)});
+              ++samples;
+            }
           } catch (const RuntimeError&) {
             postmaster = 0;  // the server went away; keep the rest going
           }

@@ -1,6 +1,6 @@
 // tierlab capture sniff: record PostgreSQL traffic passively from packets.
 #include "app/command.h"
-#include "app/units.h"
+#include "common/units.h"
 #include "capture/sniff.h"
 #include "common/error.h"
 
@@ -22,7 +22,7 @@ struct SniffCli {
 void on_sniff_stop_signal(int) { capture::stop_sniff(); }
 
 void run_sniff_cli(SniffCli& cli) {
-  if (!cli.duration.empty()) cli.opts.duration_s = static_cast<double>(parse_duration("--duration", cli.duration)) / 1e9;
+  if (!cli.duration.empty()) cli.opts.duration_s = static_cast<double>(parse_positive_duration("--duration", cli.duration)) / 1e9;
   if (!cli.buffer_size.empty()) cli.opts.buffer_bytes = parse_size("--buffer-size", cli.buffer_size);
   if (!cli.opts.pcap_file.empty() && !cli.opts.interface.empty())
     throw InputError("capture sniff: give either --interface or --pcap, not both");

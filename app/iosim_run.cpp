@@ -2,6 +2,7 @@
 #include "app/command.h"
 
 #include "common/error.h"
+#include "common/units.h"
 #include "iosim/engine.h"
 #include "iosim/pattern.h"
 #include "iosim/shaper.h"
@@ -115,8 +116,8 @@ void run_iosim(const RunOptions& o) {
   eo.hold_cpu_latency = !o.no_pm_qos;
   eo.seed = o.seed;
   eo.max_ios = o.ios;
-  if (!o.size.empty()) eo.size = iosim::parse_size(o.size, "--size");
-  if (!o.runtime.empty()) eo.runtime_ns = iosim::parse_duration(o.runtime, "--runtime");
+  if (!o.size.empty()) eo.size = parse_size("--size", o.size);
+  if (!o.runtime.empty()) eo.runtime_ns = parse_duration("--runtime", o.runtime);
 
   std::optional<models::Catalog> catalog;
   std::unique_ptr<iosim::Shaper> shaper;
@@ -146,7 +147,7 @@ void run_iosim(const RunOptions& o) {
   } else {
     iosim::PatternSpec spec;
     spec.rw = iosim::parse_rw(o.rw);
-    spec.bs = iosim::parse_size(o.bs, "--bs");
+    spec.bs = parse_size("--bs", o.bs);
     spec.rwmixread = o.rwmixread;
     spec.seed = o.seed;
     spec.size = eo.size ? eo.size : existing_size(o.target);

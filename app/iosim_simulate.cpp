@@ -3,6 +3,7 @@
 #include "app/command.h"
 
 #include "common/error.h"
+#include "common/units.h"
 #include "iosim/pattern.h"
 #include "iosim/sim.h"
 #include "models/tiers.h"
@@ -252,15 +253,15 @@ void run_simulate(const SimulateOptions& o) {
   } else {
     iosim::PatternSpec spec;
     spec.rw = iosim::parse_rw(o.rw);
-    spec.bs = iosim::parse_size(o.bs, "--bs");
-    spec.size = iosim::parse_size(o.size, "--size");
-    spec.offset = iosim::parse_size(o.offset, "--offset");
+    spec.bs = parse_size("--bs", o.bs);
+    spec.size = parse_size("--size", o.size);
+    spec.offset = parse_size("--offset", o.offset);
     spec.rwmixread = o.rwmixread;
     spec.seed = o.seed;
     iosim::validate(spec);
-    Nanos runtime = o.runtime.empty() ? 0 : iosim::parse_duration(o.runtime, "--runtime");
+    Nanos runtime = o.runtime.empty() ? 0 : parse_duration("--runtime", o.runtime);
     if (runtime == 0 && o.ios == 0) runtime = 10'000'000'000;  // fio-like default run
-    Nanos think = iosim::parse_duration(o.think, "--think");
+    Nanos think = parse_duration("--think", o.think);
     std::string desc = std::string(iosim::rw_name(spec.rw));
     if (spec.rw == iosim::Rw::RandRw || spec.rw == iosim::Rw::ReadWrite)
       desc += " " + std::to_string(spec.rwmixread) + "/" + std::to_string(100 - spec.rwmixread);

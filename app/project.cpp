@@ -2,6 +2,7 @@
 // captured workload on other storage tiers (closed queueing model).
 #include "app/command.h"
 #include "common/error.h"
+#include "common/units.h"
 #include "models/profile.h"
 #include "models/project.h"
 #include "models/tiers.h"
@@ -61,9 +62,9 @@ void run_project(const ProjectCliOptions& o) {
   }
   if (o.vcpus < 0 || o.vcpus > 4096) throw InputError("--vcpus: expected 1 to 4096");
   po.vcpus = o.vcpus;
-  if (!o.memory.empty()) po.memory_bytes = models::parse_size(o.memory, "--memory");
+  if (!o.memory.empty()) po.memory_bytes = parse_size("--memory", o.memory);
   if (!o.capture_memory.empty())
-    po.capture_memory_bytes = models::parse_size(o.capture_memory, "--capture-memory");
+    po.capture_memory_bytes = parse_size("--capture-memory", o.capture_memory);
   po.kernel_writes_uncapped = o.kernel_uncapped;
 
   // Tiers first: a typo should not wait for a long trace to be read.

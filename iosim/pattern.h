@@ -1,8 +1,9 @@
-// fio-style I/O patterns, and the fio-style parsing of their options.
+// fio-style I/O patterns, and the fio-style parsing of their --rw option
+// (sizes and durations: common/units.h).
 //
 //   PatternSpec spec;                       // defaults: randread, 4k, 1g, mix 50
 //   spec.rw = parse_rw("randrw");
-//   spec.bs = parse_size("4k", "--bs");
+//   spec.bs = parse_size("--bs", "4k");
 //   Pattern p(spec);                        // InputError if the spec is unusable
 //   IoRequest r = p.next();                 // {op, offset, length}
 //
@@ -35,16 +36,6 @@ struct PatternSpec {
 // InputError listing the accepted names otherwise.
 Rw parse_rw(std::string_view text);
 std::string_view rw_name(Rw rw);
-
-// A size as fio takes it: a number with an optional binary suffix
-// k/m/g/t (also kb, kib, KiB, ...; case-insensitive): "4k" = 4096,
-// "1g" = 2^30, "512" = 512 bytes. InputError naming `what` otherwise.
-uint64_t parse_size(std::string_view text, std::string_view what);
-
-// A duration: a number with a unit ns, us, ms, s, m, h; a bare number is
-// seconds, as for fio's --runtime. "10s", "500ms", "1.5s". InputError naming
-// `what` otherwise.
-Nanos parse_duration(std::string_view text, std::string_view what);
 
 // Throws InputError if bs is 0 or over 4 GiB - 1, size < bs, rwmixread > 100.
 void validate(const PatternSpec& spec);

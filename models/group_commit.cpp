@@ -19,7 +19,7 @@ double FlushCycle::cycle_s(double x) const {
   double pace = 0;
   for (const auto& p : paces) {
     if (p.tokens <= 0) continue;
-    double rest = p.fixed_per_s + std::max(0.0, x) * p.per_tx;
+    double rest = server_writes_at(p.fixed_per_s, p.fixed_per_tx, x) + std::max(0.0, x) * p.per_tx;
     double left = p.limit - rest;
     if (left <= 0) {
       // The rest alone asks for more than the cap: everything is throttled

@@ -51,6 +51,19 @@ namespace tierlab::models {
 // duration f (seconds), with at most n clients: x f + exp(-x f), in [1, n].
 double group_commit_batch(double x, double f, int n);
 
+// Writes per second of the server's auxiliary processes (the background
+// writer cleaning buffers ahead of the backends, the checkpointer) at
+// throughput x. They write what the transactions dirty, `per_tx` each, up
+// to `max_per_s`, the most they wrote at capture (the background writer is
+// paced: at most bgwriter_lru_maxpages per bgwriter_delay); beyond that
+// the backends' own evictions are left to the kernel's writeback. per_tx 0:
+// max_per_s whatever the throughput.
+inline double server_writes_at(double max_per_s, double per_tx, double x) {
+  if (!(per_tx > 0)) return max_per_s;
+  double w = per_tx * (x > 0 ? x : 0);
+  return w < max_per_s ? w : max_per_s;
+}
+
 struct FlushCycle {
   // Fraction of transactions that commit through the cycle (those that
   // wrote WAL; read-only ones commit without a flush): commits arrive at
@@ -62,12 +75,14 @@ struct FlushCycle {
   double captured_device_s = 0; // the captured device's writes + flush for one cycle
   double device_s = 0;          // D on the tier in use (see set_device)
   // A rate cap that counts the cycle's I/Os: the cycle takes `tokens` of
-  // `limit` per second, the rest of the workload fixed_per_s + x per_tx.
+  // `limit` per second, the rest of the workload x per_tx plus the server's
+  // own writes, server_writes_at(fixed_per_s, fixed_per_tx, x).
   struct Pace {
     double tokens = 0;
     double limit = 0;
     double fixed_per_s = 0;
     double per_tx = 0;
+    double fixed_per_tx = 0;
   };
   std::vector<Pace> paces;
 

@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "common/histogram.h"
+#include "common/units.h"
 #include "models/mrc.h"
 
 #include <nlohmann/json.hpp>
@@ -472,6 +473,8 @@ void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
     }
   }
   if (!p.has_cpu) p.notes.push_back("no CPU samples in the trace: CPU demand estimated from latency");
+  if (auto it = counters.find("capture.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts)
+    p.capture_cores_busy = (it->second.last - it->second.first) / static_cast<double>(it->second.last_ts - it->second.first_ts);
   auto per_tx = [&](const char* name) {
     auto it = counters.find(name);
     if (it == counters.end() || it->second.last_ts <= it->second.first_ts) return -1.0;
@@ -488,14 +491,14 @@ void ProfileBuilder::Impl::memory(Profile& p) {
   if (auto it = meta.find("cpu.count"); it != meta.end()) p.vcpus = std::atoi(it->second.c_str());
   if (auto it = meta.find("memory.bytes"); it != meta.end()) {
     try {
-      p.memory_bytes = parse_size(it->second, "meta memory.bytes");
+      p.memory_bytes = static_cast<double>(parse_size("meta memory.bytes", it->second));
     } catch (const InputError&) {
       p.notes.push_back("meta memory.bytes unreadable: " + it->second);
     }
   }
   if (auto it = meta.find("setting.shared_buffers"); it != meta.end()) {
     try {
-      p.shared_buffers_bytes = parse_size(it->second, "meta setting.shared_buffers");
+      p.shared_buffers_bytes = static_cast<double>(parse_size("meta setting.shared_buffers", it->second));
     } catch (const InputError&) {
       p.notes.push_back("meta setting.shared_buffers unreadable: " + it->second);
     }
@@ -538,27 +541,6 @@ double MissCurve::at(double cache_bytes) const {
   auto lo = std::prev(it);
   double f = (cache_bytes - lo->first) / (it->first - lo->first);
   return lo->second + f * (it->second - lo->second);
-}
-
-double parse_size(const std::string& text, const std::string& what) {
-  size_t i = 0;
-  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
-  size_t start = i;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  if (i == start) throw InputError(what + ": not a size: '" + text + "'");
-  double v = std::stod(text.substr(start, i - start));
-  std::string unit;
-  for (; i < text.size(); ++i)
-    if (!std::isspace(static_cast<unsigned char>(text[i])))
-      unit += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
-  double mult = 1;
-  if (unit.empty() || unit == "b") mult = 1;
-  else if (unit == "k" || unit == "kb" || unit == "kib") mult = 1024.0;
-  else if (unit == "m" || unit == "mb" || unit == "mib") mult = 1024.0 * 1024;
-  else if (unit == "g" || unit == "gb" || unit == "gib") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "t" || unit == "tb" || unit == "tib") mult = 1024.0 * 1024 * 1024 * 1024;
-  else throw InputError(what + ": unknown size unit '" + unit + "' in '" + text + "'");
-  return v * mult;
 }
 
 std::string fingerprint_sql(std::string_view sql) {
@@ -681,7 +663,8 @@ void print_profile(std::ostream& out, const Profile& p) {
   out << "\nper transaction:\n";
   if (p.has_cpu)
     out << "  cpu: " << ms(p.cpu_s_per_tx) << " (server busy " << fmt("%.2f", p.cpu_cores_busy)
-        << " cores)\n";
+        << " cores" << (p.capture_cores_busy > 0 ? ", the capture " + fmt("%.2f", p.capture_cores_busy) : std::string())
+        << ")\n";
   else
     out << "  cpu: not sampled\n";
   if (p.has_block_io) {
@@ -768,6 +751,7 @@ std::string profile_json(const Profile& p, int indent) {
   per["pg_wal_bytes"] = opt(p.pg_wal_bytes_per_tx);
   j["per_transaction"] = per;
   j["cpu_cores_busy"] = p.has_cpu ? nlohmann::json(p.cpu_cores_busy) : nlohmann::json();
+  j["capture_cores_busy"] = p.capture_cores_busy;
   nlohmann::json dev;
   dev["has_block_io"] = p.has_block_io;
   dev["name"] = p.device;

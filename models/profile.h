@@ -82,6 +82,9 @@ struct Profile {
   bool has_cpu = false;
   double cpu_s_per_tx = 0;
   double cpu_cores_busy = 0;  // mean cores the server kept busy
+  // Mean cores tierlab's capture itself kept busy (sample "capture.cpu_ns"
+  // of `capture run`); 0 when not recorded.
+  double capture_cores_busy = 0;
 
   // PostgreSQL counters (from "pg.*" samples), per transaction; -1 if absent.
   double pg_blks_read_per_tx = -1;
@@ -153,11 +156,6 @@ class ProfileBuilder {
 // Reads the whole trace. Throws InputError (no transactions, corrupt trace).
 Profile profile_trace(trace::Reader& reader, const std::string& source, ProfileOptions opts = {});
 Profile profile_file(const std::string& path, ProfileOptions opts = {});
-
-// Parses "512MB", "8GB", "16384kB", "1024" (bytes), "8kB": PostgreSQL and
-// tierlab size syntax, case-insensitive, binary multiples. Throws InputError
-// naming `what` on bad input.
-double parse_size(const std::string& text, const std::string& what);
 
 // Normalises one statement: literals -> '?', whitespace collapsed, lower case
 // outside quoted identifiers.

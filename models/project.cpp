@@ -102,9 +102,13 @@ struct Demands {
   double writes = 0, write_bytes = 0;
   double flushes = 0;
   double bg_reads = 0;
-  double bg_writes = 0, bg_write_bytes = 0;  // the kernel's own (writeback, journal), per transaction
-  // The server's auxiliary processes (background writer, checkpointer) run
-  // on their own clocks: their writes are a rate, whatever the throughput.
+  // Writes besides the transactions' own, per transaction: the dirtied
+  // buffers written back, by the server's auxiliary processes (background
+  // writer, checkpointer) or by the kernel (writeback, journal).
+  double bg_writes = 0, bg_write_bytes = 0;
+  // Of those, the server's processes write at most their captured rate
+  // (server_writes_at, models/group_commit.h): a tier whose caps leave the
+  // kernel's writeback out (--kernel-writes-uncapped) counts only these.
   double srv_writes_per_s = 0, srv_write_bytes_per_s = 0;
   // With WAL flushes in the capture, the commit writes and flushes go
   // through the flush cycle (models/group_commit.h), calibrated on the
@@ -117,7 +121,8 @@ struct Demands {
 };
 
 // A rate cap: the tier admits `limit` units per second; a transaction takes
-// `per_tx` of them and the server's own background I/O `fixed_per_s`.
+// `per_tx` of them and the server's own background I/O
+// server_writes_at(fixed_per_s, fixed_per_tx, x).
 struct Cap {
   std::string name;
   double per_tx = 0;         // besides the flush cycle's I/O
@@ -127,14 +132,21 @@ struct Cap {
   // transaction the bound counts (see Network::bound_cycles_per_tx).
   double commit_tokens = 0;
   double bound_cycles_per_tx = 0;
+  double fixed_per_tx = 0;
   // Highest throughput the cap admits. The background I/O keeps its rate
   // while it fits under the cap (its requests wait in line, but they keep
   // coming at that rate) and the transactions get what is left. When it
   // alone would take all of the cap, the background processes are
   // throttled too and the cap is shared in proportion to demand at
   // `x_free`, the uncapped throughput.
+  // Where the server's processes still keep up with what the transactions
+  // dirty (below max rate), their writes are per transaction too.
   double bound(double x_free) const {
     double per = per_tx + commit_tokens * bound_cycles_per_tx;
+    if (fixed_per_tx > 0 && per + fixed_per_tx > 0) {
+      double x = limit / (per + fixed_per_tx);
+      if (x * fixed_per_tx <= fixed_per_s) return x;
+    }
     if (per <= 0) return std::numeric_limits<double>::infinity();
     double left = limit - fixed_per_s;
     if (left > 0) return left / per;
@@ -142,7 +154,8 @@ struct Cap {
   }
   // With `cycles_per_tx` flush cycles per transaction at throughput x.
   double utilisation(double x, double cycles_per_tx) const {
-    return (x * (per_tx + cycles_per_tx * commit_tokens) + fixed_per_s) / limit;
+    return (x * (per_tx + cycles_per_tx * commit_tokens) + server_writes_at(fixed_per_s, fixed_per_tx, x)) /
+           limit;
   }
 };
 
@@ -151,7 +164,10 @@ struct Network {
   int think = 0, cpu = 1, storage = 2, other = 3, commit = -1;
   double io_var = 0;  // compound-Poisson variance of the device service time
   double read_ios = 0, write_ios = 0, bytes = 0;  // counted per transaction
-  double fixed_write_ios = 0, fixed_bytes = 0;    // counted per second
+  // The server's own writes: at most these per second, these per transaction
+  // below that (server_writes_at).
+  double fixed_write_ios = 0, fixed_bytes = 0;
+  double fixed_write_ios_per_tx = 0, fixed_bytes_per_tx = 0;
   std::vector<Cap> caps;
   // The flush cycle on this tier (group commit); when set, write_ios holds
   // no commit I/O, which counts per cycle: cycle_write_ios of the writes
@@ -193,13 +209,19 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
   double write_size = d.writes > 0 ? d.write_bytes / d.writes : 8192;
   double bg_size = d.bg_writes > 0 ? d.bg_write_bytes / d.bg_writes : 8192;
   double srv_size = d.srv_writes_per_s > 0 ? d.srv_write_bytes_per_s / d.srv_writes_per_s : 8192;
+  // Every background write is counted (per transaction), or, with the
+  // kernel's left out, the server's processes' share of them.
   double bgw = kernel_uncapped ? 0 : d.bg_writes;
   n.read_ios = (d.reads + d.bg_reads) * counted(read_size, t.io_unit_bytes);
   n.write_ios = cw * counted(write_size, t.io_unit_bytes) + bgw * counted(bg_size, t.io_unit_bytes) +
                 (t.count_flushes ? cf : 0);
   n.bytes = d.read_bytes + d.bg_reads * read_size + d.write_bytes + (kernel_uncapped ? 0 : d.bg_write_bytes);
-  n.fixed_write_ios = d.srv_writes_per_s * counted(srv_size, t.io_unit_bytes);
-  n.fixed_bytes = d.srv_write_bytes_per_s;
+  if (kernel_uncapped) {
+    n.fixed_write_ios = d.srv_writes_per_s * counted(srv_size, t.io_unit_bytes);
+    n.fixed_bytes = d.srv_write_bytes_per_s;
+    n.fixed_write_ios_per_tx = d.bg_writes * counted(srv_size, t.io_unit_bytes);
+    n.fixed_bytes_per_tx = d.bg_write_bytes;
+  }
   double read_cap = t.read_iops, write_cap = t.write_iops, total_cap = t.total_iops;
   if (t.burst.enabled()) {
     // Sustained rate: the baseline the bucket refills at.
@@ -217,9 +239,11 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
     n.cycle_var = n.cycle->writes * second_moment(t.write) + n.cycle->flushes * second_moment(t.flush);
     if (n.cycle_write_ios > 0) {
       if (write_cap > 0)
-        n.cycle->paces.push_back({n.cycle_write_ios, write_cap, n.fixed_write_ios, n.write_ios});
+        n.cycle->paces.push_back(
+            {n.cycle_write_ios, write_cap, n.fixed_write_ios, n.write_ios, n.fixed_write_ios_per_tx});
       if (total_cap > 0)
-        n.cycle->paces.push_back({n.cycle_write_ios, total_cap, n.fixed_write_ios, n.read_ios + n.write_ios});
+        n.cycle->paces.push_back({n.cycle_write_ios, total_cap, n.fixed_write_ios, n.read_ios + n.write_ios,
+                                  n.fixed_write_ios_per_tx});
     }
     n.commit = static_cast<int>(n.stations.size());
     std::shared_ptr<const FlushCycle> c = n.cycle;
@@ -228,15 +252,17 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
   }
   // Caps that the flush cycle's I/O draws on take it per cycle (it paces the
   // cycle, see models/group_commit.h), not as a bound per transaction.
-  auto cap = [&](const char* name, double per_tx, double fixed, double rate, double per_cycle) {
+  auto cap = [&](const char* name, double per_tx, double fixed, double fixed_per_tx, double rate,
+                 double per_cycle) {
     if (rate > 0 && (per_tx > 0 || fixed > 0 || per_cycle > 0))
-      n.caps.push_back({name, per_tx, fixed, rate, per_cycle, per_cycle > 0 ? n.bound_cycles_per_tx : 0});
+      n.caps.push_back({name, per_tx, fixed, rate, per_cycle, per_cycle > 0 ? n.bound_cycles_per_tx : 0,
+                        fixed_per_tx});
   };
   double cyc = n.group_commit ? n.cycle_write_ios : 0;
-  cap("read IOPS cap", n.read_ios, 0, read_cap, 0);
-  cap("write IOPS cap", n.write_ios, n.fixed_write_ios, write_cap, cyc);
-  cap("IOPS cap", n.read_ios + n.write_ios, n.fixed_write_ios, total_cap, cyc);
-  cap("throughput cap", n.bytes, n.fixed_bytes, t.bytes_per_sec, 0);
+  cap("read IOPS cap", n.read_ios, 0, 0, read_cap, 0);
+  cap("write IOPS cap", n.write_ios, n.fixed_write_ios, n.fixed_write_ios_per_tx, write_cap, cyc);
+  cap("IOPS cap", n.read_ios + n.write_ios, n.fixed_write_ios, n.fixed_write_ios_per_tx, total_cap, cyc);
+  cap("throughput cap", n.bytes, n.fixed_bytes, n.fixed_bytes_per_tx, t.bytes_per_sec, 0);
   return n;
 }
 
@@ -335,21 +361,18 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   d.write_bytes = p.write_bytes_per_tx;
   d.flushes = p.flushes_per_tx;
   d.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps * out.read_factor : 0;
-  // Background writes: the server's auxiliary processes at their captured
-  // rate, the kernel's per transaction (it writes back what the backends
-  // dirtied). A trace without the server's pids has only the total.
-  double kernel_writes = p.background_writes_per_s, kernel_bytes = p.background_write_bytes_per_s;
+  // Background writes: per transaction (they write back what the backends
+  // dirtied), the server's auxiliary processes' share up to their captured
+  // rate. A trace without the server's pids has only the total.
   if (p.knows_server_processes) {
     d.srv_writes_per_s = p.server_writes_per_s;
     d.srv_write_bytes_per_s = p.server_write_bytes_per_s;
-    kernel_writes = std::max(0.0, kernel_writes - p.server_writes_per_s);
-    kernel_bytes = std::max(0.0, kernel_bytes - p.server_write_bytes_per_s);
   } else if (o.kernel_writes_uncapped && p.background_writes_per_s > 0) {
     out.notes.push_back("the trace does not say which processes are the server's: all background writes "
                         "are taken as the kernel's and left out of the IOPS caps");
   }
-  d.bg_writes = p.tps > 0 ? kernel_writes / p.tps : 0;
-  d.bg_write_bytes = p.tps > 0 ? kernel_bytes / p.tps : 0;
+  d.bg_writes = p.tps > 0 ? p.background_writes_per_s / p.tps : 0;
+  d.bg_write_bytes = p.tps > 0 ? p.background_write_bytes_per_s / p.tps : 0;
   out.cpu_s_per_tx = d.cpu_s;
   out.reads_per_tx = d.reads;
   out.sync_writes_per_tx = d.writes;
@@ -389,6 +412,15 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   dc.reads = p.reads_per_tx;
   dc.read_bytes = p.read_bytes_per_tx;
   dc.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps : 0;
+  // The capture's own CPU (capture run on the server's machine) took cores
+  // the server would otherwise have had: at capture the server had
+  // vcpus - c of them, as if each transaction's CPU time were vcpus /
+  // (vcpus - c) longer. "Other" is calibrated on that; the tiers are
+  // projected without the capture.
+  if (const int cv = p.vcpus > 0 ? p.vcpus : out.vcpus; p.capture_cores_busy > 0 && cv > 0) {
+    out.capture_cores = p.capture_cores_busy;
+    dc.cpu_s = d.cpu_s * cv / std::max(cv - p.capture_cores_busy, 0.5 * cv);
+  }
   {
     // Fixed point: a larger "other" lowers throughput and so the queueing
     // elsewhere; the response time grows by at most the added delay, so
@@ -459,8 +491,9 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
                                       : net.cycle->share / net.cycle->batch(x, out.clients_hi);
     tp.flushes_per_tx = net.group_commit ? cycles * net.cycle->flushes : d.flushes;
     tp.read_iops = x * net.read_ios;
-    tp.write_iops = x * (net.write_ios + cycles * net.cycle_write_ios) + net.fixed_write_ios;
-    tp.bytes_per_s = x * net.bytes + net.fixed_bytes;
+    tp.write_iops = x * (net.write_ios + cycles * net.cycle_write_ios) +
+                    server_writes_at(net.fixed_write_ios, net.fixed_write_ios_per_tx, x);
+    tp.bytes_per_s = x * net.bytes + server_writes_at(net.fixed_bytes, net.fixed_bytes_per_tx, x);
     double cap_wait = std::max(0.0, r - pt.response_s);
     double commit_s = net.commit >= 0 ? pt.residence_s[static_cast<size_t>(net.commit)] : 0.0;
     tp.split.cpu_s = pt.residence_s[static_cast<size_t>(net.cpu)];
@@ -533,6 +566,8 @@ void print_projection(std::ostream& out, const Projection& p) {
         << " (device " << fmt("%.3f ms", p.cycle_device_s * 1e3) << "), "
         << fmt("%.2f", p.flushes_per_cycle) << " flushes per cycle\n";
   out << "clients " << p.clients_hi << ", vcpus " << p.vcpus;
+  if (p.capture_cores > 0)
+    out << " (the capture took " << fmt("%.2f", p.capture_cores) << " of them: projected without it)";
   if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
   out << "\n\n";
   char line[256];
@@ -575,6 +610,7 @@ std::string projection_json(const Projection& p, int indent) {
   j["source"] = p.source;
   j["clients"] = {p.clients_lo, p.clients_hi};
   j["vcpus"] = p.vcpus;
+  j["capture_cores"] = p.capture_cores;
   j["memory_bytes"] = p.memory_bytes;
   j["capture_memory_bytes"] = p.capture_memory_bytes;
   j["read_factor"] = p.read_factor;

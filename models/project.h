@@ -29,11 +29,12 @@
 //             (counted I/Os or bytes per transaction). A transaction counts
 //             its own I/Os (its commit writes and WAL flushes through the
 //             commit station's pacing, flushes only on a tier that counts
-//             them) plus its share of the kernel's writeback of what the
-//             backends dirtied (scaled with throughput); the server's
-//             auxiliary processes (background writer, checkpointer) write at
-//             their captured rate per second, which takes its part of the cap
-//             whatever the throughput. A token bucket delays nothing until its rate
+//             them) plus its share of the background writes of what the
+//             backends dirtied (the captured rate per transaction): the
+//             server's auxiliary processes (background writer,
+//             checkpointer) write them up to their captured rate per
+//             second, the kernel the rest; with the kernel's writeback
+//             uncapped only the server's share counts. A token bucket delays nothing until its rate
 //             is exceeded, so a cap is not a queue: below the bound the
 //             network runs as if uncapped; where the uncapped network would
 //             exceed it, throughput is the bound and the clients beyond wait
@@ -115,6 +116,10 @@ struct Projection {
   std::string source;
   int clients_lo = 0, clients_hi = 0;
   int vcpus = 0;
+  // Cores the capture itself kept busy on the server's machine (profile's
+  // capture_cores_busy): taken from the server at capture, given back on
+  // every tier.
+  double capture_cores = 0;
   double memory_bytes = 0;
   double capture_memory_bytes = 0;
   double read_factor = 1;     // reads per transaction relative to the capture

@@ -163,6 +163,7 @@ TEST_CASE("capture run --interface records pgbench from loopback packets with sa
   // Samples: CPU of the server's process tree and PostgreSQL's counters,
   // taken all through the run, on the transactions' clock.
   CHECK(c.samples["cpu.user_ns"] >= 3);
+  CHECK(c.samples["capture.cpu_ns"] >= 3);  // the capture's own CPU
   CHECK(c.samples["pg.xact_commit"] >= 3);
   CHECK(c.samples["pg.wal_bytes"] >= 3);
   CHECK(c.sample_first <= c.tx_first);

@@ -87,6 +87,27 @@ TEST_CASE("project: calibration reproduces the capture on the captured device", 
   CHECK(pr.modelled_capture_tps == Approx(4 / (0.0012 + 0.001)).epsilon(1e-6));
 }
 
+TEST_CASE("project: the cores the capture took are given back to the server", "[project]") {
+  Profile p = base_profile();
+  const Tier native = fixed_tier("native", 0.2, 0);
+  auto without = project(p, {native}, {});
+  p.capture_cores_busy = 0.5;
+  auto with = project(p, {native}, {});
+  CHECK(without.capture_cores == 0);
+  CHECK(with.capture_cores == 0.5);
+  // Calibrated on the capture either way ...
+  CHECK(with.modelled_capture_tps == Approx(without.modelled_capture_tps).epsilon(1e-6));
+  // ... where the server's CPU queued behind the capture's: less of the
+  // captured latency is "other", and the tier, without the capture, is faster.
+  CHECK(with.other_s < without.other_s);
+  CHECK(with.tiers[0].tps > without.tiers[0].tps);
+  CHECK(with.tiers[0].split.cpu_s == Approx(without.tiers[0].split.cpu_s).epsilon(0.2));
+  // Saturated, the server has both cores: 2 / 0.5 ms.
+  ProjectOptions o;
+  o.clients_lo = o.clients_hi = 256;
+  CHECK(project(p, {native}, o).tiers[0].tps == Approx(4000).epsilon(0.01));
+}
+
 TEST_CASE("project: an IOPS cap bounds throughput and is the bottleneck", "[project]") {
   Profile p = base_profile();
   ProjectOptions o;
@@ -128,7 +149,7 @@ TEST_CASE("project: separate read and write caps, background writes", "[project]
   CHECK(pr.tiers[0].tps > 900.0);
 }
 
-TEST_CASE("project: the server's background writes take a fixed part of a write cap", "[project]") {
+TEST_CASE("project: background writes per transaction, the server's up to their captured rate", "[project]") {
   Profile p = base_profile();
   p.sync_writes_per_tx = 1;
   p.write_bytes_per_tx = 8192;
@@ -141,16 +162,28 @@ TEST_CASE("project: the server's background writes take a fixed part of a write 
   t.write_iops = 1000;
   ProjectOptions o;
   o.clients_lo = o.clients_hi = 256;
-  // Kernel writeback per transaction (0.4), the background writer's 300/s
-  // whatever the throughput: (1000 - 300) / 1.4.
+  // Every background write counted: 0.7 per transaction besides the
+  // commit write, 1000 / 1.7.
   auto pr = project(p, {t}, o);
   CHECK(pr.tiers[0].bottleneck == "write IOPS cap");
-  CHECK(pr.tiers[0].tps == Approx(700 / 1.4).epsilon(1e-6));
+  CHECK(pr.tiers[0].tps == Approx(1000 / 1.7).epsilon(1e-6));
   CHECK(pr.tiers[0].write_iops == Approx(1000).epsilon(1e-6));
-  // The kernel's writeback left out (cgroup v1 blkio): (1000 - 300) / 1.
+  // The kernel's writeback left out (cgroup v1 blkio): the background
+  // writer at its captured 300/s (0.7 x 700 tps would be more than it
+  // managed), (1000 - 300) / 1.
   o.kernel_writes_uncapped = true;
   pr = project(p, {t}, o);
   CHECK(pr.tiers[0].tps == Approx(700).epsilon(1e-6));
+  CHECK(pr.tiers[0].write_iops == Approx(1000).epsilon(1e-6));
+  {
+    // Under a tighter cap the background writer keeps up with everything
+    // the transactions dirty (0.7 each): 400 / 1.7, not (400 - 300) / 1.
+    Tier tight = t;
+    tight.write_iops = 400;
+    auto pt = project(p, {tight}, o);
+    CHECK(pt.tiers[0].tps == Approx(400 / 1.7).epsilon(1e-6));
+    CHECK(pt.tiers[0].write_iops == Approx(400).epsilon(1e-6));
+  }
   // A tier that counts flushes: one WAL flush per two transactions (two
   // commit writes per flush). On the captured device's latencies the bound
   // counts the captured batch: (1000 - 300) / (1 + 0.5).
@@ -168,13 +201,15 @@ TEST_CASE("project: the server's background writes take a fixed part of a write 
   auto ps = project(p, {slow}, o);
   CHECK(ps.tiers[0].flushes_per_tx < 0.5);
   CHECK(ps.tiers[0].tps == Approx(700 / (3 * ps.tiers[0].flushes_per_tx)).epsilon(1e-6));
-  // Background writes beyond the cap: they are throttled too, and the cap is
-  // shared in proportion to demand.
+  // Background writes the server's processes managed beyond the cap at
+  // capture (3 per transaction): under the cap they write only what the
+  // transactions dirty, 1000 / (1 + 0.5 + 3).
+  p.background_writes_per_s = 3000;
+  p.background_write_bytes_per_s = 3000 * 8192;
   p.server_writes_per_s = 3000;
   p.server_write_bytes_per_s = 3000 * 8192;
   pr = project(p, {t}, o);
-  CHECK(pr.tiers[0].tps > 0);
-  CHECK(pr.tiers[0].tps < 1000 / 1.5);
+  CHECK(pr.tiers[0].tps == Approx(1000 / 4.5).epsilon(1e-6));
   CHECK(pr.tiers[0].bottleneck == "write IOPS cap");
 }
 

@@ -1,62 +1,13 @@
 // Writer::write and Reader::next do not allocate in steady state.
 //
-// This file replaces the global operator new/delete of the whole trace test
-// binary with versions that count allocations per thread and otherwise
-// behave exactly like the default ones (malloc/free).
+// Allocations are counted per thread by support/alloc_counter.h, which
+// replaces operator new/delete for the whole trace test binary: this is the
+// one file of the binary that includes it.
+#include "support/alloc_counter.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
 
 #include <catch2/catch.hpp>
-
-#include <cstdlib>
-#include <new>
-
-namespace {
-thread_local uint64_t t_allocs = 0;
-
-void* counted_alloc(std::size_t n) {
-  ++t_allocs;
-  if (n == 0) n = 1;
-  if (void* p = std::malloc(n)) return p;
-  throw std::bad_alloc();
-}
-
-void* counted_alloc_aligned(std::size_t n, std::align_val_t al) {
-  ++t_allocs;
-  std::size_t a = static_cast<std::size_t>(al);
-  if (n == 0) n = 1;
-  n = (n + a - 1) / a * a;
-  if (void* p = std::aligned_alloc(a, n)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted_alloc(n); }
-void* operator new[](std::size_t n) { return counted_alloc(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted_alloc(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted_alloc(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new(std::size_t n, std::align_val_t al) { return counted_alloc_aligned(n, al); }
-void* operator new[](std::size_t n, std::align_val_t al) { return counted_alloc_aligned(n, al); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
 
 using namespace tierlab::trace;
 
@@ -111,9 +62,9 @@ TEST_CASE("writer and reader do not allocate per record in steady state", "[trac
     Gen g;
     uint64_t i = 0;
     for (; i < 200000; ++i) w.write(g.make(i));
-    uint64_t before = t_allocs;
+    uint64_t before = tierlab::test::allocations_this_thread();
     for (; i < 1200000; ++i) w.write(g.make(i));
-    uint64_t during = t_allocs - before;
+    uint64_t during = tierlab::test::allocations_this_thread() - before;
     INFO("zstd level " << level);
     CHECK(during == 0);
   }
@@ -135,16 +86,16 @@ TEST_CASE("writer and reader do not allocate per record in steady state", "[trac
   Record rec;
   uint64_t n = 0;
   for (; n < 200000; ++n) REQUIRE(r.next(rec));
-  uint64_t before = t_allocs;
+  uint64_t before = tierlab::test::allocations_this_thread();
   while (r.next(rec)) ++n;
-  uint64_t during = t_allocs - before;
+  uint64_t during = tierlab::test::allocations_this_thread() - before;
   CHECK(n == 1200000);
   CHECK(during == 0);
 }
 
 TEST_CASE("the allocation counter sees allocations", "[trace][alloc]") {
-  uint64_t before = t_allocs;
+  uint64_t before = tierlab::test::allocations_this_thread();
   auto* v = new std::vector<int>(100);
   delete v;
-  CHECK(t_allocs - before >= 2);
+  CHECK(tierlab::test::allocations_this_thread() - before >= 2);
 }

@@ -1,0 +1,89 @@
+// Counts C++ heap allocations, for tests that prove a path allocates nothing
+// per event.
+//
+//   uint64_t before = tierlab::test::allocations_all_threads();
+//   run_the_steady_state();
+//   CHECK(tierlab::test::allocations_all_threads() == before);
+//
+// Including this header replaces the global operator new and delete (every
+// form: plain, array, nothrow, aligned, sized) of the whole test binary with
+// versions that count each allocation, per thread and in total, and otherwise
+// behave like the default ones (malloc / aligned_alloc, free). A replacement
+// may be defined only once per program, so exactly one .cpp of a test binary
+// includes this header; a second one is a multiple-definition link error.
+// Allocations of C code (libpq's PGresults, ...) are not counted.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+
+namespace tierlab::test {
+
+inline thread_local uint64_t alloc_counter_thread = 0;
+inline std::atomic<uint64_t> alloc_counter_total{0};
+
+// operator new calls so far by the calling thread.
+inline uint64_t allocations_this_thread() { return alloc_counter_thread; }
+
+// operator new calls so far by every thread of the process.
+inline uint64_t allocations_all_threads() { return alloc_counter_total.load(std::memory_order_relaxed); }
+
+namespace alloc_counter_detail {
+
+inline void count() {
+  ++alloc_counter_thread;
+  alloc_counter_total.fetch_add(1, std::memory_order_relaxed);
+}
+
+inline void* allocate(std::size_t n) {
+  count();
+  if (n == 0) n = 1;
+  if (void* p = std::malloc(n)) return p;
+  throw std::bad_alloc();
+}
+
+inline void* allocate_aligned(std::size_t n, std::align_val_t al) {
+  count();
+  std::size_t a = static_cast<std::size_t>(al);
+  if (n == 0) n = 1;
+  n = (n + a - 1) / a * a;  // aligned_alloc wants a multiple of the alignment
+  if (void* p = std::aligned_alloc(a, n)) return p;
+  throw std::bad_alloc();
+}
+
+inline void* allocate_nothrow(std::size_t n) noexcept {
+  try {
+    return allocate(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+}  // namespace alloc_counter_detail
+}  // namespace tierlab::test
+
+// Replacement functions may not be inline: these are the one definition.
+void* operator new(std::size_t n) { return tierlab::test::alloc_counter_detail::allocate(n); }
+void* operator new[](std::size_t n) { return tierlab::test::alloc_counter_detail::allocate(n); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  return tierlab::test::alloc_counter_detail::allocate_nothrow(n);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  return tierlab::test::alloc_counter_detail::allocate_nothrow(n);
+}
+void* operator new(std::size_t n, std::align_val_t al) {
+  return tierlab::test::alloc_counter_detail::allocate_aligned(n, al);
+}
+void* operator new[](std::size_t n, std::align_val_t al) {
+  return tierlab::test::alloc_counter_detail::allocate_aligned(n, al);
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
