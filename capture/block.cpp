@@ -167,8 +167,8 @@ void rwbs_to_op(const char* r, trace::IoOp& op, uint8_t& flags) {
 // (blk-flush.c: one per hardware queue, never two in flight on the same
 // queue) is issued with sector 0 and completes with sector ~0, so it cannot
 // be keyed by sector: its completion is the oldest flush issued on the
-// device. At most `per_device_max` (the device's hardware queues) can be in
-// flight; older ones lost their completion and are handed back by stale().
+// device. At most one per hardware queue can be in flight: when more were
+// issued before a completion, the oldest lost theirs (events dropped).
 // Fixed capacity, no allocation after construction.
 class FlushQueue {
  public:
@@ -186,7 +186,14 @@ class FlushQueue {
     --n_;
     return true;
   }
-  size_t size() const { return n_; }
+  const Ev* front() const { return n_ ? &ring_[head_] : nullptr; }
+  // How many were issued at or before `ts` (later ones may already be
+  // queued when their CPU's events were read first).
+  size_t issued_by(trace::Nanos ts) const {
+    size_t k = 0;
+    while (k < n_ && ring_[(head_ + k) % ring_.size()].ts <= ts) ++k;
+    return k;
+  }
 
  private:
   std::vector<Ev> ring_;
@@ -638,9 +645,9 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
         // More flushes waiting than the device can have in flight: the
         // oldest lost their completion (events dropped); they must not
         // take this one.
-        while (flushes.size() > flush_slots && flushes.pop(issue))
+        while (flushes.issued_by(e.ts) > flush_slots && flushes.pop(issue))
           if (emit_flush(issue, issue.ts, true)) ++st.incomplete;
-        if (flushes.pop(issue)) {
+        if (flushes.front() && flushes.front()->ts <= e.ts && flushes.pop(issue)) {
           if (emit_flush(issue, e.ts, false)) ++st.ios;
         } else if (!e.carried) {
           Ev c = e;
