@@ -111,6 +111,25 @@ TEST_CASE("durations: anything else is one line naming the flag and the text", "
   CHECK(parse_duration("--runtime", "2000000h") == int64_t{2'000'000} * 3600 * kS);
 }
 
+TEST_CASE("durations: replay --begin/--end offsets from the trace start", "[units]") {
+  // Every form these flags took before they shared this parser, and 0.
+  CHECK(parse_duration("--begin", "0") == 0);
+  CHECK(parse_duration("--begin", "30") == 30 * kS);
+  CHECK(parse_duration("--begin", "1.5") == 1'500'000'000);
+  CHECK(parse_duration("--begin", "5.") == 5 * kS);
+  CHECK(parse_duration("--begin", "30s") == 30 * kS);
+  CHECK(parse_duration("--end", "250ms") == 250 * kMs);
+  CHECK(parse_duration("--end", "250us") == 250 * kUs);
+  CHECK(parse_duration("--end", "90ns") == 90);
+  CHECK(parse_duration("--end", "2m") == 120 * kS);
+  CHECK(parse_duration("--end", "2min") == 120 * kS);
+  CHECK(parse_duration("--end", "1h") == 3600 * kS);
+  CHECK_THROWS_WITH(parse_duration("--end", "soon"), Catch::StartsWith("--end: 'soon' is not a duration"));
+  CHECK_THROWS_WITH(parse_duration("--begin", "-1"), Catch::StartsWith("--begin: '-1' is not a duration"));
+  CHECK_THROWS_AS(parse_duration("--begin", "5 parsecs"), InputError);
+  CHECK_THROWS_AS(parse_duration("--begin", "inf"), InputError);
+}
+
 TEST_CASE("positive durations: zero is an error", "[units]") {
   CHECK(parse_positive_duration("--duration", "1ns") == 1);
   CHECK(parse_positive_duration("--sample-interval", "100ms") == 100 * kMs);
@@ -119,3 +138,4 @@ TEST_CASE("positive durations: zero is an error", "[units]") {
   CHECK_THROWS_AS(parse_positive_duration("--duration", "0.1ns"), InputError);
   CHECK_THROWS_WITH(parse_positive_duration("--duration", "soon"), Catch::Contains("is not a duration"));
 }
+
