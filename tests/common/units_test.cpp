@@ -139,3 +139,22 @@ TEST_CASE("positive durations: zero is an error", "[units]") {
   CHECK_THROWS_WITH(parse_positive_duration("--duration", "soon"), Catch::Contains("is not a duration"));
 }
 
+TEST_CASE("format_bytes: B below 1 KiB, then one decimal in KiB to TiB", "[units]") {
+  CHECK(format_bytes(0) == "0 B");
+  CHECK(format_bytes(512) == "512 B");
+  CHECK(format_bytes(1023) == "1023 B");
+  CHECK(format_bytes(1023.4) == "1023 B");
+  CHECK(format_bytes(1023.6) == "1.0 KiB");  // never "1024 B"
+  CHECK(format_bytes(1024) == "1.0 KiB");
+  CHECK(format_bytes(8192) == "8.0 KiB");
+  CHECK(format_bytes(1536.0 * 1024) == "1.5 MiB");
+  CHECK(format_bytes(12345678) == "11.8 MiB");
+  CHECK(format_bytes(1024.0 * MiB - 1) == "1.0 GiB");  // never "1024.0 MiB"
+  CHECK(format_bytes(static_cast<double>(100 * GiB)) == "100.0 GiB");
+  CHECK(format_bytes(static_cast<double>(2 * TiB)) == "2.0 TiB");
+  CHECK(format_bytes(static_cast<double>(2048 * TiB)) == "2048.0 TiB");
+  CHECK(format_bytes(static_cast<double>(UINT64_MAX)) == "16777216.0 TiB");
+  CHECK(format_bytes(-5) == "0 B");
+  // What it prints, parse_size reads back (to the precision shown).
+  CHECK(parse_size("--size", format_bytes(1536.0 * 1024)) == 1536 * KiB);
+}
