@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -113,16 +114,27 @@ uint64_t load(const uint8_t* p, const Field& f) {
   }
 }
 
+// Event kinds, in the order events of the same instant are processed.
+enum : uint8_t { kBio = 0, kIssue = 1, kComplete = 2 };
+
 struct Ev {
   trace::Nanos ts;
   uint64_t sector;
   uint32_t dev;
   uint32_t bytes;
   int32_t pid;
-  uint8_t kind;  // 0 issue, 1 complete
+  uint8_t kind;
   uint8_t carried;
   char rwbs[10];
 };
+
+// The operation letter of an rwbs string: "FWS" (preflush write) -> 'W',
+// "FF" (the flush machinery's own request: preflush + REQ_OP_FLUSH) -> 'F',
+// "F" (a bare REQ_OP_FLUSH) -> 'F'.
+char op_letter(const char* r) {
+  if (r[0] == 'F' && r[1] && std::strchr("WRDNF", r[1])) return r[1];
+  return r[0];
+}
 
 void rwbs_to_op(const char* r, trace::IoOp& op, uint8_t& flags) {
   op = trace::IoOp::Read;
@@ -151,6 +163,69 @@ void rwbs_to_op(const char* r, trace::IoOp& op, uint8_t& flags) {
 // open addressing with linear probing, fixed capacity, duplicates allowed
 // (a flush or a requeued request may repeat a key; the first one found is
 // the oldest). No allocation after construction.
+// Flush requests waiting for their completion. The kernel's flush request
+// (blk-flush.c: one per hardware queue, never two in flight on the same
+// queue) is issued with sector 0 and completes with sector ~0, so it cannot
+// be keyed by sector: its completion is the oldest flush issued on the
+// device. At most `per_device_max` (the device's hardware queues) can be in
+// flight; older ones lost their completion and are handed back by stale().
+// Fixed capacity, no allocation after construction.
+class FlushQueue {
+ public:
+  explicit FlushQueue(size_t cap) : ring_(cap) {}
+  bool push(const Ev& e) {
+    if (n_ == ring_.size()) return false;
+    ring_[(head_ + n_) % ring_.size()] = e;
+    ++n_;
+    return true;
+  }
+  bool pop(Ev& out) {
+    if (!n_) return false;
+    out = ring_[head_];
+    head_ = (head_ + 1) % ring_.size();
+    --n_;
+    return true;
+  }
+  size_t size() const { return n_; }
+
+ private:
+  std::vector<Ev> ring_;
+  size_t head_ = 0, n_ = 0;
+};
+
+// The most recent bios that ask for a flush (PREFLUSH, or FUA on a device
+// without FUA), for naming the process a flush request was issued for: the
+// flush request itself is issued by a kblockd worker.
+class FlushBios {
+ public:
+  explicit FlushBios(size_t cap) : ring_(cap) {}
+  void add(trace::Nanos ts, int32_t pid) {
+    ring_[next_ % ring_.size()] = {ts, pid};
+    ++next_;
+  }
+  // The pid of the latest bio queued at or before `ts`; false if none is
+  // remembered (none seen, or all remembered ones are later).
+  bool latest_before(trace::Nanos ts, int32_t& pid) const {
+    size_t n = std::min(next_, ring_.size());
+    for (size_t k = 1; k <= n; ++k) {
+      const auto& b = ring_[(next_ - k) % ring_.size()];
+      if (b.ts <= ts) {
+        pid = b.pid;
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  struct Bio {
+    trace::Nanos ts = 0;
+    int32_t pid = 0;
+  };
+  std::vector<Bio> ring_;
+  size_t next_ = 0;
+};
+
 class InflightTable {
  public:
   explicit InflightTable(size_t cap_pow2) : slots_(cap_pow2), mask_(cap_pow2 - 1) {}
@@ -243,6 +318,7 @@ class Instance {
     try {
       write_file(path_ + "/events/block/block_rq_issue/enable", "0");
       write_file(path_ + "/events/block/block_rq_complete/enable", "0");
+      if (bio_enabled) write_file(path_ + "/events/block/block_bio_queue/enable", "0");
     } catch (...) {
     }
     for (int fd : fds) ::close(fd);
@@ -251,10 +327,38 @@ class Instance {
   const std::string& path() const { return path_; }
   std::vector<int> fds;
   std::vector<int> cpus;
+  bool bio_enabled = false;
 
  private:
   std::string path_;
 };
+
+// The dev_t (major << 20 | minor) of the disk and of each of its partitions:
+// bios are queued on a partition, requests issued to the disk.
+std::vector<uint32_t> disk_and_partitions(uint32_t disk) {
+  std::vector<uint32_t> devs{disk};
+  std::string sys = "/sys/dev/block/" + std::to_string(disk >> 20) + ":" + std::to_string(disk & 0xfffff);
+  std::error_code ec;
+  for (const auto& ent : std::filesystem::directory_iterator(sys + "/", ec)) {
+    if (::access((ent.path() / "partition").c_str(), F_OK) != 0) continue;
+    unsigned maj = 0, min = 0;
+    if (parse_mm(trim(read_file((ent.path() / "dev").string())), maj, min)) devs.push_back((maj << 20) | min);
+  }
+  return devs;
+}
+
+// How many flush requests the disk can have in flight: one per hardware
+// queue (its mq/N directories); the CPU count if that cannot be read.
+size_t hardware_queues(uint32_t disk) {
+  std::string sys = "/sys/dev/block/" + std::to_string(disk >> 20) + ":" + std::to_string(disk & 0xfffff);
+  size_t n = 0;
+  std::error_code ec;
+  for (const auto& ent : std::filesystem::directory_iterator(sys + "/mq", ec)) {
+    (void)ent;
+    ++n;
+  }
+  return n ? n : size_t(std::max(1L, ::sysconf(_SC_NPROCESSORS_CONF)));
+}
 
 }  // namespace
 
@@ -327,6 +431,31 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   write_file(ip + "/events/block/block_rq_issue/filter", filter);
   write_file(ip + "/events/block/block_rq_complete/filter", filter);
 
+  // The flush machinery issues a device's flush requests from a kblockd
+  // worker; the bios that asked for them name the process (fdatasync's
+  // caller, the journal thread). Only those bios are recorded: PREFLUSH
+  // ones, and on a device without FUA also FUA writes (each is followed by
+  // a flush). Bios are queued on the partition, so its number counts too.
+  const std::string disk_sys = "/sys/dev/block/" + std::to_string(dev.dev >> 20) + ":" +
+                               std::to_string(dev.dev & 0xfffff);
+  EventFormat fb;
+  bool bio_events = false;
+  if (::access((ip + "/events/block/block_bio_queue/format").c_str(), F_OK) == 0) {
+    fb = read_format(ip + "/events/block/block_bio_queue/format");
+    std::string devs;
+    for (uint32_t d : disk_and_partitions(dev.dev))
+      devs += (devs.empty() ? "dev == " : " || dev == ") + std::to_string(d);
+    bool fua = trim(read_file(disk_sys + "/queue/fua")) == "1";
+    try {
+      write_file(ip + "/events/block/block_bio_queue/filter",
+                 "(" + devs + ") && rwbs ~ \"" + (fua ? "F*" : "*F*") + "\"");
+      bio_events = true;
+    } catch (const RuntimeError&) {
+      // A kernel without string globs in filters: flushes keep the worker's pid.
+    }
+  }
+  const size_t flush_slots = hardware_queues(dev.dev);
+
   // Page layout from header_page: "field: u64 timestamp; offset:0; size:8",
   // "field: local_t commit; offset:8; size:8", "field: char data; offset:16".
   size_t commit_size = 8, data_off = 16;
@@ -360,12 +489,20 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
             trace::Meta{"capture.block.dev", std::to_string(dev.dev >> 20) + ":" + std::to_string(dev.dev & 0xfffff)});
 
   write_file(ip + "/events/block/block_rq_issue/enable", "1");
+  out.write(mono_now(), 0, trace::Meta{"capture.block.flush_pid", bio_events ? "submitter" : "issuer"});
+
   write_file(ip + "/events/block/block_rq_complete/enable", "1");
+  if (bio_events) {
+    write_file(ip + "/events/block/block_bio_queue/enable", "1");
+    inst.bio_enabled = true;
+  }
   write_file(ip + "/tracing_on", "1");
   if (ready) ready();
 
   BlockCaptureStats st;
   InflightTable table(1 << 16);
+  FlushQueue flushes(4096);
+  FlushBios flush_bios(256);
   std::vector<Ev> batch, carry;
   batch.reserve(1 << 16);
   carry.reserve(1 << 16);
@@ -387,6 +524,21 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
     if (incomplete) b.flags |= trace::kIoIncomplete;
     b.pid = issue.pid;
     out.write(issue.ts, 0, b);
+  };
+  // A flush request: pid of the bio it was issued for, offset 0 whatever
+  // sector the kernel reported (0 or ~0 by version). False if --pid
+  // filters it out.
+  auto emit_flush = [&](Ev issue, trace::Nanos complete, bool incomplete) {
+    if (!flush_bios.latest_before(issue.ts, issue.pid) && bio_events) ++st.flush_unattributed;
+    if (!want_pid(issue.pid)) {
+      ++st.filtered;
+      return false;
+    }
+    issue.sector = 0;
+    issue.bytes = 0;
+    emit(issue, complete, incomplete);
+    ++st.flushes;
+    return true;
   };
 
   // Decodes one ring-buffer page into `batch`.
@@ -432,12 +584,12 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
       if (pos > endp || len < 2) break;
       uint16_t id;
       std::memcpy(&id, data, 2);
-      const EventFormat* f = id == fi.id ? &fi : id == fc.id ? &fc : nullptr;
+      const EventFormat* f = id == fi.id ? &fi : id == fc.id ? &fc : bio_events && id == fb.id ? &fb : nullptr;
       if (!f) continue;
       ++st.events;
       Ev e{};
       e.ts = trace::Nanos(ts);
-      e.kind = f == &fc;
+      e.kind = f == &fi ? kIssue : f == &fc ? kComplete : kBio;
       e.dev = uint32_t(load(data, f->dev));
       e.sector = load(data, f->sector);
       e.pid = int32_t(load(data, f->pid));
@@ -445,7 +597,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
       else if (f->nr_sector.offset >= 0) e.bytes = uint32_t(load(data, f->nr_sector) * 512);
       std::memcpy(e.rwbs, data + f->rwbs.offset, std::min<int>(f->rwbs.size, 10));
       e.rwbs[9] = 0;
-      if (e.dev != dev.dev) continue;
+      if (e.dev != dev.dev && e.kind != kBio) continue;  // a bio's dev may be a partition
       if (batch.size() < batch.capacity()) batch.push_back(e);
       else ++st.lost;  // cannot happen with drain-per-page below; counted if it does
     }
@@ -458,7 +610,19 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
       return a.ts != b.ts ? a.ts < b.ts : a.kind < b.kind;
     });
     for (const Ev& e : batch) {
-      if (e.kind == 0) {
+      if (e.kind == kBio) {
+        flush_bios.add(e.ts, e.pid);
+        continue;
+      }
+      const bool flush_op = op_letter(e.rwbs) == 'F';
+      if (e.kind == kIssue && flush_op) {
+        // Filtered on pid at its completion, once its bio's pid is known.
+        if (!flushes.push(e)) {
+          if (emit_flush(e, e.ts, true)) ++st.incomplete;
+        }
+        continue;
+      }
+      if (e.kind == kIssue) {
         if (!want_pid(e.pid)) {
           ++st.filtered;
           continue;
@@ -470,6 +634,30 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
         continue;
       }
       Ev issue;
+      if (flush_op) {
+        // More flushes waiting than the device can have in flight: the
+        // oldest lost their completion (events dropped); they must not
+        // take this one.
+        while (flushes.size() > flush_slots && flushes.pop(issue))
+          if (emit_flush(issue, issue.ts, true)) ++st.incomplete;
+        if (flushes.pop(issue)) {
+          if (emit_flush(issue, e.ts, false)) ++st.ios;
+        } else if (!e.carried) {
+          Ev c = e;
+          c.carried = 1;
+          carry.push_back(c);
+        } else {
+          ++st.orphans;
+        }
+        continue;
+      }
+      if (e.bytes == 0 && op_letter(e.rwbs) == 'W') {
+        // The end of a request that went through the flush machinery (an
+        // empty PREFLUSH bio, or a PREFLUSH/FUA write whose data part was
+        // issued and completed on its own): no issue of its own to pair.
+        ++st.flush_seq_ends;
+        continue;
+      }
       if (table.take(e.dev, e.sector, issue)) {
         emit(issue, e.ts, false);
         ++st.ios;
@@ -511,6 +699,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   }
   write_file(ip + "/events/block/block_rq_issue/enable", "0");
   write_file(ip + "/events/block/block_rq_complete/enable", "0");
+  if (bio_events) write_file(ip + "/events/block/block_bio_queue/enable", "0");
   drain();
   drain();  // second pass: carried completions get their last chance
   st.orphans += opts.pids.empty() ? carry.size() : 0;
@@ -520,6 +709,8 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
     emit(e, e.ts, true);
     ++st.incomplete;
   });
+  for (Ev e; flushes.pop(e);)
+    if (emit_flush(e, e.ts, true)) ++st.incomplete;
   for (int c : inst.cpus) {
     std::istringstream s(read_file(ip + "/per_cpu/cpu" + std::to_string(c) + "/stats"));
     std::string l;

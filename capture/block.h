@@ -10,6 +10,17 @@
 // by device and sector. Events the kernel could not buffer are counted and
 // written as a Loss{EventsLost} record.
 //
+// Cache flushes: an fdatasync's empty PREFLUSH bio (and the flush before or
+// after a PREFLUSH/FUA write) is not issued itself; the kernel's flush
+// machinery issues a flush request (rwbs "FF") from a kblockd worker, which
+// completes with another sector than it was issued with. Each flush record
+// is that request, issue to completion, paired in issue order per device
+// (the kernel keeps one flush in flight per hardware queue), so its latency
+// is the device's flush time, like the flush ticks of /sys/block/X/stat.
+// Its pid is that of the latest flush-asking bio (block_bio_queue, PREFLUSH
+// or FUA) queued before it: the process whose fdatasync or journal commit
+// caused it.
+//
 // Needs root (RuntimeError saying so otherwise).
 #pragma once
 
@@ -48,11 +59,19 @@ struct BlockCaptureOptions {
 
 struct BlockCaptureStats {
   uint64_t ios = 0;          // BlockIo records written (complete ones)
+  uint64_t flushes = 0;      // of all BlockIo records, the flush requests
   uint64_t incomplete = 0;   // issued, no completion seen before the end
   uint64_t filtered = 0;     // issues of other pids
   uint64_t orphans = 0;      // completions whose issue was not seen
   uint64_t lost = 0;         // events the kernel dropped or overwrote
   uint64_t events = 0;       // events read
+  // Completions that end a request the flush machinery ran (an empty
+  // PREFLUSH bio from fdatasync, or the second completion of a PREFLUSH/FUA
+  // write): no record of their own, the flush requests carry the time.
+  uint64_t flush_seq_ends = 0;
+  // Flush records that keep the issuing worker's pid: no flush-asking bio
+  // was seen before their issue.
+  uint64_t flush_unattributed = 0;
 };
 
 // Records until duration_ns has passed or *stop becomes true (checked every
