@@ -3,7 +3,6 @@
 #include "app/command.h"
 #include "capture/proxy.h"
 #include "app/stop_signals.h"
-#include "app/units.h"
 #include "common/error.h"
 #include "common/units.h"
 

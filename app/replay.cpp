@@ -1,6 +1,7 @@
 // tierlab replay: re-drive a captured transaction stream against PostgreSQL.
 #include "app/command.h"
 #include "common/error.h"
+#include "common/units.h"
 #include "replay/replay.h"
 #include "trace/reader.h"
 
@@ -72,8 +73,8 @@ nlohmann::json report_json(const replay::Report& r) {
 
 void run_replay(const ReplayOptions& o) {
   replay::Window window;
-  if (!o.begin.empty()) window.begin = replay::parse_time(o.begin, "--begin");
-  if (!o.end.empty()) window.end = replay::parse_time(o.end, "--end");
+  if (!o.begin.empty()) window.begin = parse_duration("--begin", o.begin);
+  if (!o.end.empty()) window.end = parse_duration("--end", o.end);
   if (window.end <= window.begin) throw InputError("--end must be after --begin");
   if (!o.dry_run && o.db.empty()) throw InputError("--db CONNINFO is required (the target PostgreSQL)");
   replay::Options opts;

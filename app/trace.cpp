@@ -7,9 +7,9 @@
 // Export formats are classes deriving from Exporter, listed in
 // export_formats(): a new format is one more class and one more line there.
 #include "app/command.h"
-#include "app/units.h"
 #include "capture/import.h"
 #include "common/error.h"
+#include "common/units.h"
 #include "trace/reader.h"
 
 #include <nlohmann/json.hpp>

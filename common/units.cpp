@@ -4,6 +4,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <span>
 #include <string>
@@ -131,6 +132,21 @@ int64_t parse_positive_duration(std::string_view flag, std::string_view text) {
   int64_t ns = parse_duration(flag, text);
   if (ns == 0) throw InputError(quoted(flag, text) + " must be longer than 0");
   return ns;
+}
+
+std::string format_bytes(double bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = bytes > 0 ? bytes : 0;
+  size_t u = 0;
+  // Step up where the printed figure would reach 1024: 1023.6 B is "1.0 KiB",
+  // not "1024 B".
+  while (u + 1 < std::size(kUnits) && v >= (u == 0 ? 1023.5 : 1023.95)) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[48];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, kUnits[u]);
+  return buf;
 }
 
 }  // namespace tierlab

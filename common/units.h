@@ -1,9 +1,11 @@
 // Sizes and durations as users write them on the command line and as
-// PostgreSQL prints them: one syntax for every flag and setting.
+// PostgreSQL prints them: one syntax for every flag and setting. And byte
+// counts as tierlab prints them for a person to read.
 //
 //   uint64_t bs = parse_size("--bs", "4k");                    // 4096
 //   int64_t think = parse_duration("--think", "250us");        // 250000 ns
 //   int64_t stop = parse_positive_duration("--duration", "5m");  // 0 is an error
+//   std::string shown = format_bytes(12345678);                // "11.8 MiB"
 //
 // A value is a decimal number ("4", "1.5", ".5") with an optional unit,
 // case-insensitive; spaces around the number and between number and unit are
@@ -23,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace tierlab {
@@ -37,5 +40,11 @@ int64_t parse_duration(std::string_view flag, std::string_view text);
 // As parse_duration, and InputError when the duration is 0 ns: for flags
 // where zero makes no sense (stop after, sample every).
 int64_t parse_positive_duration(std::string_view flag, std::string_view text);
+
+// `bytes` for a person to read, in the units parse_size reads back: a whole
+// number of B below 1 KiB, then KiB, MiB, GiB or TiB with one decimal
+// ("512 B", "8.0 KiB", "11.8 MiB", "2.0 TiB"). A fraction is fine (an average
+// per transaction); a negative value is printed as 0 B.
+std::string format_bytes(double bytes);
 
 }  // namespace tierlab

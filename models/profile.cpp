@@ -616,16 +616,6 @@ std::string fmt(const char* f, double v) {
 
 std::string ms(double s) { return fmt("%.3f ms", s * 1e3); }
 
-std::string bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  return fmt(u == 0 ? "%.0f" : "%.1f", b) + " " + units[u];
-}
-
 std::string hex(uint64_t v) {
   char b[32];
   std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
@@ -668,24 +658,24 @@ void print_profile(std::ostream& out, const Profile& p) {
   else
     out << "  cpu: not sampled\n";
   if (p.has_block_io) {
-    out << "  device reads: " << fmt("%.3f", p.reads_per_tx) << " (" << bytes(p.read_bytes_per_tx)
+    out << "  device reads: " << fmt("%.3f", p.reads_per_tx) << " (" << format_bytes(p.read_bytes_per_tx)
         << ")\n";
     out << "  device writes by the backend: " << fmt("%.3f", p.sync_writes_per_tx) << " ("
-        << bytes(p.write_bytes_per_tx) << "), WAL flushes " << fmt("%.3f", p.flushes_per_tx) << "\n";
+        << format_bytes(p.write_bytes_per_tx) << "), WAL flushes " << fmt("%.3f", p.flushes_per_tx) << "\n";
   }
   if (p.pg_blks_read_per_tx >= 0)
     out << "  pg blocks read " << fmt("%.2f", p.pg_blks_read_per_tx) << ", hit "
         << fmt("%.2f", p.pg_blks_hit_per_tx) << "\n";
-  if (p.pg_wal_bytes_per_tx >= 0) out << "  WAL " << bytes(p.pg_wal_bytes_per_tx) << "\n";
+  if (p.pg_wal_bytes_per_tx >= 0) out << "  WAL " << format_bytes(p.pg_wal_bytes_per_tx) << "\n";
   if (p.has_block_io) {
     out << "\ndevice" << (p.device.empty() ? "" : " " + p.device) << ": "
         << fmt("%.0f", p.device_read_iops) << " read IOPS, " << fmt("%.0f", p.device_write_iops)
         << " write IOPS; background writes " << fmt("%.1f/s", p.background_writes_per_s) << " ("
-        << bytes(p.background_write_bytes_per_s) << "/s), other reads "
+        << format_bytes(p.background_write_bytes_per_s) << "/s), other reads "
         << fmt("%.1f/s", p.other_reads_per_s) << "\n";
     if (p.knows_server_processes)
       out << "  background writes by the server's processes " << fmt("%.1f/s", p.server_writes_per_s) << " ("
-          << bytes(p.server_write_bytes_per_s) << "/s), by the kernel "
+          << format_bytes(p.server_write_bytes_per_s) << "/s), by the kernel "
           << fmt("%.1f/s", p.background_writes_per_s - p.server_writes_per_s) << "\n";
     auto line = [&](const char* what, const LatencySummary& l) {
       if (l.count)
@@ -697,17 +687,17 @@ void print_profile(std::ostream& out, const Profile& p) {
     line("flush", p.native_flush);
   }
   out << "\nmemory at capture: "
-      << (p.memory_bytes > 0 ? bytes(p.memory_bytes) : std::string("unknown"))
+      << (p.memory_bytes > 0 ? format_bytes(p.memory_bytes) : std::string("unknown"))
       << ", shared_buffers "
-      << (p.shared_buffers_bytes > 0 ? bytes(p.shared_buffers_bytes) : std::string("unknown"))
+      << (p.shared_buffers_bytes > 0 ? format_bytes(p.shared_buffers_bytes) : std::string("unknown"))
       << "\n";
   if (!p.mrc.empty()) {
     out << "miss-ratio curve (" << p.mrc.source << ", " << fmt("%.0f", p.mrc.references)
-        << " page references, " << bytes(p.mrc.distinct_pages * 8192) << " touched"
+        << " page references, " << format_bytes(p.mrc.distinct_pages * 8192) << " touched"
         << (p.mrc.sampled ? fmt(", sampled at %.4f", p.mrc.sample_rate) : std::string()) << "):\n";
     double top = p.mrc.points.back().first;
     for (double f : {0.05, 0.1, 0.25, 0.5, 0.75, 1.0})
-      out << "  cache " << bytes(top * f) << ": miss ratio " << fmt("%.3f", p.mrc.at(top * f))
+      out << "  cache " << format_bytes(top * f) << ": miss ratio " << fmt("%.3f", p.mrc.at(top * f))
           << "\n";
   }
   for (const auto& n : p.notes) out << "note: " << n << "\n";

@@ -33,10 +33,6 @@ using trace::Nanos;
 
 // --- small pure helpers (tested on their own) --------------------------------
 
-// Parses a point in time or a duration: "90" or "1.5" (seconds), "30s",
-// "500ms", "250us", "2m", "1h". Throws InputError naming `what` (the flag).
-Nanos parse_time(std::string_view text, std::string_view what);
-
 // A user map file: one "captured=target" per line; blank lines and lines
 // starting with '#' are ignored, spaces around names are trimmed.
 struct UserMap {

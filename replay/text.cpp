@@ -1,12 +1,10 @@
-// Pure text helpers: SQL fingerprints, time arguments, user maps.
+// Pure text helpers: SQL fingerprints, user maps.
 #include "replay/plan.h"
 
 #include "common/error.h"
 
 #include <cctype>
 #include <cerrno>
-#include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -169,31 +167,6 @@ std::string normalize_sql(std::string_view sql) {
 }
 
 uint64_t fingerprint(std::string_view sql) { return hash_text(normalize_sql(sql)); }
-
-Nanos parse_time(std::string_view text, std::string_view what) {
-  std::string s(text);
-  auto bad = [&]() {
-    return InputError(std::string(what) + ": '" + s +
-                      "' is not a time (seconds, or a number with s, ms, us, m or h)");
-  };
-  if (s.empty()) throw bad();
-  errno = 0;
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  if (end == s.c_str() || errno != 0 || !std::isfinite(v) || v < 0) throw bad();
-  std::string unit(end);
-  double scale;
-  if (unit.empty() || unit == "s") scale = 1e9;
-  else if (unit == "ms") scale = 1e6;
-  else if (unit == "us") scale = 1e3;
-  else if (unit == "ns") scale = 1;
-  else if (unit == "m" || unit == "min") scale = 60e9;
-  else if (unit == "h") scale = 3600e9;
-  else throw bad();
-  double ns = v * scale;
-  if (ns > 9.2e18) throw bad();
-  return static_cast<Nanos>(std::llround(ns));
-}
 
 const std::string* UserMap::find(std::string_view captured) const {
   for (const auto& [from, to] : entries)

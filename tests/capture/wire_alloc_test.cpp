@@ -1,39 +1,16 @@
 // Steady state allocates nothing: decoding a session's messages and
 // recording them into the event loop's queue, and decoding them back out of
-// the queue on the writer side. Counts every operator new in this binary.
+// the queue on the writer side. Counts every operator new in this binary
+// (support/alloc_counter.h; this is the one file of the binary that includes it).
 #include "capture/queue_impl.h"
 #include "capture/wire.h"
+#include "support/alloc_counter.h"
 #include "trace/writer.h"
 #include "wire_builder.h"
 
 #include <catch2/catch.hpp>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <string>
-
-// The replacement new/delete pair below is malloc/free on purpose.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-namespace {
-std::atomic<uint64_t> g_allocs{0};
-}
-
-void* operator new(std::size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  g_allocs.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 using namespace tierlab;
 using namespace tierlab::capture;
@@ -92,15 +69,15 @@ TEST_CASE("wire: no allocation per message once warm (decoder + queue)", "[wire]
   // Warm up: buffers grow to the largest message once.
   for (size_t p : pieces) one_session(1, p);
 
-  uint64_t before = g_allocs.load();
+  uint64_t before = test::allocations_all_threads();
   {
     std::string probe(200, 'x');  // the counter does count
-    CHECK(g_allocs.load() > before);
+    CHECK(test::allocations_all_threads() > before);
   }
-  before = g_allocs.load();
+  before = test::allocations_all_threads();
   uint64_t id = 2;
   for (size_t p : pieces) one_session(id++, p);
-  uint64_t after = g_allocs.load();
+  uint64_t after = test::allocations_all_threads();
   CHECK(after - before == 0);
   CHECK(dec.stats().statements == 50 * 5);
 
@@ -136,14 +113,14 @@ TEST_CASE("wire: no allocation per message once warm (decoder + queue)", "[wire]
   feed_split(dec2, Direction::Frontend, t.f, 1000);
   feed_split(dec2, Direction::Backend, t.b, 1000);
   drain();
-  before = g_allocs.load();
+  before = test::allocations_all_threads();
   size_t drained = 0;
   for (int i = 0; i < 200; ++i) {
     feed_split(dec2, Direction::Frontend, t.f, 1000);
     feed_split(dec2, Direction::Backend, t.b, 1000);
     drained += drain();
   }
-  after = g_allocs.load();
+  after = test::allocations_all_threads();
   CHECK(after - before == 0);
   CHECK(drained > 200 * 20);
   rec.stop();

@@ -111,6 +111,25 @@ TEST_CASE("durations: anything else is one line naming the flag and the text", "
   CHECK(parse_duration("--runtime", "2000000h") == int64_t{2'000'000} * 3600 * kS);
 }
 
+TEST_CASE("durations: replay --begin/--end offsets from the trace start", "[units]") {
+  // Every form these flags took before they shared this parser, and 0.
+  CHECK(parse_duration("--begin", "0") == 0);
+  CHECK(parse_duration("--begin", "30") == 30 * kS);
+  CHECK(parse_duration("--begin", "1.5") == 1'500'000'000);
+  CHECK(parse_duration("--begin", "5.") == 5 * kS);
+  CHECK(parse_duration("--begin", "30s") == 30 * kS);
+  CHECK(parse_duration("--end", "250ms") == 250 * kMs);
+  CHECK(parse_duration("--end", "250us") == 250 * kUs);
+  CHECK(parse_duration("--end", "90ns") == 90);
+  CHECK(parse_duration("--end", "2m") == 120 * kS);
+  CHECK(parse_duration("--end", "2min") == 120 * kS);
+  CHECK(parse_duration("--end", "1h") == 3600 * kS);
+  CHECK_THROWS_WITH(parse_duration("--end", "soon"), Catch::StartsWith("--end: 'soon' is not a duration"));
+  CHECK_THROWS_WITH(parse_duration("--begin", "-1"), Catch::StartsWith("--begin: '-1' is not a duration"));
+  CHECK_THROWS_AS(parse_duration("--begin", "5 parsecs"), InputError);
+  CHECK_THROWS_AS(parse_duration("--begin", "inf"), InputError);
+}
+
 TEST_CASE("positive durations: zero is an error", "[units]") {
   CHECK(parse_positive_duration("--duration", "1ns") == 1);
   CHECK(parse_positive_duration("--sample-interval", "100ms") == 100 * kMs);
@@ -118,4 +137,24 @@ TEST_CASE("positive durations: zero is an error", "[units]") {
   CHECK_THROWS_AS(parse_positive_duration("--duration", "0s"), InputError);
   CHECK_THROWS_AS(parse_positive_duration("--duration", "0.1ns"), InputError);
   CHECK_THROWS_WITH(parse_positive_duration("--duration", "soon"), Catch::Contains("is not a duration"));
+}
+
+TEST_CASE("format_bytes: B below 1 KiB, then one decimal in KiB to TiB", "[units]") {
+  CHECK(format_bytes(0) == "0 B");
+  CHECK(format_bytes(512) == "512 B");
+  CHECK(format_bytes(1023) == "1023 B");
+  CHECK(format_bytes(1023.4) == "1023 B");
+  CHECK(format_bytes(1023.6) == "1.0 KiB");  // never "1024 B"
+  CHECK(format_bytes(1024) == "1.0 KiB");
+  CHECK(format_bytes(8192) == "8.0 KiB");
+  CHECK(format_bytes(1536.0 * 1024) == "1.5 MiB");
+  CHECK(format_bytes(12345678) == "11.8 MiB");
+  CHECK(format_bytes(1024.0 * MiB - 1) == "1.0 GiB");  // never "1024.0 MiB"
+  CHECK(format_bytes(static_cast<double>(100 * GiB)) == "100.0 GiB");
+  CHECK(format_bytes(static_cast<double>(2 * TiB)) == "2.0 TiB");
+  CHECK(format_bytes(static_cast<double>(2048 * TiB)) == "2048.0 TiB");
+  CHECK(format_bytes(static_cast<double>(UINT64_MAX)) == "16777216.0 TiB");
+  CHECK(format_bytes(-5) == "0 B");
+  // What it prints, parse_size reads back (to the precision shown).
+  CHECK(parse_size("--size", format_bytes(1536.0 * 1024)) == 1536 * KiB);
 }

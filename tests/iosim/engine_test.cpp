@@ -2,6 +2,9 @@
 #include "iosim/engine.h"
 
 #include "common/error.h"
+// Counts every operator new of this binary for the steady-state test; this is
+// the one file of the binary that includes it.
+#include "support/alloc_counter.h"
 
 #include <catch2/catch.hpp>
 #include <liburing.h>
@@ -10,32 +13,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <new>
 #include <string>
-
-// Allocation counter for the steady-state test: every operator new in this
-// binary goes through here.
-static std::atomic<uint64_t> g_allocs{0};
-void* operator new(std::size_t n) {
-  ++g_allocs;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  ++g_allocs;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
 
 namespace fs = std::filesystem;
 using namespace tierlab;
@@ -251,9 +234,9 @@ TEST_CASE("engine: no allocation per I/O in steady state", "[engine]") {
     VectorSource src(std::move(reqs));
     EngineOptions oo = o;
     oo.open_loop = open_loop;
-    uint64_t before = g_allocs.load();
+    uint64_t before = test::allocations_all_threads();
     EngineResult r = run_engine(oo, src);
-    uint64_t after = g_allocs.load();
+    uint64_t after = test::allocations_all_threads();
     REQUIRE(r.ios == n);
     return after - before;
   };

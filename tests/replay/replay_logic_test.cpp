@@ -162,18 +162,6 @@ TEST_CASE("user map parses captured=target lines and rejects malformed ones", "[
   CHECK_THROWS_AS(load_user_map("/nonexistent/users.map"), InputError);
 }
 
-TEST_CASE("time arguments take seconds or units", "[replay][time]") {
-  CHECK(parse_time("30", "--begin") == 30'000'000'000);
-  CHECK(parse_time("1.5", "--begin") == 1'500'000'000);
-  CHECK(parse_time("30s", "--begin") == 30'000'000'000);
-  CHECK(parse_time("250ms", "--end") == 250'000'000);
-  CHECK(parse_time("2m", "--end") == 120'000'000'000);
-  CHECK(parse_time("1h", "--end") == 3'600'000'000'000);
-  CHECK_THROWS_WITH(parse_time("soon", "--end"), Catch::Contains("--end: 'soon' is not a time"));
-  CHECK_THROWS_AS(parse_time("-1", "--begin"), InputError);
-  CHECK_THROWS_AS(parse_time("5 parsecs", "--begin"), InputError);
-}
-
 TEST_CASE("divergence: error status and row counts, same failure is not divergence", "[replay][stats]") {
   CHECK_FALSE(compare(ok_rows(1), ok_rows(1)).error_status);
   CHECK_FALSE(compare(ok_rows(1), ok_rows(1)).row_count);
