@@ -159,10 +159,6 @@ void rwbs_to_op(const char* r, trace::IoOp& op, uint8_t& flags) {
   }
 }
 
-// Issued requests waiting for their completion, keyed by (dev, sector):
-// open addressing with linear probing, fixed capacity, duplicates allowed
-// (a flush or a requeued request may repeat a key; the first one found is
-// the oldest). No allocation after construction.
 // Flush requests waiting for their completion. The kernel's flush request
 // (blk-flush.c: one per hardware queue, never two in flight on the same
 // queue) is issued with sector 0 and completes with sector ~0, so it cannot
@@ -233,6 +229,10 @@ class FlushBios {
   size_t next_ = 0;
 };
 
+// Issued requests waiting for their completion, keyed by (dev, sector):
+// open addressing with linear probing, fixed capacity, duplicates allowed
+// (a requeued request may repeat a key; the first one found is the
+// oldest). No allocation after construction.
 class InflightTable {
  public:
   explicit InflightTable(size_t cap_pow2) : slots_(cap_pow2), mask_(cap_pow2 - 1) {}
@@ -340,11 +340,14 @@ class Instance {
   std::string path_;
 };
 
+// "MAJ:MIN" of a kernel dev_t as the block events carry it (major << 20 | minor).
+std::string major_minor(uint32_t dev) { return std::to_string(dev >> 20) + ":" + std::to_string(dev & 0xfffff); }
+
 // The dev_t (major << 20 | minor) of the disk and of each of its partitions:
 // bios are queued on a partition, requests issued to the disk.
 std::vector<uint32_t> disk_and_partitions(uint32_t disk) {
   std::vector<uint32_t> devs{disk};
-  std::string sys = "/sys/dev/block/" + std::to_string(disk >> 20) + ":" + std::to_string(disk & 0xfffff);
+  std::string sys = "/sys/dev/block/" + major_minor(disk);
   std::error_code ec;
   for (const auto& ent : std::filesystem::directory_iterator(sys + "/", ec)) {
     if (::access((ent.path() / "partition").c_str(), F_OK) != 0) continue;
@@ -357,7 +360,7 @@ std::vector<uint32_t> disk_and_partitions(uint32_t disk) {
 // How many flush requests the disk can have in flight: one per hardware
 // queue (its mq/N directories); the CPU count if that cannot be read.
 size_t hardware_queues(uint32_t disk) {
-  std::string sys = "/sys/dev/block/" + std::to_string(disk >> 20) + ":" + std::to_string(disk & 0xfffff);
+  std::string sys = "/sys/dev/block/" + major_minor(disk);
   size_t n = 0;
   std::error_code ec;
   for (const auto& ent : std::filesystem::directory_iterator(sys + "/mq", ec)) {
@@ -443,8 +446,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   // caller, the journal thread). Only those bios are recorded: PREFLUSH
   // ones, and on a device without FUA also FUA writes (each is followed by
   // a flush). Bios are queued on the partition, so its number counts too.
-  const std::string disk_sys = "/sys/dev/block/" + std::to_string(dev.dev >> 20) + ":" +
-                               std::to_string(dev.dev & 0xfffff);
+  const std::string disk_sys = "/sys/dev/block/" + major_minor(dev.dev);
   EventFormat fb;
   bool bio_events = false;
   if (::access((ip + "/events/block/block_bio_queue/format").c_str(), F_OK) == 0) {
@@ -493,7 +495,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
 
   out.write(mono_now(), 0, trace::Meta{"device", dev.name});
   out.write(mono_now(), 0,
-            trace::Meta{"capture.block.dev", std::to_string(dev.dev >> 20) + ":" + std::to_string(dev.dev & 0xfffff)});
+            trace::Meta{"capture.block.dev", major_minor(dev.dev)});
 
   write_file(ip + "/events/block/block_rq_issue/enable", "1");
   out.write(mono_now(), 0, trace::Meta{"capture.block.flush_pid", bio_events ? "submitter" : "issuer"});
