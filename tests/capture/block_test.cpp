@@ -1,5 +1,7 @@
 // Block capture of a known dd run on a loop device (needs root).
 #include "capture/block.h"
+#include "support/block_capture.h"
+#include "support/support.h"
 
 #include "common/error.h"
 #include "trace/reader.h"
@@ -11,11 +13,9 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <future>
 #include <thread>
 
 using namespace tierlab;
@@ -30,17 +30,6 @@ void require_root() {
   }
 }
 
-std::string run(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 256> buf;
-  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-  ::pclose(p);
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
-}
-
 struct LoopDevice {
   fs::path dir, image;
   std::string dev;
@@ -49,7 +38,7 @@ struct LoopDevice {
     dir = ::mkdtemp(tmpl);
     image = dir / "image";
     std::system(("truncate -s 16M " + image.string()).c_str());
-    dev = run("losetup -f --show " + image.string() + " 2>/dev/null");
+    dev = test::shell_output("losetup -f --show " + image.string() + " 2>/dev/null");
     if (dev.rfind("/dev/loop", 0) != 0) {
       std::printf("skipped: cannot attach a loop device (losetup: %s)\n", dev.c_str());
       fs::remove_all(dir);
@@ -74,30 +63,15 @@ TEST_CASE("block capture sees the I/Os of a dd run on a loop device", "[block]")
   auto sink = std::make_unique<trace::MemorySink>();
   auto* mem = sink.get();
   trace::Writer w(std::move(sink));
-  std::atomic<bool> stop{false};
-  std::promise<void> ready;
   capture::BlockCaptureOptions o;
   o.device = loop.dev;
-  o.duration_ns = 60'000'000'000;  // stopped by `stop` long before
-  capture::BlockCaptureStats stats;
-  std::thread t([&] {
-    try {
-      stats = capture::capture_block(o, w, &stop, [&] { ready.set_value(); });
-    } catch (...) {
-      try {
-        ready.set_exception(std::current_exception());
-      } catch (...) {
-      }
-      throw;
-    }
-  });
-  ready.get_future().get();
+  o.duration_ns = 60'000'000'000;  // stopped long before
+  test::BackgroundBlockCapture capture(o, w);
   trace::Nanos before = trace::monotonic_now();
   REQUIRE(std::system(("dd if=/dev/zero of=" + loop.dev + " oflag=direct bs=4k count=256 status=none").c_str()) == 0);
   trace::Nanos after = trace::monotonic_now();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  stop = true;
-  t.join();
+  capture::BlockCaptureStats stats = capture.stop();
   w.close();
 
   trace::Reader r(trace::memory_source(mem->bytes()));

@@ -4,6 +4,7 @@
 // journal with a PREFLUSH/FUA write, then overwriting, so each one is an
 // empty flush), and /sys/block/loopN/stat read before and after. Needs root.
 #include "capture/block.h"
+#include "support/block_capture.h"
 #include "support/support.h"
 
 #include "trace/reader.h"
@@ -17,12 +18,9 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include <array>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <future>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -31,17 +29,6 @@
 using namespace tierlab;
 
 namespace {
-
-std::string shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 256> buf;
-  while (fgets(buf.data(), buf.size(), p)) out += buf.data();
-  ::pclose(p);
-  while (!out.empty() && out.back() == '\n') out.pop_back();
-  return out;
-}
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path);
@@ -61,7 +48,7 @@ struct Ext4Loop {
     mnt = dir.file("mnt");
     ::mkdir(mnt.c_str(), 0700);
     if (std::system(("truncate -s 64M " + image).c_str()) != 0) test::skip("cannot create " + image);
-    dev = shell("losetup -f --show " + image + " 2>&1");
+    dev = test::shell_output("losetup -f --show " + image + " 2>&1");
     if (dev.rfind("/dev/loop", 0) != 0) {
       ::unlink(image.c_str());
       test::skip("cannot attach a loop device (losetup: " + dev + ")");
@@ -120,23 +107,10 @@ TEST_CASE("block capture times each cache flush like the kernel's flush counters
   auto sink = std::make_unique<trace::MemorySink>();
   auto* mem = sink.get();
   trace::Writer w(std::move(sink));
-  std::atomic<bool> stop{false};
-  std::promise<void> ready;
   capture::BlockCaptureOptions o;
   o.device = loop.name;
-  o.duration_ns = 120'000'000'000;  // stopped by `stop` long before
-  capture::BlockCaptureStats stats;
-  std::thread t([&] {
-    try {
-      stats = capture::capture_block(o, w, &stop, [&] { ready.set_value(); });
-    } catch (...) {
-      try {
-        ready.set_exception(std::current_exception());
-      } catch (...) {
-      }
-    }
-  });
-  ready.get_future().get();
+  o.duration_ns = 120'000'000'000;  // stopped long before
+  test::BackgroundBlockCapture capture(o, w);
 
   const int grow = 150, overwrite = 600;
   trace::Nanos t0 = trace::monotonic_now();
@@ -153,8 +127,7 @@ TEST_CASE("block capture times each cache flush like the kernel's flush counters
   trace::Nanos t1 = trace::monotonic_now();
   ::close(fd);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  stop = true;
-  t.join();
+  capture::BlockCaptureStats stats = capture.stop();
   w.close();
 
   trace::Reader r(trace::memory_source(mem->bytes()));

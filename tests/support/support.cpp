@@ -120,6 +120,17 @@ pgtmp::Server& shared_server() {
   return *server;
 }
 
+std::string shell_output(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p)) out += buf;
+  ::pclose(p);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
 size_t count_lines(const std::string& s) {
   size_t n = 0;
   for (char c : s) n += c == '\n';

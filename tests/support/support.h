@@ -60,4 +60,8 @@ pgtmp::Server& shared_server();
 // The number of lines in `s` (a last line without '\n' counts).
 size_t count_lines(const std::string& s);
 
+// What `cmd` (run by /bin/sh) printed on stdout, trailing newlines removed;
+// empty if it could not be run.
+std::string shell_output(const std::string& cmd);
+
 }  // namespace tierlab::test
