@@ -1,0 +1,27 @@
+# Shared by the bench scripts: `source "$(dirname "$0")/lib.sh"`.
+
+# median: the median of the numbers on stdin (whitespace or newline separated).
+median() {
+  tr ' ' '\n' | grep -v '^$' | sort -g |
+    awk '{a[NR] = $1} END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# cpu_snap: the machine's CPU counters from /proc/stat, as "busy steal total"
+# in clock ticks. Busy is user + nice + system + irq + softirq: the work every
+# process and the kernel did, wherever it was charged. Steal is time the
+# hypervisor ran other guests instead of this one; it makes every figure noisy.
+cpu_snap() {
+  awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9; exit }' /proc/stat
+}
+# cpu_busy_s "SNAP0" "SNAP1": busy CPU seconds between two snapshots.
+cpu_busy_s() {
+  local b0 b1 _
+  read -r b0 _ _ <<<"$1"; read -r b1 _ _ <<<"$2"
+  awk -v d=$((b1 - b0)) -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.3f", d / hz }'
+}
+# cpu_steal_pct "SNAP0" "SNAP1": steal in % of all CPU time between the two.
+cpu_steal_pct() {
+  local s0 s1 t0 t1 _
+  read -r _ s0 t0 <<<"$1"; read -r _ s1 t1 <<<"$2"
+  awk -v s=$((s1 - s0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.1f", (t > 0 ? s * 100 / t : 0) }'
+}
