@@ -54,14 +54,8 @@ void run_block(const BlockOptions& o) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   writer->close();
-  std::cout << "capture block: " << dev.name << " -> " << o.out << ": " << st.ios << " I/Os ("
-            << st.flushes << " flushes), " << st.incomplete << " incomplete, " << st.orphans
-            << " completions without issue, " << st.lost << " events lost";
-  if (!o.pids.empty()) std::cout << ", " << st.filtered << " of other pids skipped";
-  std::cout << "\n";
-  if (st.flush_unattributed)
-    std::cout << "capture block: " << st.flush_unattributed
-              << " flushes keep the kernel worker's pid (no fdatasync or journal bio seen before them)\n";
+  std::cout << "capture block: " << dev.name << " -> " << o.out << ": "
+            << capture::describe(st, !o.pids.empty()) << "\n";
 }
 
 void setup_block(CLI::App& parent) {

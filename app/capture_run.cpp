@@ -562,10 +562,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   for (const auto& p : parts) ::unlink(p.c_str());
   tx->print_summary(why);
   if (block)
-    std::printf("block I/O: %llu requests (%llu incomplete, %llu events lost)\n",
-                static_cast<unsigned long long>(block_stats.ios),
-                static_cast<unsigned long long>(block_stats.incomplete),
-                static_cast<unsigned long long>(block_stats.lost));
+    std::printf("block I/O: %s\n", capture::describe(block_stats, false).c_str());
   std::printf("samples: %llu\n", static_cast<unsigned long long>(samples.load()));
   std::printf("trace: %s (%llu records)\n", o.out.c_str(), static_cast<unsigned long long>(records));
   std::fflush(stdout);

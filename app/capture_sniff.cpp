@@ -70,6 +70,10 @@ void setup_capture_sniff(CLI::App& parent) {
   sub->add_option("--snaplen,-s", o.snaplen, "bytes captured per packet")->capture_default_str();
   sub->add_option("--buffer-size,-B", cli->buffer_size,
                   "kernel capture buffer (default 64M; larger means fewer drops under load)");
+  sub->add_option("--compress-level", o.compression_level,
+                  "zstd level of the trace (1-22); 0 writes it uncompressed: less capture CPU, "
+                  "about 4x the file")
+      ->capture_default_str();
   sub->add_option("--session-map", o.session_map,
                   "file naming user and database of sessions already open when capture starts; "
                   "lines: CLIENT USER DATABASE [APPLICATION_NAME], CLIENT = ADDR:PORT, ADDR "

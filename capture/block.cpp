@@ -735,4 +735,15 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   return st;
 }
 
+std::string describe(const BlockCaptureStats& st, bool pid_filter) {
+  std::string s = std::to_string(st.ios) + " I/Os (" + std::to_string(st.flushes) + " flushes), " +
+                  std::to_string(st.incomplete) + " incomplete, " + std::to_string(st.orphans) +
+                  " completions without issue, " + std::to_string(st.lost) + " events lost";
+  if (pid_filter) s += ", " + std::to_string(st.filtered) + " of other pids skipped";
+  if (st.flush_unattributed)
+    s += "; " + std::to_string(st.flush_unattributed) +
+         " flushes keep the kernel worker's pid (no fdatasync or journal bio seen before them)";
+  return s;
+}
+
 }  // namespace tierlab::capture

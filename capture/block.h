@@ -74,6 +74,13 @@ struct BlockCaptureStats {
   uint64_t flush_unattributed = 0;
 };
 
+// The counts a user reads after a capture, one line, without a newline:
+// "N I/Os (F flushes), I incomplete, O completions without issue, L events
+// lost", then ", S of other pids skipped" when pids were filtered and
+// "; U flushes keep the kernel worker's pid" when some could not be
+// attributed.
+std::string describe(const BlockCaptureStats& st, bool pid_filter);
+
 // Records until duration_ns has passed or *stop becomes true (checked every
 // 100 ms at most). `ready` is called once the events are enabled, before
 // anything is recorded. Writes Meta("device", name), the BlockIo records and

@@ -404,6 +404,8 @@ void validate(const SniffOptions& o) {
         "be sniffed; use `tierlab capture proxy --listen-unix` for it");
   if (o.port == 0) throw InputError("capture sniff: --port must be 1-65535");
   if (o.snaplen < 128) throw InputError("capture sniff: --snaplen must be at least 128");
+  if (o.compression_level < 0 || o.compression_level > 22)
+    throw InputError("capture sniff: --compress-level must be 0 (raw) to 22");
   if (o.duration_s < 0) throw InputError("capture sniff: --duration must not be negative");
   if (!o.host.empty()) {
     uint8_t buf[16];
@@ -475,6 +477,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
     }
   }
   wo.realtime_offset_ns = offset;
+  wo.compression_level = o.compression_level;
   auto writer = trace::open_writer(o.out, wo);
 
   SniffSummary sum;

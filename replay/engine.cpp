@@ -68,6 +68,13 @@ struct Shared {
   std::vector<ConnParams> params;     // by plan session
   std::vector<uint64_t> gate;         // max speed: sessions that must end first
   std::atomic<uint64_t> ended{0};     // sessions done (any worker)
+  // Max speed starts as pgbench does: the sessions that start at once (gate
+  // 0) connect first, and none sends until all of them are connected (or
+  // failed). The clock starts then, so tps is "without initial connection
+  // time", comparable with pgbench's.
+  uint64_t initial = 0;               // sessions with gate 0
+  std::atomic<uint64_t> initial_ready{0};
+  std::atomic<Nanos> start{0};        // when the last of them connected
 };
 
 // One session slot of a worker.
@@ -90,6 +97,7 @@ struct Slot {
   char pending_state[6] = {0};
   Nanos sent_at = 0;
   Nanos free_at = 0;                 // when the session last became Idle
+  bool held = false;                 // max speed: connected, waits for the start
   uint64_t stmts_since_idle = 0;
 };
 
@@ -100,6 +108,8 @@ class Worker {
         timers_(static_cast<uint32_t>(sessions.size())), stats_(sh.plan->fingerprints.size()),
         live_(live) {
     for (size_t i = 0; i < sessions.size(); ++i) slots_[i].session = sessions[i];
+    held_.reserve(sessions.size());
+    started_ = !sh.sched.max_speed || sh.initial == 0;
     ep_ = epoll_create1(EPOLL_CLOEXEC);
     if (ep_ < 0) throw RuntimeError(errno_message("epoll_create1", errno));
   }
@@ -124,6 +134,7 @@ class Worker {
     epoll_event evs[kMaxEvents];
     while (active_ > 0) {
       now = now_ns();
+      if (!started_) release(now);
       while (gate_next_ < gated_.size() &&
              sh_.gate[slots_[gated_[gate_next_]].session] <= sh_.ended.load(std::memory_order_acquire)) {
         connect(gated_[gate_next_++], now);
@@ -134,6 +145,9 @@ class Worker {
       Nanos wait = -1;
       if (!timers_.empty()) wait = std::max<Nanos>(0, timers_.top_due() - now_ns());
       if (gate_next_ < gated_.size()) wait = wait < 0 ? 1000000 : std::min<Nanos>(wait, 1000000);
+      // Connected sessions held for the start: look again soon (the other
+      // workers' sessions may be the last to connect).
+      if (!started_ && !held_.empty()) wait = wait < 0 ? 20000 : std::min<Nanos>(wait, 20000);
       if (wait >= 0) {
         ts.tv_sec = wait / 1000000000;
         ts.tv_nsec = wait % 1000000000;
@@ -203,8 +217,31 @@ class Worker {
     sh_.ended.fetch_add(1, std::memory_order_release);
   }
 
+  // Max speed: counts a session with gate 0 that connected or failed to.
+  void initial_settled(const Slot& s) {
+    if (sh_.sched.max_speed && sh_.gate[s.session] == 0) sh_.initial_ready.fetch_add(1, std::memory_order_acq_rel);
+  }
+
+  // Max speed: once every session with gate 0 has settled, the clock starts
+  // (the first worker to see it sets it) and the held sessions go.
+  void release(Nanos now) {
+    if (sh_.initial_ready.load(std::memory_order_acquire) < sh_.initial) return;
+    Nanos none = 0;
+    sh_.start.compare_exchange_strong(none, now, std::memory_order_acq_rel);
+    started_ = true;
+    for (uint32_t slot : held_) {
+      if (!slots_[slot].held || slots_[slot].state != State::Idle) continue;  // failed meanwhile
+      slots_[slot].held = false;
+      slots_[slot].free_at = now;
+      schedule_next(slot, now);
+    }
+    held_.clear();
+  }
+
   void fail(uint32_t slot, Nanos now) {
     Slot& s = slots_[slot];
+    if (s.state == State::Pending || s.state == State::Connecting) initial_settled(s);
+    s.held = false;
     ++stats_.sessions_failed;
     if (stats_.first_session_error.empty()) {
       const char* msg = s.conn ? PQerrorMessage(s.conn) : "out of memory";
@@ -261,6 +298,12 @@ class Worker {
         move(s, Event::Connected);
         s.free_at = now;
         watch(slot, false);
+        if (!started_) {
+          initial_settled(s);
+          s.held = true;
+          held_.push_back(slot);
+          return release(now);
+        }
         schedule_next(slot, now);
         return;
       default:
@@ -568,6 +611,8 @@ class Worker {
   Stats stats_;
   Live& live_;
   std::vector<uint32_t> gated_;
+  std::vector<uint32_t> held_;       // max speed: connected, waiting for the start
+  bool started_ = true;
   size_t gate_next_ = 0;
   size_t active_ = 0;
   int ep_ = -1;
@@ -687,6 +732,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
     for (size_t i = 0; i < plan.sessions.size(); ++i)
       sh.gate[i] = static_cast<uint64_t>(
           std::upper_bound(ends.begin(), ends.end(), plan.sessions[i].begin) - ends.begin());
+    if (opts.max_speed) sh.initial = static_cast<uint64_t>(std::count(sh.gate.begin(), sh.gate.end(), 0));
   }
 
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -782,7 +828,13 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   r.threads = threads;
   r.cpu_latency_held = cpu_latency.held();
   r.realtime = opts.realtime;
-  fill_report(r, total, plan, end - sh.sched.epoch);
+  // Max speed counts from the start (every initial session connected), as
+  // pgbench's tps "without initial connection time"; timed replays from
+  // the schedule's epoch.
+  Nanos start = sh.sched.epoch;
+  if (opts.max_speed && sh.start.load() > 0) start = sh.start.load();
+  r.connect_s = static_cast<double>(start - sh.sched.epoch) / 1e9;
+  fill_report(r, total, plan, std::max<Nanos>(0, end - start));
   return r;
 }
 

@@ -131,8 +131,12 @@ struct Report {
   uint64_t divergence_error_status = 0;
   uint64_t divergence_row_count = 0;
   uint64_t unsupported = 0;         // captured messages libpq cannot re-send
+  // Max speed: from the start (every session that starts at once connected)
+  // to the last session's end, so tps is "without initial connection time"
+  // as pgbench's; timed: from the schedule's epoch.
   double duration_s = 0;
   double tps = 0;
+  double connect_s = 0;             // max speed: initial connections, not in duration_s
   double captured_duration_s = 0;
   double speed = 1.0;
   bool max_speed = false;

@@ -195,7 +195,9 @@ void print_report(std::ostream& out, const Report& r) {
   out << "number of statements: " << r.statements << "\n";
   out << "number of failed statements: " << r.errors << "\n";
   out << "duration: " << fmt("%.3f", r.duration_s) << " s (captured " << fmt("%.3f", r.captured_duration_s)
-      << " s)\n";
+      << " s";
+  if (r.max_speed) out << "; initial connection time " << fmt("%.3f", r.connect_s) << " s, not included";
+  out << ")\n";
   out << "latency average = " << fmt("%.3f", r.lat_avg_ms) << " ms (per statement)\n";
   out << "latency stddev = " << fmt("%.3f", r.lat_stddev_ms) << " ms\n";
   out << "latency p50/p90/p99/p99.9/max = " << fmt("%.3f", r.lat_p50_ms) << "/" << fmt("%.3f", r.lat_p90_ms)
@@ -209,7 +211,7 @@ void print_report(std::ostream& out, const Report& r) {
     out << "cpu wake-up latency: "
         << (r.cpu_latency_held ? "held at 0 us (/dev/cpu_dma_latency)" : "not held (--no-pm-qos, or not root)")
         << "\n";
-  out << "tps = " << fmt("%.6f", r.tps) << "\n";
+  out << "tps = " << fmt("%.6f", r.tps) << (r.max_speed ? " (without initial connection time)" : "") << "\n";
   out << "errors by SQLSTATE:" << (r.errors_by_sqlstate.empty() ? " none" : "");
   for (const auto& [state, n] : r.errors_by_sqlstate) out << " " << state << "=" << n;
   out << "\n";

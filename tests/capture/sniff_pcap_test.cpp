@@ -4,6 +4,7 @@
 // run_sniff() exactly as `tierlab capture sniff --pcap` does.
 #include "capture/sniff.h"
 #include "capture/sniff_frames.h"
+#include "common/error.h"
 #include "support/support.h"
 #include "trace/reader.h"
 
@@ -308,4 +309,45 @@ TEST_CASE("a pcap file cut short keeps everything before the cut, with a warning
   CHECK(sum.statements == 2);  // the reply to select 2 was cut, the query was not
   auto recs = read_all(dir.file("cut.tlt"));
   CHECK(queries(recs) == std::vector<std::string>{"select 1", "select 2"});
+}
+
+TEST_CASE("compression level 0 writes the same records uncompressed", "[sniff][pcap]") {
+  TempDir dir;
+  std::string pcap = dir.file("many.pcap");
+  std::vector<std::string> sent;
+  {
+    PcapFile pf(pcap, DLT_EN10MB);
+    Conversation c;
+    int64_t t = kT0;
+    start_session(pf, c, t);
+    for (int i = 0; i < 500; ++i) {
+      sent.push_back("select abalance from pgbench_accounts where aid = " + std::to_string(i));
+      exchange(pf, c, t, sent.back());
+    }
+    finish(pf, c, t);
+  }
+  auto file_size = [](const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    REQUIRE(f);
+    std::fseek(f, 0, SEEK_END);
+    long n = std::ftell(f);
+    std::fclose(f);
+    return n;
+  };
+  capture::SniffOptions o;
+  o.pcap_file = pcap;
+  std::ostringstream log;
+  o.out = dir.file("zstd.tlt");
+  auto packed = capture::run_sniff(o, log);
+  o.out = dir.file("raw.tlt");
+  o.compression_level = 0;
+  auto raw = capture::run_sniff(o, log);
+  CHECK(raw.statements == 500);
+  CHECK(raw.records == packed.records);
+  CHECK(queries(read_all(dir.file("raw.tlt"))) == sent);
+  CHECK(queries(read_all(dir.file("zstd.tlt"))) == sent);
+  CHECK(file_size(dir.file("raw.tlt")) > 2 * file_size(dir.file("zstd.tlt")));
+
+  o.compression_level = 23;
+  CHECK_THROWS_AS(capture::run_sniff(o, log), InputError);
 }

@@ -458,6 +458,11 @@ TEST_CASE("replay --rt and the CPU wake-up latency hold of timed replays", "[rep
   REQUIRE(max.status == 0);
   CHECK(read()["cpu_latency_held"] == false);
   CHECK(read()["statements"] == 20);
+  // Its clock starts once the sessions that start together are connected,
+  // as pgbench's tps "without initial connection time".
+  CHECK(read()["connect_s"].get<double>() > 0);
+  CHECK(read()["connect_s"].get<double>() < 5);
+  CHECK(max.out.find("(without initial connection time)") != std::string::npos);
 
   // --rt: SCHED_FIFO workers as root; otherwise one line naming the need.
   auto rt = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--rt", "--json", json});
