@@ -6,6 +6,10 @@ median() {
     awk '{a[NR] = $1} END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 
+# lowest / highest: the smallest / largest of the numbers on stdin.
+lowest() { tr ' ' '\n' | grep -v '^$' | sort -g | head -1; }
+highest() { tr ' ' '\n' | grep -v '^$' | sort -g | tail -1; }
+
 # cpu_snap: the machine's CPU counters from /proc/stat, as "busy steal total"
 # in clock ticks. Busy is user + nice + system + irq + softirq: the work every
 # process and the kernel did, wherever it was charged. Steal is time the
@@ -24,4 +28,9 @@ cpu_steal_pct() {
   local s0 s1 t0 t1 _
   read -r _ s0 t0 <<<"$1"; read -r _ s1 t1 <<<"$2"
   awk -v s=$((s1 - s0)) -v t=$((t1 - t0)) 'BEGIN { printf "%.1f", (t > 0 ? s * 100 / t : 0) }'
+}
+# cpu_busy_us_per_tx "SNAP0" "SNAP1" TRANSACTIONS: the machine's busy CPU
+# microseconds per transaction between two snapshots ("%.1f").
+cpu_busy_us_per_tx() {
+  awk -v b="$(cpu_busy_s "$1" "$2")" -v t="$3" 'BEGIN { printf "%.1f", (t > 0 ? b * 1e6 / t : 0) }'
 }
