@@ -97,7 +97,6 @@ struct Slot {
   char pending_state[6] = {0};
   Nanos sent_at = 0;
   Nanos free_at = 0;                 // when the session last became Idle
-  bool held = false;                 // max speed: connected, waits for the start
   uint64_t stmts_since_idle = 0;
 };
 
@@ -230,8 +229,7 @@ class Worker {
     sh_.start.compare_exchange_strong(none, now, std::memory_order_acq_rel);
     started_ = true;
     for (uint32_t slot : held_) {
-      if (!slots_[slot].held || slots_[slot].state != State::Idle) continue;  // failed meanwhile
-      slots_[slot].held = false;
+      if (slots_[slot].state != State::Idle) continue;  // failed meanwhile
       slots_[slot].free_at = now;
       schedule_next(slot, now);
     }
@@ -241,7 +239,6 @@ class Worker {
   void fail(uint32_t slot, Nanos now) {
     Slot& s = slots_[slot];
     if (s.state == State::Pending || s.state == State::Connecting) initial_settled(s);
-    s.held = false;
     ++stats_.sessions_failed;
     if (stats_.first_session_error.empty()) {
       const char* msg = s.conn ? PQerrorMessage(s.conn) : "out of memory";
@@ -300,7 +297,6 @@ class Worker {
         watch(slot, false);
         if (!started_) {
           initial_settled(s);
-          s.held = true;
           held_.push_back(slot);
           return release(now);
         }
