@@ -88,8 +88,12 @@ class InternTable {
  public:
   InternTable() : slots_(1024) {}
 
-  // Returns the id of `s`, or 0 if it is not interned.
+  // Returns the id of `s`, or 0 if it is not interned. A string never
+  // interned (most statement texts with literals in them) is usually turned
+  // away by the filter, without touching the slot table: a random slot is a
+  // cache miss per string while the capture shares its CPU with the traffic.
   uint32_t find(std::string_view s, uint64_t h) const {
+    if (!maybe_interned(h)) return 0;
     size_t mask = slots_.size() - 1;
     for (size_t i = h & mask;; i = (i + 1) & mask) {
       const Slot& sl = slots_[i];
@@ -110,7 +114,7 @@ class InternTable {
   // mostly seen once: they stay inline, and out of writer and reader memory.
   bool seen_before(uint64_t h) {
     uint32_t fp = static_cast<uint32_t>(h >> 32) | 1;
-    uint32_t& e = seen_[(h >> 16) & (kSeen - 1)];
+    uint32_t& e = seen_[(h >> 20) & (kSeen - 1)];
     if (e == fp) return true;
     e = fp;
     return false;
@@ -120,6 +124,7 @@ class InternTable {
     if ((count_ + 1) * 2 > slots_.size()) grow();
     uint32_t id = static_cast<uint32_t>(++count_);
     place(Slot{h, store(s), static_cast<uint32_t>(s.size()), id});
+    mark(h);
     bytes_ += s.size();
     return id;
   }
@@ -144,8 +149,25 @@ class InternTable {
   void grow() {
     std::vector<Slot> old(slots_.size() * 2);
     old.swap(slots_);
+    filter_.assign(slots_.size() * kFilterBitsPerSlot / 64, 0);
     for (const Slot& s : old)
-      if (s.id != 0) place(s);
+      if (s.id != 0) {
+        place(s);
+        mark(s.hash);
+      }
+  }
+
+  // One bit per interned hash, in a bitmap of 16 bits per slot (the table is
+  // at most half full, so at most 1 in 32 bits is set): bits independent of
+  // the slot index.
+  size_t filter_bit(uint64_t h) const { return (h >> 40) & (filter_.size() * 64 - 1); }
+  bool maybe_interned(uint64_t h) const {
+    size_t b = filter_bit(h);
+    return (filter_[b >> 6] >> (b & 63)) & 1;
+  }
+  void mark(uint64_t h) {
+    size_t b = filter_bit(h);
+    filter_[b >> 6] |= uint64_t{1} << (b & 63);
   }
 
   const char* store(std::string_view s) {
@@ -161,8 +183,12 @@ class InternTable {
     return p;
   }
 
-  static constexpr size_t kSeen = 1 << 15;
+  // Small enough to stay in cache: a string repeated within the last few
+  // thousand distinct strings is caught.
+  static constexpr size_t kSeen = 1 << 12;
+  static constexpr size_t kFilterBitsPerSlot = 16;
   std::vector<Slot> slots_;
+  std::vector<uint64_t> filter_ = std::vector<uint64_t>(1024 * kFilterBitsPerSlot / 64);
   std::vector<uint32_t> seen_ = std::vector<uint32_t>(kSeen);
   std::vector<std::unique_ptr<char[]>> blocks_;
   size_t block_used_ = 0, block_cap_ = 0;
@@ -592,7 +618,7 @@ struct Writer::Impl {
     uint32_t flags = end ? kChunkEnd : 0;
     size_t stored = used;
     bool compressed = false;
-    if (opts.compression_level > 0) {
+    if (opts.compression_level != 0) {
       size_t n = ZSTD_compressCCtx(cctx, payload, cap - kChunkHeaderLen, buf.data(), used,
                                    opts.compression_level);
       if (!ZSTD_isError(n) && n < used) {
@@ -628,7 +654,7 @@ Writer::Writer(std::unique_ptr<Sink> sink, WriterOptions opts) : impl_(std::make
   impl_->opts = opts;
   impl_->buf.resize(opts.chunk_bytes + 64 * 1024);
   impl_->out.resize(kChunkHeaderLen + ZSTD_compressBound(impl_->buf.size()));
-  if (opts.compression_level > 0) {
+  if (opts.compression_level != 0) {
     impl_->cctx = ZSTD_createCCtx();
     if (!impl_->cctx) throw RuntimeError("zstd: cannot create a compression context");
   }
