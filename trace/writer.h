@@ -46,7 +46,7 @@ class MemorySink : public Sink {
 
 struct WriterOptions {
   size_t chunk_bytes = 256 * 1024;  // uncompressed bytes per chunk
-  int compression_level = 1;        // zstd level; 0 stores chunks raw
+  int compression_level = 1;        // zstd level (negative: fast levels); 0 stores chunks raw
   // Clock origin and realtime offset for the header (importers of logs
   // recorded elsewhere set them); unset: taken when the Writer is created.
   std::optional<Nanos> start_mono_ns;

@@ -311,7 +311,7 @@ TEST_CASE("a pcap file cut short keeps everything before the cut, with a warning
   CHECK(queries(recs) == std::vector<std::string>{"select 1", "select 2"});
 }
 
-TEST_CASE("compression level 0 writes the same records uncompressed", "[sniff][pcap]") {
+TEST_CASE("compression levels 0, 1 and the fast default write the same records", "[sniff][pcap]") {
   TempDir dir;
   std::string pcap = dir.file("many.pcap");
   std::vector<std::string> sent;
@@ -337,17 +337,26 @@ TEST_CASE("compression level 0 writes the same records uncompressed", "[sniff][p
   capture::SniffOptions o;
   o.pcap_file = pcap;
   std::ostringstream log;
+  o.out = dir.file("fast.tlt");
+  auto fast = capture::run_sniff(o, log);  // the default: a fast (negative) zstd level
+  CHECK(o.compression_level < 0);
   o.out = dir.file("zstd.tlt");
+  o.compression_level = 1;
   auto packed = capture::run_sniff(o, log);
   o.out = dir.file("raw.tlt");
   o.compression_level = 0;
   auto raw = capture::run_sniff(o, log);
   CHECK(raw.statements == 500);
   CHECK(raw.records == packed.records);
+  CHECK(fast.records == packed.records);
   CHECK(queries(read_all(dir.file("raw.tlt"))) == sent);
   CHECK(queries(read_all(dir.file("zstd.tlt"))) == sent);
+  CHECK(queries(read_all(dir.file("fast.tlt"))) == sent);
   CHECK(file_size(dir.file("raw.tlt")) > 2 * file_size(dir.file("zstd.tlt")));
+  CHECK(file_size(dir.file("raw.tlt")) > 2 * file_size(dir.file("fast.tlt")));
 
   o.compression_level = 23;
+  CHECK_THROWS_AS(capture::run_sniff(o, log), InputError);
+  o.compression_level = -101;
   CHECK_THROWS_AS(capture::run_sniff(o, log), InputError);
 }

@@ -65,7 +65,7 @@ TEST_CASE("every record kind round trips with all its fields", "[trace]") {
   std::vector<std::string> want;
   for (const auto& r : c.records) want.push_back(canon(r));
 
-  for (int level : {0, 1, 3}) {
+  for (int level : {0, 1, 3, -3}) {
     for (size_t chunk : {size_t{1024}, size_t{64 * 1024}, size_t{256 * 1024}}) {
       INFO("level " << level << " chunk " << chunk);
       WriterOptions o;
