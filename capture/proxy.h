@@ -15,8 +15,8 @@
 // closed; other sessions carry on. A malformed or oversized message from
 // either side closes that session with one line on stderr.
 //
-// Threads: `threads` event loops, each with its own io_uring (or epoll
-// where io_uring is missing; see capture/proxy_loop.h), listeners
+// Threads: `threads` event loops, each with its own epoll (or io_uring when
+// asked; see capture/proxy_loop.h), listeners
 // (SO_REUSEPORT for TCP; the unix socket is shared) and sessions. The
 // default is one loop per two cores: the proxy usually shares the machine
 // with the server or the clients, and one loop forwards for many sessions.
@@ -41,8 +41,8 @@ struct ProxyOptions {
   std::string out;                        // trace file
   int threads = 0;                        // event-loop threads; 0 = half the cores, at least 1
   bool drop_on_overflow = false;          // drop records instead of waiting
-  // Event loop: "io_uring", "epoll", or "auto" (io_uring when the kernel
-  // has what it needs, else epoll); `capture proxy --io`. The environment
+  // Event loop: "io_uring", "epoll", or "auto" (epoll: see Proxy::Proxy in
+  // capture/proxy.cpp for why); `capture proxy --io`. The environment
   // variable TIERLAB_PROXY_IO, when set, overrides it (tests use it to run
   // every proxy test on either loop).
   std::string io = "auto";

@@ -1,6 +1,5 @@
 // The capture proxy's epoll event loop: recv/send on non-blocking sockets,
-// one epoll per thread. Used where io_uring is not available (see
-// capture/proxy_loop.h).
+// one epoll per thread. The default event loop (see capture/proxy_loop.h).
 #include "capture/proxy_loop.h"
 
 #include "common/error.h"

@@ -2,11 +2,12 @@
 //
 // A loop owns its sessions (client connection, upstream connection, one
 // SessionDecoder each) and runs on one thread. Two implementations:
-//  - io_uring (capture/proxy_uring.cpp), the default: multishot receives
-//    into a ring of provided buffers, sends queued as submissions and handed
-//    to the kernel together with the wait, in one io_uring_enter per round;
-//  - epoll (capture/proxy_epoll.cpp): recv/send/epoll_wait, used where
-//    io_uring is missing or disabled.
+//  - epoll (capture/proxy_epoll.cpp), the default ("auto"; see
+//    Proxy::Proxy for why): recv/send/epoll_wait;
+//  - io_uring (capture/proxy_uring.cpp), on request (--io io_uring):
+//    multishot receives into a ring of provided buffers, sends queued as
+//    submissions and handed to the kernel together with the wait, in one
+//    io_uring_enter per round.
 // Both forward every byte unchanged and feed the same bytes to the decoder.
 #pragma once
 
