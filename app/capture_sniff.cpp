@@ -72,7 +72,7 @@ void setup_capture_sniff(CLI::App& parent) {
                   "kernel capture buffer (default 64M; larger means fewer drops under load)");
   sub->add_option("--compress-level", o.compression_level,
                   "zstd level of the trace (-100 to 22; below 0 are zstd's fast levels); 0 writes "
-                  "it uncompressed: less capture CPU, 3-4x the file")
+                  "it uncompressed: less capture CPU, 2-3.5x the file of -3")
       ->capture_default_str();
   sub->add_option("--session-map", o.session_map,
                   "file naming user and database of sessions already open when capture starts; "

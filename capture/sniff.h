@@ -41,8 +41,8 @@ struct SniffOptions {
   uint64_t buffer_bytes = 64ull << 20;  // kernel ring buffer
   // zstd level of the trace's chunks: -100 to 22, negative levels being
   // zstd's fast ones; 0 stores them raw. The default -3 takes a tenth less
-  // capture CPU than level 1 on pgbench traffic for a fifth more file; 0 about
-  // a fifth to a quarter less, for three to four times the file.
+  // capture CPU than level 1 on pgbench traffic for a fifth more file; 0 a
+  // tenth to a sixth less than -3, for two to three and a half times its file.
   int compression_level = -3;
   std::string session_map;  // file naming user/database of joined sessions
   uint32_t max_connections = 16384;
