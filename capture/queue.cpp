@@ -1,6 +1,7 @@
 #include "capture/queue_impl.h"
 
 #include "common/error.h"
+#include "common/realtime.h"
 
 #include <cassert>
 #include <cstring>
@@ -508,6 +509,9 @@ void Recorder::write_loss() {
 }
 
 void Recorder::run() {
+  // Off the forwarding path: the rings wait a few milliseconds rather than
+  // have this thread preempt an event loop or a server backend when it wakes.
+  run_as_batch_thread();
   constexpr trace::Nanos kFlushEvery = 100'000'000;  // 100 ms
   trace::Nanos last_flush = trace::monotonic_now();
   bool dirty = false;

@@ -3,6 +3,7 @@
 #include "capture/tcp_reassembly.h"
 #include "capture/wire.h"
 #include "common/error.h"
+#include "common/realtime.h"
 #include "trace/writer.h"
 
 #include <pcap/pcap.h>
@@ -549,6 +550,10 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
     if (pcap_setnonblock(pcap.get(), 1, errbuf) != 0)
       throw RuntimeError(where + ": non-blocking mode: " + errbuf);
     fd = pcap_get_selectable_fd(pcap.get());
+    // The ring holds seconds of traffic: reading it a few milliseconds late
+    // costs nothing, while waking onto a CPU a backend or client is using
+    // would slow the transaction the capture is watching.
+    run_as_batch_thread();
   }
   for (;;) {
     if (live) {

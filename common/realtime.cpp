@@ -40,4 +40,10 @@ RealTimeScope::~RealTimeScope() {
   if (on_) sched_setscheduler(0, policy_, &old_);
 }
 
+bool run_as_batch_thread() {
+  sched_param p{};
+  p.sched_priority = 0;
+  return sched_setscheduler(0, SCHED_BATCH, &p) == 0;  // 0: this thread
+}
+
 }  // namespace tierlab

@@ -1,6 +1,7 @@
 // Scheduling aids for runs that keep deadlines (timed replay, open-loop and
 // tier-shaped I/O): a hold on the CPUs' wake-up latency and a real-time
-// priority scope.
+// priority scope; and, for threads that only watch a workload, a way to
+// stay out of its way.
 #pragma once
 
 #include <sched.h>
@@ -42,5 +43,15 @@ class RealTimeScope {
   int policy_ = SCHED_OTHER;
   sched_param old_{};
 };
+
+// Puts the calling thread in SCHED_BATCH. It keeps its fair share of the
+// CPUs, but when it wakes it no longer preempts the thread running on a CPU:
+// it runs when that thread blocks or at the next scheduler tick. For
+// threads that record a workload without being in its path (the passive
+// capture's packet reader, the proxy's trace writer): their work waits in a
+// buffer (the kernel's packet ring, the proxy's record rings) for a few
+// milliseconds instead of cutting into a server backend or a client mid-
+// transaction. Returns false, changing nothing, when the kernel refuses.
+bool run_as_batch_thread();
 
 }  // namespace tierlab
