@@ -6,7 +6,7 @@
 
 #include "common/realtime.h"
 
-TEST_CASE("a batch thread keeps its fair share and leaves the others as they were", "[realtime]") {
+TEST_CASE("run_as_batch_thread moves the calling thread to SCHED_BATCH and no other", "[realtime]") {
   int policy_in_thread = -1;
   bool ok = false;
   std::thread t([&] {
