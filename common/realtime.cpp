@@ -41,8 +41,7 @@ RealTimeScope::~RealTimeScope() {
 }
 
 bool run_as_batch_thread() {
-  sched_param p{};
-  p.sched_priority = 0;
+  sched_param p{};  // SCHED_BATCH takes priority 0
   return sched_setscheduler(0, SCHED_BATCH, &p) == 0;  // 0: this thread
 }
 
