@@ -34,3 +34,16 @@ cpu_steal_pct() {
 cpu_busy_us_per_tx() {
   awk -v b="$(cpu_busy_s "$1" "$2")" -v t="$3" 'BEGIN { printf "%.1f", (t > 0 ? b * 1e6 / t : 0) }'
 }
+
+# settle_server PORT: brings the pgbench tables to the same state before each
+# timed run, as pgbench itself does unless given -n (the benches pass -n,
+# since pgbench's own vacuum would go through the path being measured): the
+# small tables tpcb-like updates on every transaction vacuumed,
+# pgbench_history emptied, and a checkpoint, so that no run pays for the
+# writes or the dead rows of the one before it. Goes straight to the server
+# on 127.0.0.1:PORT. The benches start the server with autovacuum off, so
+# nothing vacuums in the middle of a run either.
+settle_server() {
+  psql -X -q -h 127.0.0.1 -p "$1" -U postgres -d postgres -v ON_ERROR_STOP=1 \
+    -c "VACUUM pgbench_branches, pgbench_tellers" -c "TRUNCATE pgbench_history" -c "CHECKPOINT" >/dev/null
+}
