@@ -27,6 +27,7 @@ struct CaptureProxyOptions {
   std::string on_overflow = "block";
   std::string max_message_size = "1GiB";
   std::string io = "auto";
+  int compression_level = capture::ProxyOptions{}.compression_level;
 };
 
 void run_capture_proxy(const CaptureProxyOptions& o) {
@@ -37,6 +38,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   po.out = o.out;
   po.threads = o.threads;
   po.io = o.io;
+  po.compression_level = o.compression_level;
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
   if (o.on_overflow == "drop") po.drop_on_overflow = true;
   else if (o.on_overflow != "block")
@@ -124,6 +126,7 @@ void setup_capture_proxy(CLI::App& parent) {
   cmd->add_option("--max-message-size", opt->max_message_size,
                   "close sessions sending a larger message (e.g. 64MB)")
       ->capture_default_str();
+  add_compress_level(*cmd, opt->compression_level);
   cmd->callback([opt] { run_capture_proxy(*opt); });
 }
 

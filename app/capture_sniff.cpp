@@ -70,10 +70,7 @@ void setup_capture_sniff(CLI::App& parent) {
   sub->add_option("--snaplen,-s", o.snaplen, "bytes captured per packet")->capture_default_str();
   sub->add_option("--buffer-size,-B", cli->buffer_size,
                   "kernel capture buffer (default 64M; larger means fewer drops under load)");
-  sub->add_option("--compress-level", o.compression_level,
-                  "zstd level of the trace (-100 to 22; below 0 are zstd's fast levels); 0 writes "
-                  "it uncompressed: less capture CPU, 2-3.5x the file of -3")
-      ->capture_default_str();
+  add_compress_level(*sub, o.compression_level);
   sub->add_option("--session-map", o.session_map,
                   "file naming user and database of sessions already open when capture starts; "
                   "lines: CLIENT USER DATABASE [APPLICATION_NAME], CLIENT = ADDR:PORT, ADDR "

@@ -93,4 +93,12 @@ CLI::App& group(CLI::App& parent, const std::string& name, const std::string& de
   return *sub;
 }
 
+CLI::Option* add_compress_level(CLI::App& cmd, int& level) {
+  return cmd
+      .add_option("--compress-level", level,
+                  "zstd level of the trace (-100 to 22; below 0 are zstd's fast levels, less CPU "
+                  "for a larger file); 0 writes it uncompressed: 2-3.5x the file of -3")
+      ->capture_default_str();
+}
+
 }  // namespace tierlab::app

@@ -46,4 +46,7 @@ namespace tierlab::app {
 // by several files this way.
 CLI::App& group(CLI::App& parent, const std::string& name, const std::string& description);
 
+// Declares --compress-level (the trace's zstd level) on a capture command.
+CLI::Option* add_compress_level(CLI::App& cmd, int& level);
+
 }  // namespace tierlab::app

@@ -254,6 +254,9 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   if (opts.out.empty()) throw InputError("--out: missing");
   if (opts.listen.empty() && opts.listen_unix.empty())
     throw InputError("--listen: give a TCP address, --listen-unix or both");
+  if (opts.compression_level < trace::kMinCompressionLevel ||
+      opts.compression_level > trace::kMaxCompressionLevel)
+    throw InputError("--compress-level: must be -100 to 22 (0 writes the trace uncompressed)");
   if (opts.buffer_bytes < 16384 || opts.buffer_bytes > (1u << 30))
     throw InputError("forwarding buffer size out of range");
   px.upstream = parse_upstream(opts.upstream);
@@ -317,7 +320,9 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   px.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (px.stop_fd < 0) throw RuntimeError(errno_message("eventfd", errno));
 
-  px.recorder = std::make_unique<detail::Recorder>(trace::open_writer(opts.out), px.threads,
+  trace::WriterOptions wo;
+  wo.compression_level = opts.compression_level;
+  px.recorder = std::make_unique<detail::Recorder>(trace::open_writer(opts.out, wo), px.threads,
                                                    opts.queue_bytes, opts.drop_on_overflow);
   for (int i = 0; i < px.threads; ++i) {
     int tcp_fd = -1;

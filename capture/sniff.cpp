@@ -405,7 +405,8 @@ void validate(const SniffOptions& o) {
         "be sniffed; use `tierlab capture proxy --listen-unix` for it");
   if (o.port == 0) throw InputError("capture sniff: --port must be 1-65535");
   if (o.snaplen < 128) throw InputError("capture sniff: --snaplen must be at least 128");
-  if (o.compression_level < -100 || o.compression_level > 22)
+  if (o.compression_level < trace::kMinCompressionLevel ||
+      o.compression_level > trace::kMaxCompressionLevel)
     throw InputError(
         "capture sniff: --compress-level must be -100 to 22 (0 writes the trace uncompressed)");
   if (o.duration_s < 0) throw InputError("capture sniff: --duration must not be negative");

@@ -44,6 +44,10 @@ class MemorySink : public Sink {
   std::vector<uint8_t> bytes_;
 };
 
+// zstd levels a trace can be written at; 0 stores chunks uncompressed.
+constexpr int kMinCompressionLevel = -100;
+constexpr int kMaxCompressionLevel = 22;
+
 struct WriterOptions {
   size_t chunk_bytes = 256 * 1024;  // uncompressed bytes per chunk
   int compression_level = 1;        // zstd level (negative: fast levels); 0 stores chunks raw

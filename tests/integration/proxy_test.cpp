@@ -666,6 +666,17 @@ TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addr
     CHECK(r.out.find("duration reached") != std::string::npos);
     CHECK(r.out.find("sessions: 0") != std::string::npos);
   }
+  for (std::string level : {"0", "-3", "19"}) {  // uncompressed, the default, a slow level
+    std::string t = dir.file("level" + level + ".tlt");
+    auto r = test::run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream_of(pg),
+                                "--out", t, "--duration", "300ms", "--compress-level", level});
+    INFO(level << ": " << r.err);
+    CHECK(r.status == 0);
+    bool upstream_meta = false;
+    for (const auto& rec : load(t))
+      if (rec.kind == trace::Kind::Meta && rec.a == "upstream") upstream_meta = true;
+    CHECK(upstream_meta);
+  }
   auto bad = [&](std::vector<std::string> args, const std::string& what) {
     std::vector<std::string> full = {"capture", "proxy", "--out", dir.file("x.tlt")};
     full.insert(full.end(), args.begin(), args.end());
@@ -681,6 +692,7 @@ TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addr
   bad({"--upstream", upstream_of(pg), "--listen", "localhost"}, "--listen localhost: expected HOST:PORT");
   bad({"--upstream", upstream_of(pg), "--listen", "127.0.0.1:" + std::to_string(pg.port())}, "Address already in use");
   bad({"--upstream", upstream_of(pg), "--on-overflow", "maybe"}, "--on-overflow maybe");
+  bad({"--upstream", upstream_of(pg), "--compress-level", "23"}, "--compress-level: must be -100 to 22");
 }
 
 TEST_CASE("proxy: capture run --io picks the proxy's event loop and is a proxy flag", "[proxy]") {
