@@ -666,7 +666,7 @@ TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addr
     CHECK(r.out.find("duration reached") != std::string::npos);
     CHECK(r.out.find("sessions: 0") != std::string::npos);
   }
-  for (std::string level : {"0", "-3", "19"}) {  // uncompressed, the default, a slow level
+  for (std::string level : {"0", "-3", "19"}) {  // uncompressed, a fast level, a slow level
     std::string t = dir.file("level" + level + ".tlt");
     auto r = test::run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:0", "--upstream", upstream_of(pg),
                                 "--out", t, "--duration", "300ms", "--compress-level", level});
