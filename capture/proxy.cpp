@@ -254,9 +254,7 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   if (opts.out.empty()) throw InputError("--out: missing");
   if (opts.listen.empty() && opts.listen_unix.empty())
     throw InputError("--listen: give a TCP address, --listen-unix or both");
-  if (opts.compression_level < trace::kMinCompressionLevel ||
-      opts.compression_level > trace::kMaxCompressionLevel)
-    throw InputError("--compress-level: must be -100 to 22 (0 writes the trace uncompressed)");
+  trace::check_compression_level(opts.compression_level, "--compress-level");
   if (opts.buffer_bytes < 16384 || opts.buffer_bytes > (1u << 30))
     throw InputError("forwarding buffer size out of range");
   px.upstream = parse_upstream(opts.upstream);

@@ -405,10 +405,7 @@ void validate(const SniffOptions& o) {
         "be sniffed; use `tierlab capture proxy --listen-unix` for it");
   if (o.port == 0) throw InputError("capture sniff: --port must be 1-65535");
   if (o.snaplen < 128) throw InputError("capture sniff: --snaplen must be at least 128");
-  if (o.compression_level < trace::kMinCompressionLevel ||
-      o.compression_level > trace::kMaxCompressionLevel)
-    throw InputError(
-        "capture sniff: --compress-level must be -100 to 22 (0 writes the trace uncompressed)");
+  trace::check_compression_level(o.compression_level, "capture sniff: --compress-level");
   if (o.duration_s < 0) throw InputError("capture sniff: --duration must not be negative");
   if (!o.host.empty()) {
     uint8_t buf[16];

@@ -249,6 +249,12 @@ constexpr size_t str_bound(std::string_view s) { return s.size() * 2 + 3 * kMaxV
 
 }  // namespace
 
+void check_compression_level(int level, const std::string& option) {
+  if (level < kMinCompressionLevel || level > kMaxCompressionLevel)
+    throw InputError(option + ": must be " + std::to_string(kMinCompressionLevel) + " to " +
+                     std::to_string(kMaxCompressionLevel) + " (0 writes the trace uncompressed)");
+}
+
 std::unique_ptr<Sink> file_sink(const std::string& path) { return std::make_unique<FileSink>(path); }
 
 Nanos monotonic_now() {

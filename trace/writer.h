@@ -48,6 +48,10 @@ class MemorySink : public Sink {
 constexpr int kMinCompressionLevel = -100;
 constexpr int kMaxCompressionLevel = 22;
 
+// Throws InputError naming `option` (as the user spelled it, with any
+// prefix the caller's messages carry) unless `level` is in range.
+void check_compression_level(int level, const std::string& option);
+
 struct WriterOptions {
   size_t chunk_bytes = 256 * 1024;  // uncompressed bytes per chunk
   int compression_level = 1;        // zstd level (negative: fast levels); 0 stores chunks raw
