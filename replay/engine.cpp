@@ -24,6 +24,7 @@
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +47,8 @@ static_assert(sizeof(Oid) == sizeof(uint32_t));
 
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr int kMaxEvents = 256;
+// epoll data of the timeout's timerfd (slots are numbered from 0).
+constexpr uint64_t kTimerTag = ~uint64_t{0};
 
 Nanos now_ns() {
   timespec ts;
@@ -116,6 +119,7 @@ class Worker {
     for (Slot& s : slots_)
       if (s.conn) PQfinish(s.conn);
     if (ep_ >= 0) close(ep_);
+    if (tfd_ >= 0) close(tfd_);
   }
 
   void run() {
@@ -152,12 +156,13 @@ class Worker {
         ts.tv_nsec = wait % 1000000000;
         tsp = &ts;
       }
-      int n = epoll_pwait2(ep_, evs, kMaxEvents, tsp, nullptr);
+      int n = wait_events(evs, tsp);
       if (n < 0) {
         if (errno == EINTR) continue;
-        throw RuntimeError(errno_message("epoll_pwait2", errno));
+        throw RuntimeError(errno_message("epoll wait", errno));
       }
-      for (int i = 0; i < n; ++i) on_event(static_cast<uint32_t>(evs[i].data.u64), evs[i].events);
+      for (int i = 0; i < n; ++i)
+        if (evs[i].data.u64 != kTimerTag) on_event(static_cast<uint32_t>(evs[i].data.u64), evs[i].events);
     }
   }
 
@@ -167,6 +172,33 @@ class Worker {
  private:
   const Session& session_of(const Slot& s) const { return plan_.sessions[s.session]; }
   const Unit& unit_of(const Slot& s) const { return plan_.units[s.unit]; }
+
+  // Waits for events until `timeout` has passed (nullptr: no limit).
+  // epoll_pwait2 (Linux 5.11) takes a nanosecond timeout; where the kernel
+  // lacks it (older kernels, a container on an older host, a sandbox that
+  // filters it) a timerfd in the epoll set carries the timeout instead, so a
+  // timed replay keeps its sub-millisecond wake-ups either way.
+  int wait_events(epoll_event* evs, const timespec* timeout) {
+    if (tfd_ < 0) {
+      int n = epoll_pwait2(ep_, evs, kMaxEvents, timeout, nullptr);
+      if (n >= 0 || errno != ENOSYS) return n;
+      tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+      if (tfd_ < 0) throw RuntimeError(errno_message("timerfd_create", errno));
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = kTimerTag;
+      if (epoll_ctl(ep_, EPOLL_CTL_ADD, tfd_, &ev) != 0)
+        throw RuntimeError(errno_message("epoll_ctl (timerfd)", errno));
+    }
+    if (timeout && timeout->tv_sec == 0 && timeout->tv_nsec == 0) return epoll_wait(ep_, evs, kMaxEvents, 0);
+    // Arming (or, without a timeout, disarming) also clears an expiry not
+    // yet read, so the timerfd is readable only once this timeout passes.
+    itimerspec its{};
+    if (timeout) its.it_value = *timeout;
+    if (timerfd_settime(tfd_, 0, &its, nullptr) != 0)
+      throw RuntimeError(errno_message("timerfd_settime", errno));
+    return epoll_wait(ep_, evs, kMaxEvents, -1);
+  }
 
   void move(Slot& s, Event e) {
     State next = transition(s.state, e);
@@ -612,6 +644,7 @@ class Worker {
   size_t gate_next_ = 0;
   size_t active_ = 0;
   int ep_ = -1;
+  int tfd_ = -1;  // the timeout's timerfd, where epoll_pwait2 is missing
   Nanos last_end_ = 0;
 };
 

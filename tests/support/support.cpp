@@ -3,14 +3,20 @@
 #include "common/error.h"
 
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -18,6 +24,35 @@
 extern char** environ;
 
 namespace tierlab::test {
+
+namespace {
+
+// In a forked child: makes each of `nrs` fail with ENOSYS for this process
+// and what it execs. False if the kernel refuses the filter.
+bool deny_syscalls(const std::vector<long>& nrs) {
+#if defined(__x86_64__)
+  constexpr uint32_t arch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+  constexpr uint32_t arch = AUDIT_ARCH_AARCH64;
+#else
+  return false;
+#endif
+  std::vector<sock_filter> f;
+  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)));
+  f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0));
+  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  f.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)));
+  for (long nr : nrs) {
+    f.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1));
+    f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)));
+  }
+  f.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+  sock_fprog prog{static_cast<unsigned short>(f.size()), f.data()};
+  return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 &&
+         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0;
+}
+
+}  // namespace
 
 TempDir::TempDir() {
   const char* t = std::getenv("TMPDIR");
@@ -32,7 +67,7 @@ TempDir::~TempDir() {
 }
 
 RunResult run_tierlab(const std::vector<std::string>& args, const std::optional<std::string>& stdin_text,
-                      const std::vector<std::string>& env) {
+                      const std::vector<std::string>& env, const std::vector<long>& missing_syscalls) {
   std::vector<std::string> argv_s{TIERLAB_BINARY};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -55,6 +90,10 @@ RunResult run_tierlab(const std::vector<std::string>& args, const std::optional<
     dup2(in[0], 0);
     dup2(out[1], 1);
     dup2(err[1], 2);
+    if (!missing_syscalls.empty() && !deny_syscalls(missing_syscalls)) {
+      dprintf(2, "cannot install a seccomp filter: %s\n", std::strerror(errno));
+      _exit(kNoSeccomp);
+    }
     execve(argv[0], argv.data(), envp.data());
     _exit(127);
   }

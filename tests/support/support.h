@@ -42,10 +42,15 @@ struct RunResult {
 // Runs the built tierlab executable (TIERLAB_BINARY) with `args` (without
 // argv[0]), feeding `stdin_text` (or /dev/null) and capturing stdout, stderr
 // and the exit status. `env` entries ("NAME=value") are added to the
-// environment. Waits for it to exit.
+// environment. `missing_syscalls` (SYS_* numbers) fail with ENOSYS in the
+// child, as on a kernel that lacks them (a seccomp filter installed before
+// exec; status kNoSeccomp if the filter cannot be installed). Waits for it
+// to exit.
 RunResult run_tierlab(const std::vector<std::string>& args,
                       const std::optional<std::string>& stdin_text = std::nullopt,
-                      const std::vector<std::string>& env = {});
+                      const std::vector<std::string>& env = {},
+                      const std::vector<long>& missing_syscalls = {});
+constexpr int kNoSeccomp = 125;
 
 // Prints "SKIP: why" and exits with status 77, which ctest reports as skipped.
 [[noreturn]] void skip(const std::string& why);
