@@ -35,6 +35,26 @@ cpu_busy_us_per_tx() {
   awk -v b="$(cpu_busy_s "$1" "$2")" -v t="$3" 'BEGIN { printf "%.1f", (t > 0 ? b * 1e6 / t : 0) }'
 }
 
+# balanced_order N ROUND: the order (0-based indexes, space separated) in
+# which round ROUND (1-based) runs N contenders (N even): a Williams Latin
+# square. Over any N consecutive rounds every contender runs in every
+# position once and right after every other contender once, so neither a
+# position in the round nor the run before (warm caches, dirty pages, a
+# host that slows a guest after a busy stretch) favours one contender. A
+# plain rotation keeps the same neighbours in every round: one contender
+# always follows the same other one.
+balanced_order() {
+  local n=$1 r=$(( ($2 - 1) % $1 )) j k seq=()
+  # First row 0, 1, n-1, 2, n-2, ...; row r adds r to each, modulo n.
+  for ((j = 0; j < n; j++)); do
+    if ((j == 0)); then k=0
+    elif ((j % 2)); then k=$(( (j + 1) / 2 ))
+    else k=$(( n - j / 2 )); fi
+    seq+=($(( (k + r) % n )))
+  done
+  echo "${seq[*]}"
+}
+
 # settle_server PORT: brings the pgbench tables to the same state before each
 # timed run, as pgbench itself does unless given -n (the benches pass -n,
 # since pgbench's own vacuum would go through the path being measured): the
