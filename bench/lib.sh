@@ -36,15 +36,19 @@ cpu_busy_us_per_tx() {
 }
 
 # balanced_order N ROUND: the order (0-based indexes, space separated) in
-# which round ROUND (1-based) runs N contenders (N even): a Williams Latin
-# square. Over any N consecutive rounds every contender runs in every
-# position once and right after every other contender once, so neither a
-# position in the round nor the run before (warm caches, dirty pages, a
-# host that slows a guest after a busy stretch) favours one contender. A
-# plain rotation keeps the same neighbours in every round: one contender
-# always follows the same other one.
+# which round ROUND (1-based) runs N contenders: a Williams design. For even
+# N, over any N consecutive rounds every contender runs in every position
+# once and right after every other contender once; for odd N that takes 2N
+# rounds (the square, then its rows reversed), where each runs in every
+# position twice and right after every other twice. So neither a position
+# in the round nor the run before (warm caches, dirty pages, a host that
+# slows a guest after a busy stretch) favours one contender. A plain
+# rotation keeps the same neighbours in every round: one contender always
+# follows the same other one.
 balanced_order() {
-  local n=$1 r=$(( ($2 - 1) % $1 )) j k seq=()
+  local n=$1 period=$(( $1 % 2 ? 2 * $1 : $1 )) j k seq=()
+  local i=$(( ($2 - 1) % period ))
+  local r=$(( i % n ))
   # First row 0, 1, n-1, 2, n-2, ...; row r adds r to each, modulo n.
   for ((j = 0; j < n; j++)); do
     if ((j == 0)); then k=0
@@ -52,6 +56,11 @@ balanced_order() {
     else k=$(( n - j / 2 )); fi
     seq+=($(( (k + r) % n )))
   done
+  if ((i >= n)); then  # odd N, second square: the rows reversed
+    local rev=()
+    for ((j = n - 1; j >= 0; j--)); do rev+=("${seq[j]}"); done
+    seq=("${rev[@]}")
+  fi
   echo "${seq[*]}"
 }
 
