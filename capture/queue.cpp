@@ -3,6 +3,7 @@
 #include "common/error.h"
 #include "common/realtime.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cstring>
 #include <ctime>
@@ -328,10 +329,11 @@ bool RecordDecoder::decode(const uint8_t* data, size_t len, trace::Record& out) 
 
 // --- ByteRing ----------------------------------------------------------------
 
-ByteRing::ByteRing(size_t capacity) {
+ByteRing::ByteRing(size_t capacity, size_t hot) {
   cap_ = 4096;
   while (cap_ < capacity) cap_ <<= 1;
   mask_ = cap_ - 1;
+  hot_ = std::clamp<size_t>(hot, 4096, cap_);
   buf_.reset(new uint8_t[cap_]);
 }
 
@@ -342,6 +344,13 @@ uint8_t* ByteRing::reserve(size_t n) {
   size_t idx = tail & mask_;
   size_t contiguous = cap_ - idx;
   size_t skip = contiguous < need ? contiguous : 0;
+  if (!skip && idx >= hot_ && need <= idx) {
+    // Past the hot part with everything consumed: back to the start. (With
+    // entries still unconsumed the producer goes on through the buffer, so
+    // a consumer that has fallen behind keeps the whole capacity.)
+    if (head_cache_ != tail) head_cache_ = head_.load(std::memory_order_acquire);
+    if (head_cache_ == tail) skip = contiguous;
+  }
   if (tail + skip + need - head_cache_ > cap_) {
     head_cache_ = head_.load(std::memory_order_acquire);
     if (tail + skip + need - head_cache_ > cap_) return nullptr;

@@ -7,6 +7,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -147,6 +148,81 @@ TEST_CASE("proxy queue: the ring wraps and keeps entries in order", "[proxy]") {
   CHECK(produced == consumed);
   CHECK(produced > 1000);
   CHECK(ring.empty());
+}
+
+namespace {
+// Drives a ByteRing of kCap bytes with a hot part of kHot in batches of 10
+// entries of kEntry bytes, each entry numbered; after each batch the
+// consumer takes all but `keep` entries, checking their order.
+struct HotRing {
+  static constexpr size_t kCap = 64 * 1024, kHot = 8 * 1024, kEntry = 100;
+  static constexpr size_t kSlot = 104;  // 4-byte length + payload, rounded up to 8
+  ByteRing ring{kCap, kHot};
+  uint8_t* base = nullptr;
+  size_t furthest = 0;  // the furthest byte of the buffer an entry reached
+  uint32_t next = 0, expect = 0, pending = 0;
+
+  bool produce() {
+    uint8_t* p = ring.reserve(kEntry);
+    if (!p) return false;
+    if (!base) base = p - 4;  // the first entry starts the buffer
+    std::memcpy(p, &next, sizeof next);
+    ++next;
+    ++pending;
+    ring.commit();
+    furthest = std::max(furthest, static_cast<size_t>(p - base) + kEntry);
+    return true;
+  }
+  void consume(uint32_t keep) {
+    size_t len;
+    while (pending > keep) {
+      const uint8_t* q = ring.peek(&len);
+      REQUIRE(q);
+      uint32_t v;
+      std::memcpy(&v, q, sizeof v);
+      REQUIRE(v == expect);
+      ++expect;
+      --pending;
+      ring.pop();
+    }
+  }
+  void batches(int n, uint32_t keep) {
+    for (int b = 0; b < n; ++b) {
+      for (int i = 0; i < 10; ++i) REQUIRE(produce());
+      consume(keep);
+    }
+  }
+};
+}  // namespace
+
+TEST_CASE("proxy queue: a ring the consumer keeps up with stays in its hot part", "[proxy]") {
+  HotRing h;
+  h.batches(200, 0);
+  CHECK(h.furthest > HotRing::kHot);
+  // It wraps at the first entry past the hot part that finds the ring
+  // empty: at most a batch further.
+  CHECK(h.furthest <= HotRing::kHot + 10 * HotRing::kSlot);
+  h.consume(0);
+  CHECK(h.ring.empty());
+}
+
+TEST_CASE("proxy queue: a ring the consumer lags behind uses its whole capacity", "[proxy]") {
+  HotRing h;
+  h.batches(200, 1);  // the newest entry stays unconsumed: never caught up
+  CHECK(h.furthest > HotRing::kCap - 2 * HotRing::kSlot);
+  h.consume(0);
+  CHECK(h.expect == h.next);
+}
+
+TEST_CASE("proxy queue: a ring whose consumer stops still takes its hot part", "[proxy]") {
+  HotRing h;
+  h.batches(37, 0);  // caught up, somewhere in the hot part
+  size_t held = 0;
+  while (h.produce()) held += HotRing::kSlot;
+  CHECK(held >= HotRing::kHot);
+  h.consume(0);
+  CHECK(h.expect == h.next);
+  CHECK(h.ring.empty());
 }
 
 TEST_CASE("proxy queue: records from several threads reach the trace, none lost", "[proxy]") {
