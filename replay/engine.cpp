@@ -12,7 +12,10 @@
 // Extended-protocol units are sent in libpq pipeline mode, so the captured
 // messages (Parse, Bind, Describe, Execute, ..., Sync) leave in one write as
 // the client sent them; a Simple or COPY unit leaves pipeline mode first
-// (libpq allows simple Query only outside it).
+// (libpq allows simple Query only outside it). So does a unit that is one
+// Execute of a prepared statement, the commonest by far: outside pipeline
+// mode PQsendQueryPrepared sends the same Bind, Describe, Execute and Sync
+// in one write, and leaves one result fewer to reap (no PIPELINE_SYNC).
 #include "common/error.h"
 #include "common/realtime.h"
 #include "replay/plan.h"
@@ -389,12 +392,19 @@ class Worker {
     s.agg = Outcome{};
     s.sent_at = now;
     bool ok = true;
-    if (u.kind != UnitKind::Extended) {
+    const bool one_execute = u.kind == UnitKind::Extended && u.n_ops == 1 &&
+                             plan_.ops[u.first_op].kind == OpKind::Execute;
+    if (u.kind != UnitKind::Extended || one_execute) {
       if (s.pipeline) {
         ok = PQexitPipelineMode(c) == 1;
         s.pipeline = !ok;
       }
-      ok = ok && PQsendQuery(c, u.sql) == 1;
+      if (!one_execute) {
+        ok = ok && PQsendQuery(c, u.sql) == 1;
+      } else {
+        const Op& op = plan_.ops[u.first_op];
+        ok = ok && send_execute(c, op);
+      }
     } else {
       if (!s.pipeline) {
         ok = PQenterPipelineMode(c) == 1;
@@ -409,9 +419,7 @@ class Worker {
                                           : nullptr) == 1;
             break;
           case OpKind::Execute:
-            ok = PQsendQueryPrepared(c, op.name, op.nparams, plan_.param_values.data() + op.params,
-                                     plan_.param_lengths.data() + op.params,
-                                     plan_.param_formats.data() + op.params, op.result_format) == 1;
+            ok = send_execute(c, op);
             break;
           case OpKind::DescribeStmt:
             ok = PQsendDescribePrepared(c, op.name) == 1;
@@ -431,6 +439,12 @@ class Worker {
     int f = PQflush(c);
     if (f < 0) return fail(slot, now);
     watch(slot, f == 1);
+  }
+
+  bool send_execute(PGconn* c, const Op& op) {
+    return PQsendQueryPrepared(c, op.name, op.nparams, plan_.param_values.data() + op.params,
+                               plan_.param_lengths.data() + op.params,
+                               plan_.param_formats.data() + op.params, op.result_format) == 1;
   }
 
   void on_event(uint32_t slot, uint32_t ev) {
@@ -505,9 +519,9 @@ class Worker {
       }
       if (PQisBusy(c)) return;
       PGresult* res = PQgetResult(c);
-      const Unit& u = unit_of(s);
       if (!res) {
-        if (u.kind != UnitKind::Extended) return unit_done(slot, now_ns());
+        // Outside pipeline mode (Simple, COPY, one Execute) the unit is done.
+        if (!s.pipeline) return unit_done(slot, now_ns());
         // Pipeline: end of one command's results. Two in a row means libpq
         // has nothing queued yet; wait for input.
         if (++s.nulls >= 2) return;

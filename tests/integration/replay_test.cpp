@@ -170,6 +170,19 @@ TEST_CASE("a statement that failed at capture fails the same way and is not dive
     w->write(3 * kMs, 1, trace::Sync{});
     w->write(4 * kMs, 1, trace::Error{"22012", "ERROR", "division by zero"});
     w->write(4 * kMs, 1, trace::Ready{'I'});
+    // The statement executed again on its own (Bind, Execute, Sync: the
+    // replay sends these outside pipeline mode), failing, then succeeding.
+    w->write(4 * kMs, 1, trace::Bind{"", "", ps, {}});
+    w->write(4 * kMs, 1, trace::Execute{"", 0});
+    w->write(4 * kMs, 1, trace::Sync{});
+    w->write(4 * kMs, 1, trace::Error{"22012", "ERROR", "division by zero"});
+    w->write(4 * kMs, 1, trace::Ready{'I'});
+    std::vector<trace::Param> one{trace::Param{0, false, "1"}};
+    w->write(4 * kMs, 1, trace::Bind{"", "", one, {}});
+    w->write(4 * kMs, 1, trace::Execute{"", 0});
+    w->write(4 * kMs, 1, trace::Sync{});
+    w->write(4 * kMs, 1, trace::Result{"SELECT", true, 1});
+    w->write(4 * kMs, 1, trace::Ready{'I'});
     w->write(5 * kMs, 1, trace::Query{"SELECT 2"});
     w->write(6 * kMs, 1, trace::Result{"SELECT", true, 1});
     w->write(6 * kMs, 1, trace::Ready{'I'});
@@ -177,10 +190,10 @@ TEST_CASE("a statement that failed at capture fails the same way and is not dive
     w->close();
   }
   replay::Report r = replay::run(load_file(path2), opts_for(pg));
-  CHECK(r.statements == 3);
-  CHECK(r.errors == 2);
+  CHECK(r.statements == 5);
+  CHECK(r.errors == 3);
   REQUIRE(r.errors_by_sqlstate.size() == 2);
-  CHECK(r.errors_by_sqlstate[0] == std::make_pair(std::string("22012"), uint64_t{1}));
+  CHECK(r.errors_by_sqlstate[0] == std::make_pair(std::string("22012"), uint64_t{2}));
   CHECK(r.errors_by_sqlstate[1] == std::make_pair(std::string("42P01"), uint64_t{1}));
   CHECK(r.divergence_error_status == 0);
   CHECK(r.divergence_row_count == 0);
