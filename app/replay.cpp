@@ -58,6 +58,7 @@ nlohmann::json report_json(const replay::Report& r) {
       {"duration_s", r.duration_s},
       {"captured_duration_s", r.captured_duration_s},
       {"connect_s", r.connect_s},
+      {"cpu_s", r.cpu_s},
       {"latency_ms",
        {{"avg", r.lat_avg_ms}, {"stddev", r.lat_stddev_ms}, {"p50", r.lat_p50_ms},
         {"p90", r.lat_p90_ms}, {"p99", r.lat_p99_ms}, {"p999", r.lat_p999_ms}, {"max", r.lat_max_ms}}},

@@ -798,6 +798,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
 
   std::atomic<int> running{threads};
   std::vector<std::exception_ptr> errors(threads);
+  std::vector<Nanos> cpu_ns(threads, 0);
   // Timed replays keep deadlines: hold the CPUs' wake-up latency down.
   CpuLatencyHold cpu_latency(opts.hold_cpu_latency && !opts.max_speed);
   sh.sched.epoch = now_ns() + 1000000;  // 1 ms for the threads to start
@@ -813,6 +814,9 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
       } catch (...) {
         errors[t] = std::current_exception();
       }
+      timespec cpu{};
+      if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
+        cpu_ns[t] = static_cast<Nanos>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec;
       running.fetch_sub(1);
     });
   }
@@ -871,6 +875,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   r.threads = threads;
   r.cpu_latency_held = cpu_latency.held();
   r.realtime = opts.realtime;
+  for (Nanos c : cpu_ns) r.cpu_s += static_cast<double>(c) / 1e9;
   // Max speed counts from the start (every initial session connected), as
   // pgbench's tps "without initial connection time"; timed replays from
   // the schedule's epoch.

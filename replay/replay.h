@@ -142,6 +142,11 @@ struct Report {
   bool max_speed = false;
   int threads = 0;
   bool cpu_latency_held = false;    // see Options::hold_cpu_latency
+  // CPU time (user + system) of the worker threads over the whole replay,
+  // connecting included: the replayer's own cost, which on a target on the
+  // same machine is taken from the server (reading the trace and building
+  // the plan come before and are not in it).
+  double cpu_s = 0;
   bool realtime = false;            // workers ran at SCHED_FIFO
   // Statement latency (send of its unit to its result), milliseconds.
   double lat_avg_ms = 0, lat_stddev_ms = 0, lat_p50_ms = 0, lat_p90_ms = 0,

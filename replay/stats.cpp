@@ -212,6 +212,9 @@ void print_report(std::ostream& out, const Report& r) {
         << (r.cpu_latency_held ? "held at 0 us (/dev/cpu_dma_latency)" : "not held (--no-pm-qos, or not root)")
         << "\n";
   out << "tps = " << fmt("%.6f", r.tps) << (r.max_speed ? " (without initial connection time)" : "") << "\n";
+  out << "replayer CPU = " << fmt("%.3f", r.cpu_s) << " s in the worker threads";
+  if (r.transactions) out << " (" << fmt("%.1f", r.cpu_s * 1e6 / static_cast<double>(r.transactions)) << " us per transaction)";
+  out << "\n";
   out << "errors by SQLSTATE:" << (r.errors_by_sqlstate.empty() ? " none" : "");
   for (const auto& [state, n] : r.errors_by_sqlstate) out << " " << state << "=" << n;
   out << "\n";

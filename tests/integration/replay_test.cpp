@@ -407,6 +407,11 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
   CHECK(j["errors_by_sqlstate"]["42P01"] == 1);
   CHECK(j["divergence"]["error_status"] == 0);
   CHECK(j["duration_s"].get<double>() == Approx(1.3).epsilon(0.05));
+  // The workers' own CPU: something, and less than two threads busy
+  // throughout (a 1.3 s replay of 61 transactions).
+  CHECK(j["cpu_s"].get<double>() > 0);
+  CHECK(j["cpu_s"].get<double>() < 2 * 1.3);
+  CHECK(r.out.find("replayer CPU = ") != std::string::npos);
 
   // --user forces one user; an unknown one fails at the first connection
   // with libpq's message.
