@@ -344,10 +344,12 @@ uint8_t* ByteRing::reserve(size_t n) {
   size_t idx = tail & mask_;
   size_t contiguous = cap_ - idx;
   size_t skip = contiguous < need ? contiguous : 0;
-  if (!skip && idx >= hot_ && need <= idx) {
+  if (!skip && idx >= hot_ && idx < 2 * hot_ && need <= idx) {
     // Past the hot part with everything consumed: back to the start. (With
     // entries still unconsumed the producer goes on through the buffer, so
-    // a consumer that has fallen behind keeps the whole capacity.)
+    // a consumer that has fallen behind keeps the whole capacity; and it
+    // stops looking once another `hot` bytes on, rather than reading the
+    // consumer's position for every entry while the consumer is busy.)
     if (head_cache_ != tail) head_cache_ = head_.load(std::memory_order_acquire);
     if (head_cache_ == tail) skip = contiguous;
   }

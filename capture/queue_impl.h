@@ -48,13 +48,14 @@ class RecordDecoder {
 // memory (a wrap marker skips the unusable tail of the buffer).
 //
 // The producer goes back to the start of the buffer as soon as it is past
-// `hot` bytes with everything consumed, rather than only at the end of the
-// buffer: while the consumer keeps up, records cycle through the first
-// `hot` bytes, which stay in the CPUs' caches, instead of streaming through
-// the whole capacity (a cold miss on every line, for the producer and the
-// consumer, and the kernel's socket data they evict). A consumer that falls
-// behind still has the whole capacity; one that stops right after such a
-// wrap has at least `hot` bytes until it passes the wrap.
+// `hot` bytes (and not yet past twice that) with everything consumed,
+// rather than only at the end of the buffer: while the consumer keeps up,
+// records cycle through the first `hot` bytes, which stay in the CPUs'
+// caches, instead of streaming through the whole capacity (a cold miss on
+// every line, for the producer and the consumer, and the kernel's socket
+// data they evict). A consumer that falls behind still has the whole
+// capacity; one that stops right after such a wrap has at least `hot`
+// bytes until it passes the wrap.
 class ByteRing {
  public:
   static constexpr size_t kDefaultHot = 256 * 1024;
