@@ -93,9 +93,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
               format_bytes(s.bytes_to_client).c_str());
   std::printf("records: %llu\n", static_cast<unsigned long long>(s.records));
   std::printf("dropped records: %llu\n", static_cast<unsigned long long>(s.dropped));
-  if (s.queue_waits)
-    std::printf("waits for the trace writer: %llu (back-pressure: forwarding paused, nothing lost)\n",
-                static_cast<unsigned long long>(s.queue_waits));
+  print_writer_waits(s.queue_waits);
   if (s.protocol_errors)
     std::printf("sessions closed on protocol errors: %llu\n", static_cast<unsigned long long>(s.protocol_errors));
   if (s.upstream_failures)

@@ -198,9 +198,7 @@ class ProxyCapture : public TxCapture {
     std::printf("capture run: %s after %.1f s\n", why, static_cast<double>(s.duration_ns) / 1e9);
     print_counts(s.sessions, s.statements, s.transactions, s.errors);
     if (s.dropped) std::printf("dropped records: %llu\n", static_cast<unsigned long long>(s.dropped));
-    if (s.queue_waits)
-      std::printf("waits for the trace writer: %llu (back-pressure: forwarding paused, nothing lost)\n",
-                  static_cast<unsigned long long>(s.queue_waits));
+    print_writer_waits(s.queue_waits);
   }
 
  private:

@@ -101,4 +101,10 @@ CLI::Option* add_compress_level(CLI::App& cmd, int& level) {
       ->capture_default_str();
 }
 
+void print_writer_waits(uint64_t waits) {
+  if (waits)
+    std::printf("waits for the trace writer: %llu (back-pressure: forwarding paused, nothing lost)\n",
+                static_cast<unsigned long long>(waits));
+}
+
 }  // namespace tierlab::app

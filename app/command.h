@@ -14,6 +14,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+
 #include <string>
 #include <vector>
 
@@ -48,5 +50,9 @@ CLI::App& group(CLI::App& parent, const std::string& name, const std::string& de
 
 // Declares --compress-level (the trace's zstd level) on a capture command.
 CLI::Option* add_compress_level(CLI::App& cmd, int& level);
+
+// A proxy capture's summary line for the times its event loops waited for
+// the trace writer (back-pressure); nothing when there were none.
+void print_writer_waits(uint64_t waits);
 
 }  // namespace tierlab::app

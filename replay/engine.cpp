@@ -53,11 +53,12 @@ constexpr int kMaxEvents = 256;
 // epoll data of the timeout's timerfd (slots are numbered from 0).
 constexpr uint64_t kTimerTag = ~uint64_t{0};
 
-Nanos now_ns() {
+Nanos clock_ns(clockid_t clock) {
   timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<Nanos>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
+Nanos now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
 // Connection parameters of one session, resolved before the run.
 struct ConnParams {
@@ -391,25 +392,17 @@ class Worker {
     s.pending_error = false;
     s.agg = Outcome{};
     s.sent_at = now;
-    bool ok = true;
     const bool one_execute = u.kind == UnitKind::Extended && u.n_ops == 1 &&
                              plan_.ops[u.first_op].kind == OpKind::Execute;
-    if (u.kind != UnitKind::Extended || one_execute) {
-      if (s.pipeline) {
-        ok = PQexitPipelineMode(c) == 1;
-        s.pipeline = !ok;
-      }
-      if (!one_execute) {
-        ok = ok && PQsendQuery(c, u.sql) == 1;
-      } else {
-        const Op& op = plan_.ops[u.first_op];
-        ok = ok && send_execute(c, op);
-      }
+    const bool pipelined = u.kind == UnitKind::Extended && !one_execute;
+    bool ok = true;
+    if (s.pipeline != pipelined) {
+      ok = (pipelined ? PQenterPipelineMode(c) : PQexitPipelineMode(c)) == 1;
+      if (ok) s.pipeline = pipelined;
+    }
+    if (!pipelined) {
+      ok = ok && (one_execute ? send_execute(c, plan_.ops[u.first_op]) : PQsendQuery(c, u.sql) == 1);
     } else {
-      if (!s.pipeline) {
-        ok = PQenterPipelineMode(c) == 1;
-        s.pipeline = ok;
-      }
       for (uint32_t i = 0; ok && i < u.n_ops; ++i) {
         const Op& op = plan_.ops[u.first_op + i];
         switch (op.kind) {
@@ -814,9 +807,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
       } catch (...) {
         errors[t] = std::current_exception();
       }
-      timespec cpu{};
-      if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &cpu) == 0)
-        cpu_ns[t] = static_cast<Nanos>(cpu.tv_sec) * 1000000000 + cpu.tv_nsec;
+      cpu_ns[t] = clock_ns(CLOCK_THREAD_CPUTIME_ID);
       running.fetch_sub(1);
     });
   }
