@@ -30,6 +30,7 @@ struct ReplayOptions {
   std::string user_map;
   bool rt = false;
   bool no_pm_qos = false;
+  std::string wire = "direct";
 };
 
 nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
@@ -46,6 +47,7 @@ nlohmann::json report_json(const replay::Report& r) {
   return {
       {"sessions", r.sessions},
       {"sessions_failed", r.sessions_failed},
+      {"sessions_direct", r.sessions_direct},
       {"first_session_error", r.first_session_error},
       {"threads", r.threads},
       {"realtime", r.realtime},
@@ -87,6 +89,7 @@ void run_replay(const ReplayOptions& o) {
   opts.progress_s = o.progress_s;
   opts.realtime = o.rt;
   opts.hold_cpu_latency = !o.no_pm_qos;
+  opts.direct = o.wire == "direct";
   opts.database = o.database;
   opts.user = o.user;
   if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
@@ -114,9 +117,11 @@ void setup_replay(CLI::App& parent) {
       "Replay a captured trace against a PostgreSQL server (one connection per captured session,\n"
       "on the captured schedule). Users and databases are the captured ones unless remapped;\n"
       "credentials come from --db, libpq's environment (PGPASSWORD, ...) and ~/.pgpass.\n"
-      "Extended-protocol groups are sent in libpq pipeline mode as captured; a named Close is\n"
-      "sent as DEALLOCATE; portals resumed after Execute with a row limit, and COPY inside the\n"
-      "extended protocol, cannot be re-sent with libpq and are counted as not replayable.");
+      "libpq opens every connection; on a plaintext one tierlab then sends each captured request\n"
+      "(a Query, or the extended-protocol messages up to a Sync) itself and reads the answers\n"
+      "(--wire libpq leaves that to libpq, in pipeline mode, as TLS sessions always do; there a\n"
+      "named Close is sent as DEALLOCATE). Portals resumed after Execute with a row limit, and\n"
+      "COPY inside the extended protocol, are counted as not replayable.");
   cmd->add_option("file", o->file, "trace file (.tlt)")->required();
   cmd->add_option("--db", o->db, "target: libpq conninfo or URI");
   auto* speed = cmd->add_option("--speed", o->speed, "replay speed factor (2 = twice as fast)")
@@ -139,6 +144,11 @@ void setup_replay(CLI::App& parent) {
   cmd->add_flag("--no-pm-qos", o->no_pm_qos,
                 "timed replay: let idle CPUs sleep deeply (by default /dev/cpu_dma_latency is held at 0 "
                 "during the run, as cyclictest does)");
+  cmd->add_option("--wire", o->wire,
+                  "plaintext sessions, once connected: direct (tierlab writes the requests and reads the "
+                  "answers) or libpq")
+      ->check(CLI::IsMember({"direct", "libpq"}))
+      ->capture_default_str();
   cmd->callback([o] { run_replay(*o); });
 }
 

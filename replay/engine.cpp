@@ -1,32 +1,44 @@
 // The replay engine: worker threads, each running many sessions over one
-// epoll wait with non-blocking libpq.
+// epoll wait.
+//
+// libpq opens every connection (authentication, TLS, GSS). A session on a
+// plaintext connection is then driven directly: each unit's request is
+// the plan's protocol messages (a Query, or the extended-protocol messages
+// up to a Sync), written to the socket as they are, and the answers are
+// read into the session's buffer and acted on as they arrive (statement
+// outcomes from CommandComplete and ErrorResponse, the transaction status
+// from ReadyForQuery; rows are skipped unread). A TLS or GSS-encrypted
+// session, or every session with Options::direct off, stays on libpq.
 //
 // Steady state (a connected session sending units and reaping results)
-// allocates nothing on tierlab's side: session slots, the timer heap, the
-// epoll event array, statistics and parameter arrays are sized before the
-// workers start; units are sent straight from the Plan's tables. libpq
-// allocates its PGresults (freed with PQclear at once) and grows its own
-// buffers; connecting and failing sessions allocate (libpq's connection,
-// the first error message).
+// allocates nothing on tierlab's side: session slots and their receive
+// buffers, the timer heap, the epoll event array, statistics and parameter
+// arrays are sized before the workers start or at connect; units are sent
+// straight from the Plan's tables. On libpq, libpq allocates its PGresults
+// (freed with PQclear at once) and grows its own buffers; connecting and
+// failing sessions allocate (libpq's connection, the first error message).
 //
-// Extended-protocol units are sent in libpq pipeline mode, so the captured
-// messages (Parse, Bind, Describe, Execute, ..., Sync) leave in one write as
-// the client sent them; a Simple or COPY unit leaves pipeline mode first
-// (libpq allows simple Query only outside it). So does a unit that is one
-// Execute of a prepared statement, the commonest by far: outside pipeline
-// mode PQsendQueryPrepared sends the same Bind, Describe, Execute and Sync
-// in one write, and leaves one result fewer to reap (no PIPELINE_SYNC).
+// On libpq, extended-protocol units are sent in pipeline mode, so the
+// captured messages (Parse, Bind, Describe, Execute, ..., Sync) leave in one
+// write as the client sent them; a Simple or COPY unit leaves pipeline mode
+// first (libpq allows simple Query only outside it). So does a unit that is
+// one Execute of a prepared statement, the commonest by far: outside
+// pipeline mode PQsendQueryPrepared sends the same Bind, Describe, Execute
+// and Sync in one write, and leaves one result fewer to reap (no
+// PIPELINE_SYNC).
 #include "common/error.h"
 #include "common/realtime.h"
 #include "replay/plan.h"
 #include "replay/schedule.h"
 #include "replay/session.h"
 #include "replay/stats.h"
+#include "replay/wire.h"
 
 #include <libpq-fe.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,6 +64,14 @@ constexpr uint32_t kNone = UINT32_MAX;
 constexpr int kMaxEvents = 256;
 // epoll data of the timeout's timerfd (slots are numbered from 0).
 constexpr uint64_t kTimerTag = ~uint64_t{0};
+// A directly driven session's receive buffer. Messages the engine only
+// skips (rows, row descriptions, COPY data) may be any size; one it reads
+// (CommandComplete, ErrorResponse, ReadyForQuery, COPY responses) is read
+// from its first kInBuf bytes.
+constexpr uint32_t kInBuf = 16384;
+constexpr uint32_t kMaxMessage = 1u << 30;
+// CopyDone, for a COPY FROM STDIN the capture holds no data for.
+constexpr char kCopyDone[5] = {'c', 0, 0, 0, 4};
 
 Nanos clock_ns(clockid_t clock) {
   timespec ts;
@@ -82,6 +102,7 @@ struct Shared {
   uint64_t initial = 0;               // sessions with gate 0
   std::atomic<uint64_t> initial_ready{0};
   std::atomic<Nanos> start{0};        // when the last of them connected
+  bool direct = true;  // Options::direct
 };
 
 // One session slot of a worker.
@@ -105,6 +126,15 @@ struct Slot {
   Nanos sent_at = 0;
   Nanos free_at = 0;                 // when the session last became Idle
   uint64_t stmts_since_idle = 0;
+  // Driven directly (a plaintext connection, libpq only connected it).
+  bool direct = false;
+  bool aborted = false;              // an ErrorResponse in this unit
+  char ready = 'I';                  // status of the last ReadyForQuery
+  const char* out = nullptr;         // bytes still to send
+  uint32_t out_left = 0;
+  uint32_t skip = 0;                 // bytes of a message still to discard
+  uint32_t in_off = 0, in_len = 0;
+  std::unique_ptr<char[]> in;        // kInBuf bytes, from connect
 };
 
 class Worker {
@@ -272,12 +302,13 @@ class Worker {
     held_.clear();
   }
 
-  void fail(uint32_t slot, Nanos now) {
+  // The session is lost: `why`, else libpq's message.
+  void fail(uint32_t slot, Nanos now, const char* why = nullptr) {
     Slot& s = slots_[slot];
     if (s.state == State::Pending || s.state == State::Connecting) initial_settled(s);
     ++stats_.sessions_failed;
     if (stats_.first_session_error.empty()) {
-      const char* msg = s.conn ? PQerrorMessage(s.conn) : "out of memory";
+      const char* msg = why ? why : s.conn ? PQerrorMessage(s.conn) : "out of memory";
       std::string m = msg;
       std::replace(m.begin(), m.end(), '\n', ' ');
       while (!m.empty() && m.back() == ' ') m.pop_back();
@@ -328,6 +359,9 @@ class Worker {
         return;
       case PGRES_POLLING_OK:
         if (PQsetnonblocking(s.conn, 1) != 0) return fail(slot, now);
+        s.direct = sh_.direct && !PQsslInUse(s.conn) && !PQgssEncInUse(s.conn);
+        if (s.direct && !s.in) s.in = std::make_unique<char[]>(kInBuf);
+        if (s.direct) ++stats_.sessions_direct;
         move(s, Event::Connected);
         s.free_at = now;
         watch(slot, false);
@@ -392,6 +426,14 @@ class Worker {
     s.pending_error = false;
     s.agg = Outcome{};
     s.sent_at = now;
+    if (s.direct) {
+      s.aborted = false;
+      s.out = u.wire;
+      s.out_left = u.wire_len;
+      move(s, Event::UnitSent);
+      send_direct(slot, now);
+      return;
+    }
     const bool one_execute = u.kind == UnitKind::Extended && u.n_ops == 1 &&
                              plan_.ops[u.first_op].kind == OpKind::Execute;
     const bool pipelined = u.kind == UnitKind::Extended && !one_execute;
@@ -445,6 +487,11 @@ class Worker {
     Nanos now = now_ns();
     if (s.state == State::Connecting) return poll_connect(slot, now);
     if (s.state == State::Done || !s.conn) return;
+    if (s.direct) {
+      if ((ev & EPOLLOUT) && s.want_out && !send_direct(slot, now)) return;
+      if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) receive_direct(slot, now);
+      return;
+    }
     if ((ev & EPOLLOUT) && s.want_out) {
       if (s.state == State::CopyIn) {
         if (!push_copy(slot, now)) return;
@@ -465,6 +512,194 @@ class Worker {
     }
   }
 
+  // --- directly driven sessions -------------------------------------------
+
+  // Sends what is left of s.out; false when the session failed.
+  bool send_direct(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    while (s.out_left > 0) {
+      ssize_t n = ::send(s.fd, s.out, s.out_left, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        s.out += n;
+        s.out_left -= static_cast<uint32_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        watch(slot, true);
+        return true;
+      }
+      fail(slot, now, n < 0 ? std::strerror(errno) : "could not send to the server");
+      return false;
+    }
+    if (s.want_out) watch(slot, false);
+    return true;
+  }
+
+  // Reads what the server sent and acts on every complete message.
+  void receive_direct(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    PGconn* c = s.conn;
+    for (;;) {
+      if (s.in_off == s.in_len) s.in_off = s.in_len = 0;
+      uint32_t room = kInBuf - s.in_len;
+      ssize_t n = ::recv(s.fd, s.in.get() + s.in_len, room, 0);
+      if (n == 0) return fail(slot, now, "the server closed the connection unexpectedly");
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        return fail(slot, now, std::strerror(errno));
+      }
+      s.in_len += static_cast<uint32_t>(n);
+      if (!parse_direct(slot, now) || s.conn != c || s.state == State::Done) return;
+      // Level-triggered: a short read took all there was; epoll reports more.
+      if (static_cast<uint32_t>(n) < room) return;
+    }
+  }
+
+  // Acts on the complete messages in the buffer; false when the session
+  // ended or failed.
+  bool parse_direct(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    PGconn* c = s.conn;
+    for (;;) {
+      if (s.skip) {
+        uint32_t k = std::min(s.skip, s.in_len - s.in_off);
+        s.in_off += k;
+        s.skip -= k;
+        if (s.skip) return true;
+      }
+      uint32_t avail = s.in_len - s.in_off;
+      const char* m = s.in.get() + s.in_off;
+      if (avail >= 5) {
+        uint32_t len = wire::get32(m + 1);
+        if (len < 4 || len > kMaxMessage) {
+          fail(slot, now, "invalid message length from the server (protocol out of step)");
+          return false;
+        }
+        const char type = m[0];
+        const bool read = type == 'C' || type == 'E' || type == 'Z' || type == 'G' || type == 'H' ||
+                          type == 'W';
+        const uint32_t whole = std::min<uint32_t>(len + 1, kInBuf);
+        if (!read || avail >= whole) {
+          const uint32_t used = read ? whole : 5;
+          s.in_off += used;
+          s.skip = len + 1 - used;
+          if (!on_message(slot, type, m + 5, used - 5, now)) return false;
+          if (s.conn != c || s.state == State::Done) return false;
+          continue;
+        }
+      }
+      // An incomplete message: move it to the front for the next read.
+      if (s.in_off > 0) {
+        std::memmove(s.in.get(), m, avail);
+        s.in_off = 0;
+        s.in_len = avail;
+      }
+      return true;
+    }
+  }
+
+  // One message from the server (`body`: its first `len` bytes, for the
+  // types parse_direct reads); false when the session failed.
+  bool on_message(uint32_t slot, char type, const char* body, uint32_t len, Nanos now) {
+    Slot& s = slots_[slot];
+    const bool busy = s.unit != kNone && s.state != State::Idle;
+    switch (type) {
+      case 'C': {
+        uint64_t rows = 0;
+        const void* nul = std::memchr(body, 0, len);
+        size_t tag_len = nul ? static_cast<size_t>(static_cast<const char*>(nul) - body) : len;
+        bool has = wire::tag_rows(body, tag_len, &rows);
+        if (busy) answer(s, false, nullptr, has, rows);
+        return true;
+      }
+      case 'I':  // EmptyQueryResponse
+      case 's':  // PortalSuspended
+        if (busy) answer(s, false, nullptr, false, 0);
+        return true;
+      case 'E': {
+        if (!busy) return true;  // a FATAL while idle: the close follows
+        char state[6];
+        wire::error_sqlstate(body, len, state);
+        count_error(state);
+        answer(s, true, state, false, 0);
+        return true;
+      }
+      case 'Z':
+        if (!busy || len < 1) return true;
+        s.ready = body[0];
+        finish_direct(slot);
+        return true;
+      case 'G': {  // CopyInResponse: the captured data, or none
+        if (!busy) return true;
+        const Unit& u = unit_of(s);
+        move(s, Event::CopyInStarted);
+        if (u.kind == UnitKind::Copy && u.copy_wire) {
+          s.out = u.copy_wire;
+          s.out_left = u.copy_wire_len;
+        } else {
+          s.out = kCopyDone;
+          s.out_left = sizeof kCopyDone;
+        }
+        move(s, Event::CopyFinished);
+        return send_direct(slot, now);
+      }
+      case 'H':  // CopyOutResponse: its data is skipped
+        if (busy) move(s, Event::CopyOutStarted);
+        return true;
+      case 'c':  // CopyDone
+        if (s.state == State::CopyOut) move(s, Event::CopyFinished);
+        return true;
+      case 'W':
+        fail(slot, now, "the server started COPY BOTH (replication), which a replay does not drive");
+        return false;
+      case 'D': case 'T': case 't': case 'd': case 'n': case '1': case '2': case '3':
+      case 'N': case 'A': case 'S': case 'K': case 'v':
+        return true;
+      default: {
+        char why[96];
+        std::snprintf(why, sizeof why, "unexpected message type 0x%02x from the server (protocol out of step)",
+                      static_cast<unsigned char>(type));
+        fail(slot, now, why);
+        return false;
+      }
+    }
+  }
+
+  // An Execute's (Extended) or a statement's (Simple, Copy) answer. In an
+  // Extended unit answers arrive one per Execute in order; an error (from
+  // the Execute or from a Parse, Bind or Describe before it) is the next
+  // Execute's answer, as the capture attributes it, and the server skips
+  // the rest up to the Sync.
+  void answer(Slot& s, bool error, const char* state, bool has_rows, uint64_t rows) {
+    const Unit& u = unit_of(s);
+    if (u.kind != UnitKind::Extended) return fold(s, error, state, has_rows, rows);
+    if (s.aborted || s.op >= u.n_stmts) return;
+    Outcome out;
+    out.status = error ? Status::Error : Status::Ok;
+    if (error) std::memcpy(out.sqlstate, state, 6);
+    out.has_rows = has_rows;
+    out.rows = rows;
+    s.aborted = error;
+    record(plan_.stmts[u.first_stmt + s.op++], out, now_ns() - s.sent_at);
+  }
+
+  // ReadyForQuery of a directly driven unit: Executes left unanswered were
+  // skipped after an error.
+  void finish_direct(uint32_t slot) {
+    Slot& s = slots_[slot];
+    const Unit& u = unit_of(s);
+    Nanos now = now_ns();
+    if (u.kind == UnitKind::Extended) {
+      Outcome skipped;
+      skipped.status = Status::Skipped;
+      while (s.op < u.n_stmts) record(plan_.stmts[u.first_stmt + s.op++], skipped, now - s.sent_at);
+    }
+    if (s.state == State::CopyOut) move(s, Event::CopyFinished);  // no CopyDone came
+    unit_done(slot, now);
+  }
+
   // Queues captured COPY data; false when the session failed. Leaves the
   // session in CopyIn while libpq's buffer is full.
   bool push_copy(uint32_t slot, Nanos now) {
@@ -481,7 +716,7 @@ class Worker {
       ++s.copy;
     }
     if (!s.copy_end_sent) {
-      int r = PQputCopyEnd(s.conn, u.copy_fail ? "COPY failed by the client at capture" : nullptr);
+      int r = PQputCopyEnd(s.conn, u.copy_fail ? kCopyFailMessage : nullptr);
       if (r < 0) return fail(slot, now), false;
       if (r == 0) {
         watch(slot, true);
@@ -547,29 +782,51 @@ class Worker {
     if (!state || std::strlen(state) != 5) state = "XX000";
     std::memcpy(out, state, 5);
     out[5] = 0;
+    count_error(out);
+  }
+  void count_error(const char* state) {
     stats_.errors.add(state);
     live_.add(live_.errors, 1);
+  }
+
+  // Simple and Copy units: the answers of their statements folded into one.
+  void fold(Slot& s, bool error, const char* state, bool has_rows, uint64_t rows) {
+    if (error) {
+      if (s.agg.status != Status::Error) {
+        s.agg.status = Status::Error;
+        std::memcpy(s.agg.sqlstate, state, 6);
+      }
+    } else if (has_rows) {
+      s.agg.has_rows = true;
+      s.agg.rows += rows;
+    }
+  }
+
+  void record(const Stmt& st, const Outcome& out, Nanos lat) {
+    stats_.statement(st, out, lat);
+    live_.add(live_.statements, 1);
+    live_.add(live_.lat_sum_ns, static_cast<double>(lat));
+    live_.add(live_.lat_sumsq_ns, static_cast<double>(lat) * static_cast<double>(lat));
+  }
+
+  // A CommandComplete's row count, as PQcmdTuples gives it.
+  static bool result_rows(PGresult* res, uint64_t* rows) {
+    const char* t = PQcmdTuples(res);
+    if (!t || !*t) return false;
+    *rows = std::strtoull(t, nullptr, 10);
+    return true;
   }
 
   void on_result(Slot& s, PGresult* res, ExecStatusType st) {
     const Unit& u = unit_of(s);
     bool error = st == PGRES_FATAL_ERROR || st == PGRES_BAD_RESPONSE || st == PGRES_NONFATAL_ERROR;
     if (u.kind != UnitKind::Extended) {
-      if (error) {
-        char state[6];
-        count_error(res, state);
-        if (s.agg.status != Status::Error) {
-          s.agg.status = Status::Error;
-          std::memcpy(s.agg.sqlstate, state, 6);
-        }
-      } else {
-        const char* rows = PQcmdTuples(res);
-        if (rows && *rows) {
-          s.agg.has_rows = true;
-          s.agg.rows += std::strtoull(rows, nullptr, 10);
-        }
-      }
-      return;
+      char state[6] = {};
+      uint64_t rows = 0;
+      bool has_rows = false;
+      if (error) count_error(res, state);
+      else has_rows = result_rows(res, &rows);
+      return fold(s, error, state, has_rows, rows);
     }
     if (s.op >= u.n_ops) return;  // more results than commands: ignore
     const Op& op = plan_.ops[u.first_op + s.op++];
@@ -600,17 +857,9 @@ class Worker {
       }
     } else {
       out.status = Status::Ok;
-      const char* rows = PQcmdTuples(res);
-      if (rows && *rows) {
-        out.has_rows = true;
-        out.rows = std::strtoull(rows, nullptr, 10);
-      }
+      out.has_rows = result_rows(res, &out.rows);
     }
-    Nanos lat = now_ns() - s.sent_at;
-    stats_.statement(plan_.stmts[op.stmt], out, lat);
-    live_.add(live_.statements, 1);
-    live_.add(live_.lat_sum_ns, static_cast<double>(lat));
-    live_.add(live_.lat_sumsq_ns, static_cast<double>(lat) * static_cast<double>(lat));
+    record(plan_.stmts[op.stmt], out, now_ns() - s.sent_at);
   }
 
   void unit_done(uint32_t slot, Nanos now) {
@@ -618,14 +867,10 @@ class Worker {
     const Unit& u = unit_of(s);
     if (u.kind != UnitKind::Extended && u.n_stmts) {
       if (s.agg.status != Status::Error) s.agg.status = Status::Ok;
-      Nanos lat = now - s.sent_at;
-      stats_.statement(plan_.stmts[u.first_stmt], s.agg, lat);
-      live_.add(live_.statements, 1);
-      live_.add(live_.lat_sum_ns, static_cast<double>(lat));
-      live_.add(live_.lat_sumsq_ns, static_cast<double>(lat) * static_cast<double>(lat));
+      record(plan_.stmts[u.first_stmt], s.agg, now - s.sent_at);
     }
     s.stmts_since_idle += u.n_stmts;
-    if (PQtransactionStatus(s.conn) == PQTRANS_IDLE) {
+    if (s.direct ? s.ready == 'I' : PQtransactionStatus(s.conn) == PQTRANS_IDLE) {
       if (s.stmts_since_idle > 0) {
         ++stats_.transactions;
         live_.add(live_.transactions, 1);
@@ -737,6 +982,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   Shared sh;
   sh.plan = &plan;
   sh.opts = &opts;
+  sh.direct = opts.direct;
   sh.sched.t0 = plan.t0;
   sh.sched.speed = opts.speed;
   sh.sched.max_speed = opts.max_speed;

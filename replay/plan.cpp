@@ -9,6 +9,7 @@
 #include "replay/plan.h"
 
 #include "common/error.h"
+#include "replay/wire.h"
 
 #include <algorithm>
 #include <cstring>
@@ -89,6 +90,7 @@ struct PlanBuilder::Impl {
   std::shared_ptr<Plan> plan = std::make_shared<Plan>();
   std::unordered_map<uint64_t, SessionBuild> sessions;
   std::vector<UnitTmp> unit_tmp;
+  std::string scratch;  // a unit's messages while they are encoded
   std::unordered_map<std::string_view, uint32_t> sql_fp;    // interned SQL -> fp
   std::unordered_map<std::string_view, const char*> sql_intern;
   std::unordered_map<uint64_t, uint32_t> hash_fp;
@@ -147,6 +149,43 @@ struct PlanBuilder::Impl {
     return static_cast<uint32_t>(plan->units.size() - 1);
   }
 
+  // The Extended unit's ops and a Sync as protocol messages: the bytes
+  // libpq would send for them (Bind, Describe and Execute of the unnamed
+  // portal for an Execute op), except that a named statement is closed with
+  // Close, as the client did, rather than DEALLOCATE.
+  void encode_ext(uint32_t ui) {
+    Unit& u = plan->units[ui];
+    if (!u.in_window) return;
+    scratch.clear();
+    for (uint32_t i = 0; i < u.n_ops; ++i) {
+      const Op& op = plan->ops[u.first_op + i];
+      switch (op.kind) {
+        case OpKind::Prepare:
+          wire::parse(scratch, op.name, op.sql, plan->types.data() + op.types, op.nparams);
+          break;
+        case OpKind::Execute:
+          wire::bind(scratch, op.name, op.nparams, plan->param_values.data() + op.params,
+                     plan->param_lengths.data() + op.params, plan->param_formats.data() + op.params,
+                     op.result_format);
+          wire::describe(scratch, 'P', "");
+          wire::execute(scratch, "", 0);
+          break;
+        case OpKind::DescribeStmt:
+          wire::describe(scratch, 'S', op.name);
+          break;
+        case OpKind::DescribePortal:
+          wire::describe(scratch, 'P', op.name);
+          break;
+        case OpKind::Deallocate:
+          wire::close(scratch, 'S', op.name);
+          break;
+      }
+    }
+    wire::sync(scratch);
+    u.wire = plan->arena.copy(scratch);
+    u.wire_len = static_cast<uint32_t>(scratch.size());
+  }
+
   // Before the first replayed unit of a session whose earlier units fall
   // before the window: a unit that prepares the statements still open then.
   void restore_prepared(SessionBuild& sb, Nanos ts, const std::vector<Op>* about_to_parse) {
@@ -174,6 +213,7 @@ struct PlanBuilder::Impl {
     unit.n_ops = static_cast<uint32_t>(ops.size());
     unit.first_stmt = static_cast<uint32_t>(plan->stmts.size());
     plan->ops.insert(plan->ops.end(), ops.begin(), ops.end());
+    encode_ext(u);
     // Not awaited: the capture holds no answers for it.
     sb.last_unit = u;
   }
@@ -201,6 +241,7 @@ struct PlanBuilder::Impl {
       plan->ops.push_back(op);
     }
     unit.n_stmts = static_cast<uint32_t>(plan->stmts.size()) - unit.first_stmt;
+    encode_ext(u);
     sb.ops.clear();
     sb.exec_fps.clear();
     sb.ext_open = false;
@@ -320,6 +361,12 @@ struct PlanBuilder::Impl {
     uint32_t u = new_unit(sb, UnitKind::Simple, ts);
     Unit& unit = plan->units[u];
     unit.sql = sql;
+    if (unit.in_window) {
+      scratch.clear();
+      wire::query(scratch, q.sql);
+      unit.wire = plan->arena.copy(scratch);
+      unit.wire_len = static_cast<uint32_t>(scratch.size());
+    }
     unit.first_stmt = static_cast<uint32_t>(plan->stmts.size());
     unit.n_stmts = 1;
     Stmt st;
@@ -395,6 +442,7 @@ struct PlanBuilder::Impl {
     open_ext(sb, ts);
     Op op;
     op.kind = OpKind::Deallocate;
+    op.name = plan->arena.copy(c.name);
     std::string ident = "DEALLOCATE \"";
     for (char ch : c.name) {
       if (ch == '"') ident += '"';
@@ -429,6 +477,14 @@ struct PlanBuilder::Impl {
     u.first_copy = static_cast<uint32_t>(plan->copy_chunks.size());
     u.n_copy = static_cast<uint32_t>(sb.copy_tmp.size());
     plan->copy_chunks.insert(plan->copy_chunks.end(), sb.copy_tmp.begin(), sb.copy_tmp.end());
+    if (u.in_window) {
+      scratch.clear();
+      for (const CopyChunk& ch : sb.copy_tmp) wire::copy_data(scratch, std::string_view(ch.data, ch.len));
+      if (fail) wire::copy_fail(scratch, kCopyFailMessage);
+      else wire::copy_done(scratch);
+      u.copy_wire = plan->arena.copy(scratch);
+      u.copy_wire_len = static_cast<uint32_t>(scratch.size());
+    }
     sb.copy_tmp.clear();
   }
   void on(SessionBuild& sb, Nanos, const trace::CopyDone& d) {

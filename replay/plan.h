@@ -56,6 +56,7 @@ enum class OpKind : uint8_t {
   DescribeStmt,    // Describe 'S': PQsendDescribePrepared
   DescribePortal,  // Describe 'P' not followed by Execute: PQsendDescribePortal
   Deallocate,      // Close 'S' of a named statement: DEALLOCATE "name"
+                   // through libpq, Close on a connection driven directly
 };
 
 // One libpq call inside an extended-protocol unit.
@@ -88,7 +89,17 @@ struct Unit {
   uint32_t first_stmt = 0, n_stmts = 0;  // Plan::stmts
   uint32_t first_copy = 0, n_copy = 0;   // Copy: Plan::copy_chunks
   bool in_window = true;
+  // The request as protocol messages, for connections the engine drives
+  // itself: Query (Simple, Copy) or the ops and a Sync (Extended); Copy:
+  // its data as CopyData messages and the CopyDone or CopyFail.
+  const char* wire = nullptr;
+  uint32_t wire_len = 0;
+  uint32_t copy_wire_len = 0;
+  const char* copy_wire = nullptr;
 };
+
+// What a COPY that the client ended with CopyFail at capture sends.
+inline constexpr const char* kCopyFailMessage = "COPY failed by the client at capture";
 
 struct CopyChunk {
   const char* data = nullptr;

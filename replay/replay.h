@@ -111,6 +111,12 @@ struct Options {
   // backends of a target on the same machine do not delay scheduled sends.
   // Needs root or CAP_SYS_NICE; RuntimeError otherwise.
   bool realtime = false;
+  // Sessions on plaintext connections are driven directly once libpq has
+  // connected them: the plan's protocol messages are written to the socket
+  // and the answers read without libpq (no result objects, one read per
+  // answer). false keeps every session on libpq, as TLS and GSS-encrypted
+  // sessions always are.
+  bool direct = true;
 };
 
 struct FingerprintDelta {
@@ -123,6 +129,7 @@ struct FingerprintDelta {
 struct Report {
   uint64_t sessions = 0;
   uint64_t sessions_failed = 0;     // could not connect or lost the connection
+  uint64_t sessions_direct = 0;     // driven directly (Options::direct), not by libpq
   std::string first_session_error;  // libpq's message for the first of those
   uint64_t transactions = 0;
   uint64_t statements = 0;

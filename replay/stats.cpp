@@ -103,6 +103,7 @@ void Stats::merge(const Stats& o) {
   div_error_status += o.div_error_status;
   div_row_count += o.div_row_count;
   sessions_failed += o.sessions_failed;
+  sessions_direct += o.sessions_direct;
   if (first_session_error.empty()) first_session_error = o.first_session_error;
   errors.merge(o.errors);
   if (fps.size() < o.fps.size()) fps.resize(o.fps.size());
@@ -118,6 +119,7 @@ void fill_report(Report& r, const Stats& s, const Plan& plan, Nanos duration_ns)
   auto ms = [](double ns) { return ns / 1e6; };
   r.sessions = plan.sessions.size();
   r.sessions_failed = s.sessions_failed;
+  r.sessions_direct = s.sessions_direct;
   r.first_session_error = s.first_session_error;
   r.transactions = s.transactions;
   r.statements = s.statements;
@@ -190,6 +192,9 @@ void print_report(std::ostream& out, const Report& r) {
   out << "number of sessions: " << r.sessions;
   if (r.sessions_failed) out << " (" << r.sessions_failed << " failed: " << r.first_session_error << ")";
   out << "\n";
+  out << "sessions driven directly: " << r.sessions_direct << " of " << r.sessions
+      << (r.sessions_direct < r.sessions ? " (the others: through libpq (TLS, GSS encryption, --wire libpq) or not connected)" : "")
+      << "\n";
   out << "number of threads: " << r.threads << (r.realtime ? " (SCHED_FIFO)" : "") << "\n";
   out << "number of transactions actually processed: " << r.transactions << "\n";
   out << "number of statements: " << r.statements << "\n";

@@ -61,6 +61,7 @@ struct Stats {
   uint64_t div_error_status = 0;
   uint64_t div_row_count = 0;
   uint64_t sessions_failed = 0;
+  uint64_t sessions_direct = 0;
   std::string first_session_error;
   SqlstateCounts errors;
   std::vector<FpStat> fps;

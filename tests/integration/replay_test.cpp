@@ -412,6 +412,15 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
   CHECK(j["cpu_s"].get<double>() > 0);
   CHECK(j["cpu_s"].get<double>() < 2 * 1.3);
   CHECK(r.out.find("replayer CPU = ") != std::string::npos);
+  // Plaintext sessions are driven directly unless --wire libpq.
+  CHECK(r.out.find("sessions driven directly: 3 of 3\n") != std::string::npos);
+  CHECK(j["sessions_direct"] == 3);
+  auto via_libpq = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--user-map", map,
+                                               "--max-speed", "--wire", "libpq"});
+  INFO(via_libpq.err);
+  CHECK(via_libpq.status == 0);
+  CHECK(via_libpq.out.find("sessions driven directly: 0 of 3 (the others:") != std::string::npos);
+  CHECK(via_libpq.out.find("errors by SQLSTATE: 42P01=1") != std::string::npos);
 
   // --user forces one user; an unknown one fails at the first connection
   // with libpq's message.
@@ -461,6 +470,7 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
        {std::vector<std::string>{"replay", path, "--db", "x", "--speed", "fast"},
         std::vector<std::string>{"replay", path, "--db", "x", "--speed", "2", "--max-speed"},
         std::vector<std::string>{"replay", path, "--db", "x", "--speed", "0"},
+        std::vector<std::string>{"replay", path, "--db", "x", "--wire", "raw"},
         std::vector<std::string>{"replay", path, "--db", "x", "--begin", "soon"},
         std::vector<std::string>{"replay", path},
         std::vector<std::string>{"replay", dir.file("missing.tlt"), "--db", "x"},
@@ -613,4 +623,173 @@ TEST_CASE("a session that falls behind does not hold up the others", "[replay][p
   // not tierlab's: the send followed the answer at once.
   CHECK(r.own_lag_max_ms < 50);
   CHECK(r.duration_s == Approx(1.5).epsilon(0.02));
+}
+
+TEST_CASE("sessions driven directly and through libpq give the same answers", "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("wire.tlt");
+  {
+    auto w = trace::open_writer(path);
+    Nanos t = 0;
+    auto at = [&t] { return t += kMs; };
+    auto answer = [&](const char* tag, bool has_rows, uint64_t rows, char ready = 'I') {
+      Nanos ts = at();
+      w->write(ts, 1, trace::Result{tag, has_rows, rows});
+      w->write(ts, 1, trace::Ready{ready});
+    };
+    auto error = [&](const char* state, char ready = 'I') {
+      Nanos ts = at();
+      w->write(ts, 1, trace::Error{state, "ERROR", "captured failure"});
+      w->write(ts, 1, trace::Ready{ready});
+    };
+    w->write(at(), 1, trace::SessionBegin{"postgres", "postgres", "", "", 0, 0});
+    w->write(at(), 1, trace::Query{"CREATE TEMP TABLE w (a int, b text)"});
+    answer("CREATE TABLE", false, 0);
+    // Two statements in one Query; an empty Query.
+    w->write(at(), 1, trace::Query{"SELECT 1; SELECT 2 UNION ALL SELECT 3"});
+    w->write(at(), 1, trace::Result{"SELECT", true, 1});
+    answer("SELECT", true, 2);
+    w->write(at(), 1, trace::Query{""});
+    w->write(at(), 1, trace::Ready{'I'});
+    // COPY in (finished, then failed by the client) and out.
+    w->write(at(), 1, trace::Query{"COPY w FROM STDIN"});
+    w->write(at(), 1, trace::CopyData{trace::CopyDir::In, "1\tone\n2\t"});
+    w->write(at(), 1, trace::CopyData{trace::CopyDir::In, "two\n"});
+    w->write(at(), 1, trace::CopyDone{trace::CopyDir::In});
+    answer("COPY", true, 2);
+    w->write(at(), 1, trace::Query{"COPY w FROM STDIN"});
+    w->write(at(), 1, trace::CopyData{trace::CopyDir::In, "9\tnever\n"});
+    w->write(at(), 1, trace::CopyFail{"client gave up"});
+    error("57014");
+    w->write(at(), 1, trace::Query{"COPY w TO STDOUT"});
+    w->write(at(), 1, trace::CopyData{trace::CopyDir::Out, "1\tone\n2\ttwo\n"});
+    w->write(at(), 1, trace::CopyDone{trace::CopyDir::Out});
+    answer("COPY", true, 2);
+    // Extended: a named statement, text and binary parameters and results.
+    std::vector<uint32_t> int4{23};
+    w->write(at(), 1, trace::Parse{"s1", "SELECT a, b FROM w WHERE a >= $1", int4});
+    w->write(at(), 1, trace::Sync{});
+    w->write(at(), 1, trace::Ready{'I'});
+    std::vector<trace::Param> text1{trace::Param{0, false, "1"}};
+    w->write(at(), 1, trace::Bind{"", "s1", text1, {}});
+    w->write(at(), 1, trace::Describe{'P', ""});
+    w->write(at(), 1, trace::Execute{"", 0});
+    w->write(at(), 1, trace::Sync{});
+    answer("SELECT", true, 2);
+    const std::string two("\x00\x00\x00\x02", 4);
+    std::vector<trace::Param> bin2{trace::Param{1, false, two}};
+    std::vector<int16_t> binary{1};
+    w->write(at(), 1, trace::Bind{"", "s1", bin2, binary});
+    w->write(at(), 1, trace::Execute{"", 0});
+    w->write(at(), 1, trace::Sync{});
+    answer("SELECT", true, 1);
+    // A Parse that fails: the error is the next Execute's answer, the
+    // Execute after it is skipped, and the Sync ends the group.
+    w->write(at(), 1, trace::Parse{"", "SELEC oops", {}});
+    w->write(at(), 1, trace::Bind{"", "", {}, {}});
+    w->write(at(), 1, trace::Execute{"", 0});
+    w->write(at(), 1, trace::Bind{"", "s1", text1, {}});
+    w->write(at(), 1, trace::Execute{"", 0});
+    w->write(at(), 1, trace::Sync{});
+    error("42601");
+    // Describe of the statement, then Close: the name is free again after.
+    w->write(at(), 1, trace::Describe{'S', "s1"});
+    w->write(at(), 1, trace::Sync{});
+    w->write(at(), 1, trace::Ready{'I'});
+    w->write(at(), 1, trace::Close{'S', "s1"});
+    w->write(at(), 1, trace::Sync{});
+    w->write(at(), 1, trace::Ready{'I'});
+    w->write(at(), 1, trace::Parse{"s1", "SELECT count(*) FROM w", {}});
+    w->write(at(), 1, trace::Bind{"", "s1", {}, {}});
+    w->write(at(), 1, trace::Execute{"", 0});
+    w->write(at(), 1, trace::Sync{});
+    answer("SELECT", true, 1);
+    // A transaction that fails part way, then rolls back.
+    w->write(at(), 1, trace::Query{"BEGIN"});
+    answer("BEGIN", false, 0, 'T');
+    w->write(at(), 1, trace::Query{"SELECT 1/0"});
+    error("22012", 'E');
+    w->write(at(), 1, trace::Query{"SELECT 1"});
+    error("25P02", 'E');
+    w->write(at(), 1, trace::Query{"ROLLBACK"});
+    answer("ROLLBACK", false, 0);
+    // One with an extended-protocol INSERT inside.
+    w->write(at(), 1, trace::Query{"BEGIN"});
+    answer("BEGIN", false, 0, 'T');
+    std::vector<trace::Param> row{trace::Param{0, false, "3"}, trace::Param{0, false, "three"}};
+    w->write(at(), 1, trace::Parse{"", "INSERT INTO w VALUES ($1, $2)", {}});
+    w->write(at(), 1, trace::Bind{"", "", row, {}});
+    w->write(at(), 1, trace::Execute{"", 0});
+    w->write(at(), 1, trace::Sync{});
+    answer("INSERT", true, 1, 'T');
+    w->write(at(), 1, trace::Query{"COMMIT"});
+    answer("COMMIT", false, 0);
+    w->write(at(), 1, trace::Query{"SELECT * FROM w"});
+    answer("SELECT", true, 3);
+    // Answers larger than a read: a 100 kB row, 50,000 rows, a 20 kB error.
+    w->write(at(), 1, trace::Query{"SELECT repeat('x', 100000)"});
+    answer("SELECT", true, 1);
+    w->write(at(), 1, trace::Query{"SELECT g FROM generate_series(1, 50000) g"});
+    answer("SELECT", true, 50000);
+    w->write(at(), 1, trace::Query{"DO $$BEGIN RAISE EXCEPTION '%', repeat('y', 20000); END$$"});
+    error("P0001");
+    w->write(at(), 1, trace::SessionEnd{});
+    w->close();
+  }
+  replay::Workload wl = load_file(path);
+  std::vector<replay::Report> reports;
+  for (bool direct : {true, false}) {
+    INFO((direct ? "direct" : "libpq"));
+    replay::Options o = opts_for(pg);
+    o.max_speed = true;
+    o.direct = direct;
+    reports.push_back(replay::run(wl, o));
+    const replay::Report& r = reports.back();
+    INFO(r.first_session_error);
+    CHECK(r.sessions_failed == 0);
+    CHECK(r.sessions_direct == (direct ? 1u : 0u));
+    CHECK(r.statements == 22);
+    CHECK(r.transactions == 16);
+    CHECK(r.unsupported == 0);
+    CHECK(r.errors == 5);
+    CHECK(r.divergence_error_status == 0);
+    CHECK(r.divergence_row_count == 0);
+  }
+  CHECK(reports[0].errors_by_sqlstate == reports[1].errors_by_sqlstate);
+  CHECK(reports[0].errors_by_sqlstate.size() == 5);
+}
+
+TEST_CASE("a session whose backend is terminated fails alone, driven directly or through libpq", "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("killed.tlt");
+  {
+    TraceBuilder b(path);
+    b.begin(0, 1, "postgres");
+    b.begin(0, 2, "postgres");
+    b.query(1 * kMs, 1, "SELECT 1", "SELECT", true, 1);
+    b.query_error(2 * kMs, 1, "SELECT pg_terminate_backend(pg_backend_pid())", "57P01");
+    b.query(3 * kMs, 1, "SELECT 2", "SELECT", true, 1);
+    for (int i = 0; i < 5; ++i)
+      b.query((4 + i) * kMs, 2, "SELECT " + std::to_string(i), "SELECT", true, 1);
+    b.end(20 * kMs, 1);
+    b.end(20 * kMs, 2);
+    b.close();
+  }
+  for (bool direct : {true, false}) {
+    INFO((direct ? "direct" : "libpq"));
+    replay::Options o = opts_for(pg);
+    o.direct = direct;
+    replay::Report r = replay::run(load_file(path), o);
+    INFO(r.first_session_error);
+    CHECK(r.sessions == 2);
+    CHECK(r.sessions_failed == 1);
+    CHECK(r.first_session_error.find("closed the connection") != std::string::npos);
+    CHECK(r.first_session_error.find('\n') == std::string::npos);
+    // The other session's five and the one before the kill; the killed one
+    // never got its ReadyForQuery, its FATAL is counted.
+    CHECK(r.statements == 6);
+    CHECK(r.errors_by_sqlstate == std::vector<std::pair<std::string, uint64_t>>{{"57P01", 1}});
+  }
 }

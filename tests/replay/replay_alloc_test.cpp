@@ -1,7 +1,8 @@
 // The replay dispatch path allocates nothing per statement on tierlab's
 // side: a replay of ten times more statements makes the same number of C++
-// allocations (libpq's own mallocs for PGresults are not C++ allocations
-// and are not counted: they are freed with PQclear at once).
+// allocations, for sessions driven directly and through libpq (libpq's own
+// mallocs for PGresults are not C++ allocations and are not counted: they
+// are freed with PQclear at once; directly driven sessions make none).
 //
 // Allocations are counted by support/alloc_counter.h, which replaces
 // operator new/delete for the whole replay unit test binary: this is the one
@@ -71,13 +72,14 @@ std::shared_ptr<const Plan> workload(int n) {
   return b.finish();
 }
 
-uint64_t allocations_of_run(const pgtmp::Server& pg, int n, Report* out) {
+uint64_t allocations_of_run(const pgtmp::Server& pg, int n, bool direct, Report* out) {
   Workload w(workload(n));
   Options o;
   o.conninfo = pg.conninfo();
   o.user = pg.superuser();
   o.threads = 2;
   o.max_speed = true;
+  o.direct = direct;
   uint64_t before = test::allocations_all_threads();
   Report r = run(w, o);
   uint64_t after = test::allocations_all_threads();
@@ -89,10 +91,12 @@ uint64_t allocations_of_run(const pgtmp::Server& pg, int n, Report* out) {
 
 TEST_CASE("replay dispatch allocates nothing per statement", "[replay][pg][alloc]") {
   auto& pg = tierlab::test::shared_server();
+  const bool direct = GENERATE(true, false);
+  INFO((direct ? "driven directly" : "through libpq"));
   Report small, large;
-  allocations_of_run(pg, 50, &small);  // warm up libpq and the server
-  uint64_t a_small = allocations_of_run(pg, 50, &small);
-  uint64_t a_large = allocations_of_run(pg, 500, &large);
+  allocations_of_run(pg, 50, direct, &small);  // warm up libpq and the server
+  uint64_t a_small = allocations_of_run(pg, 50, direct, &small);
+  uint64_t a_large = allocations_of_run(pg, 500, direct, &large);
   INFO("allocations: " << a_small << " for " << small.statements << " statements, " << a_large << " for "
                        << large.statements);
   REQUIRE(small.statements == 4 * (3 * 50 + 2));
@@ -100,6 +104,7 @@ TEST_CASE("replay dispatch allocates nothing per statement", "[replay][pg][alloc
   CHECK(large.errors == 0);
   CHECK(large.divergence_error_status == 0);
   CHECK(large.divergence_row_count == 0);
+  CHECK(large.sessions_direct == (direct ? 4u : 0u));
   CHECK(a_small > 0);  // the counter is live: set-up allocates
   // 5,400 more statements, the same allocations: only set-up (plan-sized
   // tables, threads, the report) allocates.

@@ -1,0 +1,157 @@
+#include "replay/wire.h"
+
+#include <cstring>
+
+namespace tierlab::replay::wire {
+namespace {
+
+void put32(std::string& out, uint32_t v) {
+  char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+               static_cast<char>(v)};
+  out.append(b, 4);
+}
+void put16(std::string& out, uint32_t v) {
+  char b[2] = {static_cast<char>(v >> 8), static_cast<char>(v)};
+  out.append(b, 2);
+}
+void put_str(std::string& out, std::string_view s) {
+  out.append(s);
+  out.push_back('\0');
+}
+
+// Starts a message; end() fills in its length.
+size_t begin(std::string& out, char type) {
+  out.push_back(type);
+  size_t at = out.size();
+  put32(out, 0);
+  return at;
+}
+void end(std::string& out, size_t at) {
+  uint32_t len = static_cast<uint32_t>(out.size() - at);
+  out[at] = static_cast<char>(len >> 24);
+  out[at + 1] = static_cast<char>(len >> 16);
+  out[at + 2] = static_cast<char>(len >> 8);
+  out[at + 3] = static_cast<char>(len);
+}
+
+}  // namespace
+
+void query(std::string& out, std::string_view sql) {
+  size_t m = begin(out, 'Q');
+  put_str(out, sql);
+  end(out, m);
+}
+
+void parse(std::string& out, std::string_view name, std::string_view sql, const uint32_t* types,
+           int ntypes) {
+  size_t m = begin(out, 'P');
+  put_str(out, name);
+  put_str(out, sql);
+  put16(out, static_cast<uint32_t>(ntypes));
+  for (int i = 0; i < ntypes; ++i) put32(out, types[i]);
+  end(out, m);
+}
+
+void bind(std::string& out, std::string_view statement, int nparams, const char* const* values,
+          const int* lengths, const int* formats, int result_format) {
+  size_t m = begin(out, 'B');
+  put_str(out, "");
+  put_str(out, statement);
+  put16(out, static_cast<uint32_t>(nparams));
+  for (int i = 0; i < nparams; ++i) put16(out, static_cast<uint32_t>(formats[i]));
+  put16(out, static_cast<uint32_t>(nparams));
+  for (int i = 0; i < nparams; ++i) {
+    if (!values[i]) {
+      put32(out, 0xffffffffu);
+      continue;
+    }
+    put32(out, static_cast<uint32_t>(lengths[i]));
+    out.append(values[i], static_cast<size_t>(lengths[i]));
+  }
+  put16(out, 1);
+  put16(out, static_cast<uint32_t>(result_format));
+  end(out, m);
+}
+
+void describe(std::string& out, char target, std::string_view name) {
+  size_t m = begin(out, 'D');
+  out.push_back(target);
+  put_str(out, name);
+  end(out, m);
+}
+
+void execute(std::string& out, std::string_view portal, uint32_t max_rows) {
+  size_t m = begin(out, 'E');
+  put_str(out, portal);
+  put32(out, max_rows);
+  end(out, m);
+}
+
+void close(std::string& out, char target, std::string_view name) {
+  size_t m = begin(out, 'C');
+  out.push_back(target);
+  put_str(out, name);
+  end(out, m);
+}
+
+void sync(std::string& out) { end(out, begin(out, 'S')); }
+
+void copy_data(std::string& out, std::string_view data) {
+  size_t m = begin(out, 'd');
+  out.append(data);
+  end(out, m);
+}
+
+void copy_done(std::string& out) { end(out, begin(out, 'c')); }
+
+void copy_fail(std::string& out, std::string_view message) {
+  size_t m = begin(out, 'f');
+  put_str(out, message);
+  end(out, m);
+}
+
+bool tag_rows(const char* tag, size_t len, uint64_t* rows) {
+  auto starts = [&](const char* w) {
+    size_t n = std::strlen(w);
+    return len >= n && std::memcmp(tag, w, n) == 0 ? n : size_t{0};
+  };
+  size_t p = 0;
+  if (size_t n = starts("INSERT ")) {
+    p = n;
+    while (p < len && tag[p] != ' ') ++p;  // the OID
+    if (p >= len) return false;
+    ++p;
+  } else if (size_t n2 = starts("SELECT ") ? 7 : starts("DELETE ") ? 7 : starts("UPDATE ") ? 7
+                         : starts("FETCH ") ? 6 : starts("MERGE ") ? 6
+                         : starts("MOVE ") ? 5 : starts("COPY ") ? 5 : 0) {
+    p = n2;
+  } else {
+    return false;
+  }
+  if (p >= len) return false;
+  uint64_t v = 0;
+  for (size_t i = p; i < len; ++i) {
+    if (tag[i] < '0' || tag[i] > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(tag[i] - '0');
+  }
+  *rows = v;
+  return true;
+}
+
+void error_sqlstate(const char* body, size_t len, char out[6]) {
+  std::memcpy(out, "XX000", 6);
+  size_t i = 0;
+  while (i < len && body[i] != '\0') {
+    char field = body[i++];
+    size_t start = i;
+    while (i < len && body[i] != '\0') ++i;
+    if (i >= len) return;  // cut short
+    if (field == 'C' && i - start == 5) {
+      std::memcpy(out, body + start, 5);
+      return;
+    }
+    ++i;
+  }
+}
+
+}  // namespace tierlab::replay::wire

@@ -1,0 +1,47 @@
+// The frontend side of PostgreSQL's protocol 3.0, as the replay speaks it
+// on connections it drives itself: request messages encoded once, when the
+// plan is built, and the few facts the engine takes from the server's
+// messages (row counts, SQLSTATE). libpq still opens every connection
+// (authentication, TLS, GSS); on a plaintext connection the engine then
+// writes the plan's bytes and reads the answers without it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tierlab::replay::wire {
+
+// Appends one message to `out`, laid out as libpq would send it.
+void query(std::string& out, std::string_view sql);
+void parse(std::string& out, std::string_view name, std::string_view sql, const uint32_t* types,
+           int ntypes);
+// Bind of the unnamed portal: every parameter with its own format code
+// (values[i] == nullptr is NULL), one result format for all columns.
+void bind(std::string& out, std::string_view statement, int nparams, const char* const* values,
+          const int* lengths, const int* formats, int result_format);
+void describe(std::string& out, char target, std::string_view name);
+void execute(std::string& out, std::string_view portal, uint32_t max_rows);
+void close(std::string& out, char target, std::string_view name);
+void sync(std::string& out);
+void copy_data(std::string& out, std::string_view data);
+void copy_done(std::string& out);
+void copy_fail(std::string& out, std::string_view message);
+
+// Big-endian 32-bit integer at `p`.
+inline uint32_t get32(const char* p) {
+  const auto* u = reinterpret_cast<const unsigned char*>(p);
+  return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
+}
+
+// The row count a CommandComplete tag carries, as PQcmdTuples reads it
+// ("INSERT 0 5" -> 5, "SELECT 3" -> 3, "BEGIN" -> none). Returns false
+// when the tag has none.
+bool tag_rows(const char* tag, size_t len, uint64_t* rows);
+
+// The SQLSTATE field ('C') of an ErrorResponse body; "XX000" when the body
+// (maybe cut short) has none. Writes five characters and a NUL.
+void error_sqlstate(const char* body, size_t len, char out[6]);
+
+}  // namespace tierlab::replay::wire

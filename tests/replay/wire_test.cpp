@@ -1,0 +1,108 @@
+// The replay's own protocol messages and the facts it reads from the
+// server's: byte layouts as the protocol documentation gives them, row
+// counts as PQcmdTuples reads them, SQLSTATE from (maybe cut) errors.
+#include "replay/wire.h"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace tierlab::replay;
+
+namespace {
+
+std::string bytes(std::initializer_list<int> b) {
+  std::string s;
+  for (int c : b) s.push_back(static_cast<char>(c));
+  return s;
+}
+
+bool rows_of(const std::string& tag, uint64_t* rows) { return wire::tag_rows(tag.data(), tag.size(), rows); }
+
+}  // namespace
+
+TEST_CASE("request messages are laid out as the protocol defines them", "[replay][wire]") {
+  std::string out;
+  wire::query(out, "SELECT 1");
+  CHECK(out == std::string("Q") + bytes({0, 0, 0, 13}) + std::string("SELECT 1\0", 9));
+
+  out.clear();
+  uint32_t types[] = {23, 25};
+  wire::parse(out, "s1", "SELECT $1", types, 2);
+  CHECK(out == std::string("P") + bytes({0, 0, 0, 27}) + std::string("s1\0SELECT $1\0", 13) +
+                   bytes({0, 2, 0, 0, 0, 23, 0, 0, 0, 25}));
+
+  // Bind: the unnamed portal, a format code per parameter, a NULL, one
+  // result format.
+  out.clear();
+  const char* values[] = {"42", nullptr, "\x01\x02"};
+  int lengths[] = {2, 0, 2};
+  int formats[] = {0, 0, 1};
+  wire::bind(out, "s1", 3, values, lengths, formats, 1);
+  std::string body = std::string("\0s1\0", 4) + bytes({0, 3, 0, 0, 0, 0, 0, 1}) + bytes({0, 3}) +
+                     bytes({0, 0, 0, 2}) + "42" + bytes({0xff, 0xff, 0xff, 0xff}) + bytes({0, 0, 0, 2, 1, 2}) +
+                     bytes({0, 1, 0, 1});
+  CHECK(out == std::string("B") + bytes({0, 0, 0, static_cast<int>(body.size() + 4)}) + body);
+
+  out.clear();
+  wire::describe(out, 'P', "");
+  wire::execute(out, "", 0);
+  wire::close(out, 'S', "s1");
+  wire::sync(out);
+  CHECK(out == std::string("D") + bytes({0, 0, 0, 6, 'P', 0}) + std::string("E") + bytes({0, 0, 0, 9, 0, 0, 0, 0, 0}) +
+                   std::string("C") + bytes({0, 0, 0, 8, 'S', 's', '1', 0}) + std::string("S") + bytes({0, 0, 0, 4}));
+
+  out.clear();
+  wire::copy_data(out, "1\n");
+  wire::copy_done(out);
+  wire::copy_fail(out, "no");
+  CHECK(out == std::string("d") + bytes({0, 0, 0, 6, '1', '\n'}) + std::string("c") + bytes({0, 0, 0, 4}) +
+                   std::string("f") + bytes({0, 0, 0, 7, 'n', 'o', 0}));
+  CHECK(wire::get32(out.data() + 1) == 6);
+}
+
+TEST_CASE("row counts are read from CommandComplete tags as PQcmdTuples reads them", "[replay][wire]") {
+  uint64_t rows = 99;
+  CHECK(rows_of("SELECT 3", &rows));
+  CHECK(rows == 3);
+  CHECK(rows_of("INSERT 0 5", &rows));
+  CHECK(rows == 5);
+  CHECK(rows_of("UPDATE 0", &rows));
+  CHECK(rows == 0);
+  CHECK(rows_of("DELETE 12", &rows));
+  CHECK(rows == 12);
+  CHECK(rows_of("FETCH 7", &rows));
+  CHECK(rows == 7);
+  CHECK(rows_of("MERGE 2", &rows));
+  CHECK(rows == 2);
+  CHECK(rows_of("MOVE 4", &rows));
+  CHECK(rows == 4);
+  CHECK(rows_of("COPY 100000", &rows));
+  CHECK(rows == 100000);
+  rows = 99;
+  CHECK_FALSE(rows_of("BEGIN", &rows));
+  CHECK_FALSE(rows_of("CREATE TABLE", &rows));
+  CHECK_FALSE(rows_of("SELECT", &rows));      // no count
+  CHECK_FALSE(rows_of("INSERT 0", &rows));    // OID but no count
+  CHECK_FALSE(rows_of("SELECT 1x", &rows));   // not a number
+  CHECK_FALSE(rows_of("SELECTED 1", &rows));
+  CHECK(rows == 99);
+}
+
+TEST_CASE("SQLSTATE is read from ErrorResponse fields, XX000 when missing or cut off", "[replay][wire]") {
+  char state[6];
+  std::string e = std::string("SERROR\0VERROR\0C42P01\0Mrelation does not exist\0\0", 46);
+  wire::error_sqlstate(e.data(), e.size(), state);
+  CHECK(std::string(state) == "42P01");
+  std::string none = std::string("SERROR\0Mno code\0\0", 17);
+  wire::error_sqlstate(none.data(), none.size(), state);
+  CHECK(std::string(state) == "XX000");
+  // Cut inside the code field: not taken.
+  wire::error_sqlstate(e.data(), 17, state);
+  CHECK(std::string(state) == "XX000");
+  // Cut after it: taken.
+  wire::error_sqlstate(e.data(), 21, state);
+  CHECK(std::string(state) == "42P01");
+  wire::error_sqlstate(e.data(), 0, state);
+  CHECK(std::string(state) == "XX000");
+}
