@@ -118,10 +118,12 @@ void setup_replay(CLI::App& parent) {
       "on the captured schedule). Users and databases are the captured ones unless remapped;\n"
       "credentials come from --db, libpq's environment (PGPASSWORD, ...) and ~/.pgpass.\n"
       "libpq opens every connection; on a plaintext one tierlab then sends each captured request\n"
-      "(a Query, or the extended-protocol messages up to a Sync) itself and reads the answers\n"
-      "(--wire libpq leaves that to libpq, in pipeline mode, as TLS sessions always do; there a\n"
-      "named Close is sent as DEALLOCATE). Portals resumed after Execute with a row limit, and\n"
-      "COPY inside the extended protocol, are counted as not replayable.");
+      "itself, a Query or the extended-protocol messages up to a Sync as the client sent them\n"
+      "(statement and portal names, row limits, formats), and reads the answers. --wire libpq\n"
+      "leaves that to libpq, as TLS and GSS sessions always do: libpq's calls in pipeline mode,\n"
+      "the unnamed portal, one result format, a named Close as DEALLOCATE, and Executes that\n"
+      "resume a portal counted as not replayable. COPY inside the extended protocol is not\n"
+      "replayed.");
   cmd->add_option("file", o->file, "trace file (.tlt)")->required();
   cmd->add_option("--db", o->db, "target: libpq conninfo or URI");
   auto* speed = cmd->add_option("--speed", o->speed, "replay speed factor (2 = twice as fast)")

@@ -426,6 +426,7 @@ class Worker {
     s.pending_error = false;
     s.agg = Outcome{};
     s.sent_at = now;
+    if (!s.direct) stats_.unsupported += u.libpq_unsupported;
     if (s.direct) {
       s.aborted = false;
       s.out = u.wire;

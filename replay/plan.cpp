@@ -69,7 +69,13 @@ struct SessionBuild {
   bool ext_open = false;
   Nanos ext_ts = 0;
   std::vector<Op> ops;
-  std::vector<uint32_t> exec_fps;   // fp per Execute op, in order
+  // Every Execute in order: its fingerprint and its op in `ops`, or kNone
+  // for one that resumes a portal (no op: libpq cannot send it).
+  std::vector<std::pair<uint32_t, uint32_t>> execs;
+  std::string wire;                 // the messages as sent (Unit::wire)
+  bool wire_synced = false;         // `wire` ends with a Sync
+  uint32_t libpq_unsupported = 0;   // of them, what libpq cannot send
+  std::unordered_map<std::string, uint32_t> portal_fp;  // bound portal -> fp
   bool bind_pending = false;
   Op bind;                          // Execute op prepared by the last Bind
   uint32_t bind_fp = 0;
@@ -149,37 +155,14 @@ struct PlanBuilder::Impl {
     return static_cast<uint32_t>(plan->units.size() - 1);
   }
 
-  // The Extended unit's ops and a Sync as protocol messages: the bytes
-  // libpq would send for them (Bind, Describe and Execute of the unnamed
-  // portal for an Execute op), except that a named statement is closed with
-  // Close, as the client did, rather than DEALLOCATE.
-  void encode_ext(uint32_t ui) {
+  // The unit that re-prepares statements (made here, not captured) as
+  // protocol messages: its Parses and a Sync.
+  void encode_restore(uint32_t ui) {
     Unit& u = plan->units[ui];
-    if (!u.in_window) return;
     scratch.clear();
     for (uint32_t i = 0; i < u.n_ops; ++i) {
       const Op& op = plan->ops[u.first_op + i];
-      switch (op.kind) {
-        case OpKind::Prepare:
-          wire::parse(scratch, op.name, op.sql, plan->types.data() + op.types, op.nparams);
-          break;
-        case OpKind::Execute:
-          wire::bind(scratch, op.name, op.nparams, plan->param_values.data() + op.params,
-                     plan->param_lengths.data() + op.params, plan->param_formats.data() + op.params,
-                     op.result_format);
-          wire::describe(scratch, 'P', "");
-          wire::execute(scratch, "", 0);
-          break;
-        case OpKind::DescribeStmt:
-          wire::describe(scratch, 'S', op.name);
-          break;
-        case OpKind::DescribePortal:
-          wire::describe(scratch, 'P', op.name);
-          break;
-        case OpKind::Deallocate:
-          wire::close(scratch, 'S', op.name);
-          break;
-      }
+      wire::parse(scratch, op.name, op.sql, plan->types.data() + op.types, op.nparams);
     }
     wire::sync(scratch);
     u.wire = plan->arena.copy(scratch);
@@ -213,7 +196,7 @@ struct PlanBuilder::Impl {
     unit.n_ops = static_cast<uint32_t>(ops.size());
     unit.first_stmt = static_cast<uint32_t>(plan->stmts.size());
     plan->ops.insert(plan->ops.end(), ops.begin(), ops.end());
-    encode_ext(u);
+    encode_restore(u);
     // Not awaited: the capture holds no answers for it.
     sb.last_unit = u;
   }
@@ -221,7 +204,7 @@ struct PlanBuilder::Impl {
   void finish_ext(SessionBuild& sb) {
     if (!sb.ext_open) return;
     if (sb.bind_pending) {
-      ++plan->summary.unsupported;  // a Bind never executed
+      ++sb.libpq_unsupported;  // a Bind never executed
       sb.bind_pending = false;
     }
     restore_prepared(sb, sb.ext_ts, &sb.ops);
@@ -230,20 +213,26 @@ struct PlanBuilder::Impl {
     unit.first_op = static_cast<uint32_t>(plan->ops.size());
     unit.n_ops = static_cast<uint32_t>(sb.ops.size());
     unit.first_stmt = static_cast<uint32_t>(plan->stmts.size());
-    size_t k = 0;
-    for (Op& op : sb.ops) {
-      if (op.kind == OpKind::Execute) {
-        op.stmt = static_cast<uint32_t>(plan->stmts.size());
-        Stmt st;
-        st.fp = sb.exec_fps[k++];
-        plan->stmts.push_back(st);
-      }
-      plan->ops.push_back(op);
+    for (const auto& [fp, op] : sb.execs) {
+      if (op != kNone) sb.ops[op].stmt = static_cast<uint32_t>(plan->stmts.size());
+      Stmt st;
+      st.fp = fp;
+      plan->stmts.push_back(st);
     }
+    plan->ops.insert(plan->ops.end(), sb.ops.begin(), sb.ops.end());
     unit.n_stmts = static_cast<uint32_t>(plan->stmts.size()) - unit.first_stmt;
-    encode_ext(u);
+    unit.libpq_unsupported = sb.libpq_unsupported;
+    plan->summary.libpq_unsupported += sb.libpq_unsupported;
+    if (unit.in_window) {
+      if (!sb.wire_synced) wire::sync(sb.wire);
+      unit.wire = plan->arena.copy(sb.wire);
+      unit.wire_len = static_cast<uint32_t>(sb.wire.size());
+    }
+    sb.wire.clear();
+    sb.wire_synced = false;
+    sb.libpq_unsupported = 0;
     sb.ops.clear();
-    sb.exec_fps.clear();
+    sb.execs.clear();
     sb.ext_open = false;
     sb.awaiting.push_back(u);
     sb.last_unit = u;
@@ -378,6 +367,7 @@ struct PlanBuilder::Impl {
   }
   void on(SessionBuild& sb, Nanos ts, const trace::Parse& p) {
     open_ext(sb, ts);
+    wire::parse(sb.wire, p.statement, p.sql, p.param_types.data(), static_cast<int>(p.param_types.size()));
     Op op;
     op.kind = OpKind::Prepare;
     op.name = plan->arena.copy(p.statement);
@@ -391,7 +381,8 @@ struct PlanBuilder::Impl {
   }
   void on(SessionBuild& sb, Nanos ts, const trace::Bind& b) {
     open_ext(sb, ts);
-    if (sb.bind_pending) ++plan->summary.unsupported;  // Bind never executed
+    wire::bind(sb.wire, b.portal, b.statement, b.params, b.result_formats);
+    if (sb.bind_pending) ++sb.libpq_unsupported;  // Bind never executed
     Op op;
     op.kind = OpKind::Execute;
     op.name = plan->arena.copy(b.statement);
@@ -413,22 +404,29 @@ struct PlanBuilder::Impl {
     }
     sb.bind = op;
     sb.bind_pending = true;
+    sb.portal_fp[std::string(b.portal)] = sb.bind_fp;
   }
-  void on(SessionBuild& sb, Nanos ts, const trace::Execute&) {
+  void on(SessionBuild& sb, Nanos ts, const trace::Execute& e) {
     open_ext(sb, ts);
+    wire::execute(sb.wire, e.portal, e.max_rows);
     ++sb.stmts_since_idle;
     if (!sb.bind_pending) {
       // Execute of a portal already run once (max_rows): libpq has no call
-      // that resumes a portal.
-      ++plan->summary.unsupported;
+      // that resumes a portal; a directly driven session sends it.
+      ++sb.libpq_unsupported;
+      auto it = sb.portal_fp.find(std::string(e.portal));
+      sb.execs.emplace_back(it != sb.portal_fp.end() ? it->second
+                                                     : fp_for_text("EXECUTE /* a portal bound before the capture */"),
+                            kNone);
       return;
     }
+    sb.execs.emplace_back(sb.bind_fp, static_cast<uint32_t>(sb.ops.size()));
     sb.ops.push_back(sb.bind);
-    sb.exec_fps.push_back(sb.bind_fp);
     sb.bind_pending = false;
   }
   void on(SessionBuild& sb, Nanos ts, const trace::Describe& d) {
     open_ext(sb, ts);
+    wire::describe(sb.wire, d.target, d.name);
     if (d.target == 'P' && sb.bind_pending) return;  // sent with the Execute
     Op op;
     op.kind = d.target == 'S' ? OpKind::DescribeStmt : OpKind::DescribePortal;
@@ -436,10 +434,12 @@ struct PlanBuilder::Impl {
     sb.ops.push_back(op);
   }
   void on(SessionBuild& sb, Nanos ts, const trace::Close& c) {
-    // Closing a portal or the unnamed statement needs no message: the next
-    // Bind or Parse replaces them. A named statement is deallocated.
-    if (c.target != 'S' || c.name.empty()) return;
     open_ext(sb, ts);
+    wire::close(sb.wire, c.target, c.name);
+    // Through libpq, closing a portal or the unnamed statement needs no
+    // message: the next Bind or Parse replaces them. A named statement is
+    // deallocated.
+    if (c.target != 'S' || c.name.empty()) return;
     Op op;
     op.kind = OpKind::Deallocate;
     op.name = plan->arena.copy(c.name);
@@ -453,8 +453,16 @@ struct PlanBuilder::Impl {
     sb.ops.push_back(op);
     sb.prepared.erase(std::string(c.name));
   }
-  void on(SessionBuild& sb, Nanos, const trace::Sync&) { finish_ext(sb); }
-  void on(SessionBuild&, Nanos, const trace::Flush&) {}
+  void on(SessionBuild& sb, Nanos, const trace::Sync&) {
+    if (sb.ext_open) {
+      wire::sync(sb.wire);
+      sb.wire_synced = true;
+    }
+    finish_ext(sb);
+  }
+  void on(SessionBuild& sb, Nanos, const trace::Flush&) {
+    if (sb.ext_open) wire::flush(sb.wire);
+  }
   void on(SessionBuild& sb, Nanos, const trace::CopyData& d) {
     if (d.dir != trace::CopyDir::In) return;
     if (sb.last_unit == kNone || plan->units[sb.last_unit].kind == UnitKind::Extended) {

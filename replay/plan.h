@@ -90,10 +90,12 @@ struct Unit {
   uint32_t first_copy = 0, n_copy = 0;   // Copy: Plan::copy_chunks
   bool in_window = true;
   // The request as protocol messages, for connections the engine drives
-  // itself: Query (Simple, Copy) or the ops and a Sync (Extended); Copy:
-  // its data as CopyData messages and the CopyDone or CopyFail.
+  // itself: the Query (Simple, Copy), or the messages as the client sent
+  // them up to their Sync (Extended; a Sync added where the capture has
+  // none); Copy: its data as CopyData messages and the CopyDone or CopyFail.
   const char* wire = nullptr;
   uint32_t wire_len = 0;
+  uint32_t libpq_unsupported = 0;  // messages of it libpq cannot send
   uint32_t copy_wire_len = 0;
   const char* copy_wire = nullptr;
 };

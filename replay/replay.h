@@ -74,6 +74,9 @@ struct WorkloadSummary {
   uint64_t max_concurrency = 0;  // most sessions open at once in the capture
   uint64_t fingerprints = 0;
   uint64_t unsupported = 0;   // messages that cannot be re-sent (see notes)
+  // Messages only a directly driven session re-sends: Executes that resume
+  // a portal (row limits), Binds never executed. libpq has no call for them.
+  uint64_t libpq_unsupported = 0;
   Nanos duration_ns = 0;      // first session start to last session end
 };
 
@@ -137,7 +140,7 @@ struct Report {
   std::vector<std::pair<std::string, uint64_t>> errors_by_sqlstate;  // sorted
   uint64_t divergence_error_status = 0;
   uint64_t divergence_row_count = 0;
-  uint64_t unsupported = 0;         // captured messages libpq cannot re-send
+  uint64_t unsupported = 0;         // captured messages not re-sent (see WorkloadSummary)
   // Max speed: from the start (every session that starts at once connected)
   // to the last session's end, so tps is "without initial connection time"
   // as pgbench's; timed: from the schedule's epoch.

@@ -104,6 +104,7 @@ void Stats::merge(const Stats& o) {
   div_row_count += o.div_row_count;
   sessions_failed += o.sessions_failed;
   sessions_direct += o.sessions_direct;
+  unsupported += o.unsupported;
   if (first_session_error.empty()) first_session_error = o.first_session_error;
   errors.merge(o.errors);
   if (fps.size() < o.fps.size()) fps.resize(o.fps.size());
@@ -127,7 +128,7 @@ void fill_report(Report& r, const Stats& s, const Plan& plan, Nanos duration_ns)
   r.errors_by_sqlstate = s.errors.sorted();
   r.divergence_error_status = s.div_error_status;
   r.divergence_row_count = s.div_row_count;
-  r.unsupported = plan.summary.unsupported;
+  r.unsupported = plan.summary.unsupported + s.unsupported;
   r.duration_s = static_cast<double>(duration_ns) / 1e9;
   r.tps = r.duration_s > 0 ? static_cast<double>(r.transactions) / r.duration_s : 0;
   r.captured_duration_s = static_cast<double>(plan.summary.duration_ns) / 1e9;
@@ -241,6 +242,9 @@ void print_dry_run(std::ostream& out, const WorkloadSummary& s) {
   out << "max concurrency: " << s.max_concurrency << " sessions\n";
   out << "statement fingerprints: " << s.fingerprints << "\n";
   if (s.unsupported) out << "not replayable: " << s.unsupported << " messages\n";
+  if (s.libpq_unsupported)
+    out << "not replayable through libpq: " << s.libpq_unsupported
+        << " messages (resumed portals, Binds never executed; sent on directly driven sessions)\n";
 }
 
 }  // namespace tierlab::replay

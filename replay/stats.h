@@ -62,6 +62,7 @@ struct Stats {
   uint64_t div_row_count = 0;
   uint64_t sessions_failed = 0;
   uint64_t sessions_direct = 0;
+  uint64_t unsupported = 0;  // messages of units sent through libpq it could not send
   std::string first_session_error;
   SqlstateCounts errors;
   std::vector<FpStat> fps;

@@ -52,24 +52,24 @@ void parse(std::string& out, std::string_view name, std::string_view sql, const 
   end(out, m);
 }
 
-void bind(std::string& out, std::string_view statement, int nparams, const char* const* values,
-          const int* lengths, const int* formats, int result_format) {
+void bind(std::string& out, std::string_view portal, std::string_view statement,
+          std::span<const trace::Param> params, std::span<const int16_t> result_formats) {
   size_t m = begin(out, 'B');
-  put_str(out, "");
+  put_str(out, portal);
   put_str(out, statement);
-  put16(out, static_cast<uint32_t>(nparams));
-  for (int i = 0; i < nparams; ++i) put16(out, static_cast<uint32_t>(formats[i]));
-  put16(out, static_cast<uint32_t>(nparams));
-  for (int i = 0; i < nparams; ++i) {
-    if (!values[i]) {
+  put16(out, static_cast<uint32_t>(params.size()));
+  for (const trace::Param& p : params) put16(out, static_cast<uint16_t>(p.format));
+  put16(out, static_cast<uint32_t>(params.size()));
+  for (const trace::Param& p : params) {
+    if (p.is_null) {
       put32(out, 0xffffffffu);
       continue;
     }
-    put32(out, static_cast<uint32_t>(lengths[i]));
-    out.append(values[i], static_cast<size_t>(lengths[i]));
+    put32(out, static_cast<uint32_t>(p.value.size()));
+    out.append(p.value);
   }
-  put16(out, 1);
-  put16(out, static_cast<uint32_t>(result_format));
+  put16(out, static_cast<uint32_t>(result_formats.size()));
+  for (int16_t f : result_formats) put16(out, static_cast<uint16_t>(f));
   end(out, m);
 }
 
@@ -95,6 +95,8 @@ void close(std::string& out, char target, std::string_view name) {
 }
 
 void sync(std::string& out) { end(out, begin(out, 'S')); }
+
+void flush(std::string& out) { end(out, begin(out, 'H')); }
 
 void copy_data(std::string& out, std::string_view data) {
   size_t m = begin(out, 'd');

@@ -6,8 +6,11 @@
 // writes the plan's bytes and reads the answers without it.
 #pragma once
 
+#include "trace/record.h"
+
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -17,14 +20,15 @@ namespace tierlab::replay::wire {
 void query(std::string& out, std::string_view sql);
 void parse(std::string& out, std::string_view name, std::string_view sql, const uint32_t* types,
            int ntypes);
-// Bind of the unnamed portal: every parameter with its own format code
-// (values[i] == nullptr is NULL), one result format for all columns.
-void bind(std::string& out, std::string_view statement, int nparams, const char* const* values,
-          const int* lengths, const int* formats, int result_format);
+// Bind as the client sent it: its portal, every parameter with its format
+// code, its result format codes.
+void bind(std::string& out, std::string_view portal, std::string_view statement,
+          std::span<const trace::Param> params, std::span<const int16_t> result_formats);
 void describe(std::string& out, char target, std::string_view name);
 void execute(std::string& out, std::string_view portal, uint32_t max_rows);
 void close(std::string& out, char target, std::string_view name);
 void sync(std::string& out);
+void flush(std::string& out);
 void copy_data(std::string& out, std::string_view data);
 void copy_done(std::string& out);
 void copy_fail(std::string& out, std::string_view message);

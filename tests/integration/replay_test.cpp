@@ -793,3 +793,59 @@ TEST_CASE("a session whose backend is terminated fails alone, driven directly or
     CHECK(r.errors_by_sqlstate == std::vector<std::pair<std::string, uint64_t>>{{"57P01", 1}});
   }
 }
+
+TEST_CASE("a portal read in row-limited Executes (a JDBC fetch size) replays as captured", "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("portal.tlt");
+  {
+    auto w = trace::open_writer(path);
+    Nanos t = 0;
+    auto at = [&t] { return t += kMs; };
+    w->write(at(), 1, trace::SessionBegin{"postgres", "postgres", "", "", 0, 0});
+    w->write(at(), 1, trace::Query{"BEGIN"});
+    w->write(at(), 1, trace::Result{"BEGIN", false, 0});
+    w->write(at(), 1, trace::Ready{'T'});
+    w->write(at(), 1, trace::Parse{"", "SELECT g FROM generate_series(1, 25) g", {}});
+    w->write(at(), 1, trace::Bind{"C_1", "", {}, {}});
+    w->write(at(), 1, trace::Describe{'P', "C_1"});
+    w->write(at(), 1, trace::Execute{"C_1", 10});
+    w->write(at(), 1, trace::Sync{});
+    w->write(at(), 1, trace::Ready{'T'});  // PortalSuspended is not recorded
+    for (int i = 0; i < 2; ++i) {
+      w->write(at(), 1, trace::Execute{"C_1", 10});
+      w->write(at(), 1, trace::Flush{});
+      w->write(at(), 1, trace::Sync{});
+      if (i == 1) w->write(at(), 1, trace::Result{"SELECT", true, 5});
+      w->write(at(), 1, trace::Ready{'T'});
+    }
+    w->write(at(), 1, trace::Close{'P', "C_1"});
+    w->write(at(), 1, trace::Sync{});
+    w->write(at(), 1, trace::Ready{'T'});
+    w->write(at(), 1, trace::Query{"COMMIT"});
+    w->write(at(), 1, trace::Result{"COMMIT", false, 0});
+    w->write(at(), 1, trace::Ready{'I'});
+    w->write(at(), 1, trace::SessionEnd{});
+    w->close();
+  }
+  replay::Workload wl = load_file(path);
+  CHECK(wl.summary().statements == 5);
+  CHECK(wl.summary().unsupported == 0);
+  CHECK(wl.summary().libpq_unsupported == 2);
+  for (bool direct : {true, false}) {
+    INFO((direct ? "direct" : "libpq"));
+    replay::Options o = opts_for(pg);
+    o.direct = direct;
+    replay::Report r = replay::run(wl, o);
+    INFO(r.first_session_error);
+    CHECK(r.sessions_failed == 0);
+    CHECK(r.errors == 0);
+    CHECK(r.transactions == 1);
+    CHECK(r.divergence_error_status == 0);
+    CHECK(r.divergence_row_count == 0);
+    // Through libpq the first Execute reads the whole portal (libpq has no
+    // row limit) and the two that resume it cannot be sent.
+    CHECK(r.statements == (direct ? 5u : 3u));
+    CHECK(r.unsupported == (direct ? 0u : 2u));
+  }
+}

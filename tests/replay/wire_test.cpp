@@ -6,7 +6,9 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <vector>
 
+using namespace tierlab;
 using namespace tierlab::replay;
 
 namespace {
@@ -32,25 +34,29 @@ TEST_CASE("request messages are laid out as the protocol defines them", "[replay
   CHECK(out == std::string("P") + bytes({0, 0, 0, 27}) + std::string("s1\0SELECT $1\0", 13) +
                    bytes({0, 2, 0, 0, 0, 23, 0, 0, 0, 25}));
 
-  // Bind: the unnamed portal, a format code per parameter, a NULL, one
-  // result format.
+  // Bind as sent: its portal, a format code per parameter, a NULL, the
+  // result format codes.
   out.clear();
-  const char* values[] = {"42", nullptr, "\x01\x02"};
-  int lengths[] = {2, 0, 2};
-  int formats[] = {0, 0, 1};
-  wire::bind(out, "s1", 3, values, lengths, formats, 1);
-  std::string body = std::string("\0s1\0", 4) + bytes({0, 3, 0, 0, 0, 0, 0, 1}) + bytes({0, 3}) +
+  const std::string bin("\x01\x02", 2);
+  std::vector<trace::Param> params{trace::Param{0, false, "42"}, trace::Param{0, true, ""},
+                                   trace::Param{1, false, bin}};
+  std::vector<int16_t> results{1, 0};
+  wire::bind(out, "c1", "s1", params, results);
+  std::string body = std::string("c1\0s1\0", 6) + bytes({0, 3, 0, 0, 0, 0, 0, 1}) + bytes({0, 3}) +
                      bytes({0, 0, 0, 2}) + "42" + bytes({0xff, 0xff, 0xff, 0xff}) + bytes({0, 0, 0, 2, 1, 2}) +
-                     bytes({0, 1, 0, 1});
+                     bytes({0, 2, 0, 1, 0, 0});
   CHECK(out == std::string("B") + bytes({0, 0, 0, static_cast<int>(body.size() + 4)}) + body);
 
   out.clear();
   wire::describe(out, 'P', "");
-  wire::execute(out, "", 0);
+  wire::execute(out, "c1", 50);
   wire::close(out, 'S', "s1");
+  wire::flush(out);
   wire::sync(out);
-  CHECK(out == std::string("D") + bytes({0, 0, 0, 6, 'P', 0}) + std::string("E") + bytes({0, 0, 0, 9, 0, 0, 0, 0, 0}) +
-                   std::string("C") + bytes({0, 0, 0, 8, 'S', 's', '1', 0}) + std::string("S") + bytes({0, 0, 0, 4}));
+  CHECK(out == std::string("D") + bytes({0, 0, 0, 6, 'P', 0}) + std::string("E") +
+                   bytes({0, 0, 0, 11, 'c', '1', 0, 0, 0, 0, 50}) + std::string("C") +
+                   bytes({0, 0, 0, 8, 'S', 's', '1', 0}) + std::string("H") + bytes({0, 0, 0, 4}) + std::string("S") +
+                   bytes({0, 0, 0, 4}));
 
   out.clear();
   wire::copy_data(out, "1\n");
