@@ -1,5 +1,6 @@
 #include "capture/block.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <fcntl.h>
@@ -44,11 +45,7 @@ void write_file(const std::string& path, const std::string& value) {
     throw RuntimeError(errno_message("tracefs: write '" + value + "' to " + path, err));
 }
 
-trace::Nanos mono_now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return trace::Nanos(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+trace::Nanos mono_now() { return clock_ns(CLOCK_MONOTONIC); }
 
 bool parse_mm(const std::string& s, unsigned& maj, unsigned& min) {
   size_t c = s.find(':');

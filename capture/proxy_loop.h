@@ -13,6 +13,7 @@
 
 #include "capture/proxy.h"
 #include "capture/wire.h"
+#include "common/clock.h"
 #include "trace/record.h"
 
 #include <sys/socket.h>
@@ -26,11 +27,7 @@
 
 namespace tierlab::capture::detail {
 
-inline trace::Nanos now_ns() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return static_cast<trace::Nanos>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
-}
+inline trace::Nanos now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
 struct Addr {
   sockaddr_storage ss{};

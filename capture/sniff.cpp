@@ -2,6 +2,7 @@
 
 #include "capture/tcp_reassembly.h"
 #include "capture/wire.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/realtime.h"
 #include "trace/writer.h"
@@ -86,11 +87,7 @@ namespace {
 std::atomic<bool> g_stop{false};
 std::atomic<pcap_t*> g_pcap{nullptr};
 
-Nanos realtime_now() {
-  timespec t;
-  clock_gettime(CLOCK_REALTIME, &t);
-  return static_cast<Nanos>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
-}
+Nanos realtime_now() { return clock_ns(CLOCK_REALTIME); }
 
 bool same_addr(const std::string& text, const uint8_t addr[16]) {
   uint8_t buf[16];

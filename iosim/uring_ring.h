@@ -2,6 +2,7 @@
 // engine's loop uses.
 #pragma once
 
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <liburing.h>
@@ -12,11 +13,7 @@
 
 namespace tierlab::iosim::detail {
 
-inline int64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+inline int64_t mono_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
 inline __kernel_timespec to_kts(int64_t ns) {
   __kernel_timespec ts;

@@ -26,6 +26,7 @@
 // pipeline mode PQsendQueryPrepared sends the same Bind, Describe, Execute
 // and Sync in one write, and leaves one result fewer to reap (no
 // PIPELINE_SYNC).
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/realtime.h"
 #include "replay/plan.h"
@@ -73,11 +74,6 @@ constexpr uint32_t kMaxMessage = 1u << 30;
 // CopyDone, for a COPY FROM STDIN the capture holds no data for.
 constexpr char kCopyDone[5] = {'c', 0, 0, 0, 4};
 
-Nanos clock_ns(clockid_t clock) {
-  timespec ts;
-  clock_gettime(clock, &ts);
-  return static_cast<Nanos>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 Nanos now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
 // Connection parameters of one session, resolved before the run.

@@ -1,5 +1,6 @@
 #include "trace/writer.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "trace/crc32c.h"
 #include "trace/format.h"
@@ -257,18 +258,10 @@ void check_compression_level(int level, const std::string& option) {
 
 std::unique_ptr<Sink> file_sink(const std::string& path) { return std::make_unique<FileSink>(path); }
 
-Nanos monotonic_now() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<Nanos>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+Nanos monotonic_now() { return clock_ns(CLOCK_MONOTONIC); }
 
 namespace {
-Nanos realtime_now() {
-  timespec ts;
-  ::clock_gettime(CLOCK_REALTIME, &ts);
-  return static_cast<Nanos>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
+Nanos realtime_now() { return clock_ns(CLOCK_REALTIME); }
 }  // namespace
 
 // --- writer --------------------------------------------------------------------
