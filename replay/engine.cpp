@@ -71,8 +71,10 @@ constexpr uint64_t kTimerTag = ~uint64_t{0};
 // from its first kInBuf bytes.
 constexpr uint32_t kInBuf = 16384;
 constexpr uint32_t kMaxMessage = 1u << 30;
-// CopyDone, for a COPY FROM STDIN the capture holds no data for.
-constexpr char kCopyDone[5] = {'c', 0, 0, 0, 4};
+// CopyDone, for a COPY FROM STDIN the capture holds no data for; after a
+// COPY started by Execute, a Sync follows (the server ignored the unit's
+// Sync while it waited for the data), as libpq's PQputCopyEnd sends it.
+constexpr char kCopyDone[10] = {'c', 0, 0, 0, 4, 'S', 0, 0, 0, 4};
 
 Nanos now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
@@ -128,6 +130,7 @@ struct Slot {
   char ready = 'I';                  // status of the last ReadyForQuery
   const char* out = nullptr;         // bytes still to send
   uint32_t out_left = 0;
+  bool done_after_send = false;      // ReadyForQuery came before `out` was sent
   uint32_t skip = 0;                 // bytes of a message still to discard
   uint32_t in_off = 0, in_len = 0;
   std::unique_ptr<char[]> in;        // kInBuf bytes, from connect
@@ -481,12 +484,18 @@ class Worker {
 
   void on_event(uint32_t slot, uint32_t ev) {
     Slot& s = slots_[slot];
+    PGconn* const c = s.conn;
     Nanos now = now_ns();
     if (s.state == State::Connecting) return poll_connect(slot, now);
     if (s.state == State::Done || !s.conn) return;
     if (s.direct) {
-      if ((ev & EPOLLOUT) && s.want_out && !send_direct(slot, now)) return;
-      if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) receive_direct(slot, now);
+      // Answers first: one may end the unit before its request has left
+      // (a COPY failing on its first rows).
+      if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        receive_direct(slot, now);
+        if (s.conn != c || s.state == State::Done) return;
+      }
+      if ((ev & EPOLLOUT) && s.want_out) send_direct(slot, now);
       return;
     }
     if ((ev & EPOLLOUT) && s.want_out) {
@@ -530,6 +539,10 @@ class Worker {
       return false;
     }
     if (s.want_out) watch(slot, false);
+    if (s.done_after_send) {
+      s.done_after_send = false;
+      unit_done(slot, now_ns());
+    }
     return true;
   }
 
@@ -637,7 +650,7 @@ class Worker {
           s.out_left = u.copy_wire_len;
         } else {
           s.out = kCopyDone;
-          s.out_left = sizeof kCopyDone;
+          s.out_left = u.kind == UnitKind::Extended ? sizeof kCopyDone : 5;
         }
         move(s, Event::CopyFinished);
         return send_direct(slot, now);
@@ -694,6 +707,12 @@ class Worker {
       while (s.op < u.n_stmts) record(plan_.stmts[u.first_stmt + s.op++], skipped, now - s.sent_at);
     }
     if (s.state == State::CopyOut) move(s, Event::CopyFinished);  // no CopyDone came
+    // A COPY that failed while its data was still going out: the server
+    // ignores the rest, but it must leave whole before the next request.
+    if (s.out_left > 0) {
+      s.done_after_send = true;
+      return;
+    }
     unit_done(slot, now);
   }
 

@@ -643,6 +643,8 @@ TEST_CASE("sessions driven directly and through libpq give the same answers", "[
       w->write(ts, 1, trace::Error{state, "ERROR", "captured failure"});
       w->write(ts, 1, trace::Ready{ready});
     };
+    std::string filler;
+    for (int i = 0; i < 4096; ++i) filler += std::to_string(1000 + i) + "\tfiller\n";
     w->write(at(), 1, trace::SessionBegin{"postgres", "postgres", "", "", 0, 0});
     w->write(at(), 1, trace::Query{"CREATE TEMP TABLE w (a int, b text)"});
     answer("CREATE TABLE", false, 0);
@@ -666,6 +668,19 @@ TEST_CASE("sessions driven directly and through libpq give the same answers", "[
     w->write(at(), 1, trace::CopyData{trace::CopyDir::Out, "1\tone\n2\ttwo\n"});
     w->write(at(), 1, trace::CopyDone{trace::CopyDir::Out});
     answer("COPY", true, 2);
+    // COPY started by Execute, with no data captured: ended empty.
+    w->write(at(), 1, trace::Parse{"", "COPY w FROM STDIN", {}});
+    w->write(at(), 1, trace::Bind{"", "", {}, {}});
+    w->write(at(), 1, trace::Execute{"", 0});
+    w->write(at(), 1, trace::Sync{});
+    answer("COPY", true, 0);
+    // A COPY whose data fails at the first row while 16 MB more go out:
+    // the server answers before the data has left.
+    w->write(at(), 1, trace::Query{"COPY w FROM STDIN"});
+    w->write(at(), 1, trace::CopyData{trace::CopyDir::In, "not a number\tx\n"});
+    for (int i = 0; i < 320; ++i) w->write(at(), 1, trace::CopyData{trace::CopyDir::In, filler});
+    w->write(at(), 1, trace::CopyDone{trace::CopyDir::In});
+    error("22P02");
     // Extended: a named statement, text and binary parameters and results.
     std::vector<uint32_t> int4{23};
     w->write(at(), 1, trace::Parse{"s1", "SELECT a, b FROM w WHERE a >= $1", int4});
@@ -749,15 +764,15 @@ TEST_CASE("sessions driven directly and through libpq give the same answers", "[
     INFO(r.first_session_error);
     CHECK(r.sessions_failed == 0);
     CHECK(r.sessions_direct == (direct ? 1u : 0u));
-    CHECK(r.statements == 22);
-    CHECK(r.transactions == 16);
+    CHECK(r.statements == 24);
+    CHECK(r.transactions == 18);
     CHECK(r.unsupported == 0);
-    CHECK(r.errors == 5);
+    CHECK(r.errors == 6);
     CHECK(r.divergence_error_status == 0);
     CHECK(r.divergence_row_count == 0);
   }
   CHECK(reports[0].errors_by_sqlstate == reports[1].errors_by_sqlstate);
-  CHECK(reports[0].errors_by_sqlstate.size() == 5);
+  CHECK(reports[0].errors_by_sqlstate.size() == 6);
 }
 
 TEST_CASE("a session whose backend is terminated fails alone, driven directly or through libpq", "[replay][pg]") {
