@@ -359,7 +359,7 @@ class Worker {
       case PGRES_POLLING_OK:
         if (PQsetnonblocking(s.conn, 1) != 0) return fail(slot, now);
         s.direct = sh_.direct && !PQsslInUse(s.conn) && !PQgssEncInUse(s.conn);
-        if (s.direct && !s.in) s.in = std::make_unique<char[]>(kInBuf);
+        if (s.direct && !s.in) s.in = std::make_unique_for_overwrite<char[]>(kInBuf);  // pages touched as used
         if (s.direct) ++stats_.sessions_direct;
         move(s, Event::Connected);
         s.free_at = now;
