@@ -113,10 +113,11 @@ void run_replay(const ReplayOptions& o) {
 void setup_replay(CLI::App& parent) {
   auto o = std::make_shared<ReplayOptions>();
   auto* cmd = parent.add_subcommand(
-      "replay",
-      "Replay a captured trace against a PostgreSQL server (one connection per captured session,\n"
-      "on the captured schedule). Users and databases are the captured ones unless remapped;\n"
-      "credentials come from --db, libpq's environment (PGPASSWORD, ...) and ~/.pgpass.\n"
+      "replay", "replay a captured trace against a PostgreSQL server: one connection per captured session, "
+                "on the captured schedule or as fast as it goes");
+  cmd->footer(
+      "Users and databases are the captured ones unless remapped; credentials come from --db,\n"
+      "libpq's environment (PGPASSWORD, ...) and ~/.pgpass.\n"
       "libpq opens every connection; on a plaintext one tierlab then sends each captured request\n"
       "itself, a Query or the extended-protocol messages up to a Sync as the client sent them\n"
       "(statement and portal names, row limits, formats), and reads the answers. --wire libpq\n"
