@@ -4,11 +4,13 @@
 // preallocated Workload: per session, the units the client sent (a simple
 // Query, an extended-protocol group ending in Sync, or a COPY with its data),
 // each with its captured send time, captured outcome (result tag and rows, or
-// SQLSTATE) and captured latency. run() re-drives that workload with libpq:
-// one connection per captured session, opened at the session's captured
+// SQLSTATE) and captured latency. run() re-drives that workload: one
+// connection per captured session, opened by libpq at the session's captured
 // start and closed at its end, on one absolute schedule
 // (replay epoch + (t_capture - t0) / speed), over worker threads that each
-// run many sessions in non-blocking libpq on one epoll wait.
+// run many sessions on one epoll wait — plaintext sessions driven directly
+// (the plan's protocol messages out, the answers read as they come), TLS
+// and GSS ones through non-blocking libpq.
 //
 // Errors on the target never stop a replay: they are counted by SQLSTATE and
 // compared with the capture (divergence). Setup problems throw: InputError
