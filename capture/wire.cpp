@@ -109,33 +109,6 @@ StartupPacket classify_startup(const uint8_t* data, size_t len, uint32_t max_sta
   return r;
 }
 
-trace::Result split_command_tag(std::string_view tag) {
-  trace::Result r;
-  auto numeric = [](std::string_view s) {
-    if (s.empty() || s.size() > 20) return false;
-    for (char c : s)
-      if (c < '0' || c > '9') return false;
-    return true;
-  };
-  std::string_view rest = tag;
-  bool first = true;
-  for (;;) {
-    auto sp = rest.rfind(' ');
-    if (sp == std::string_view::npos) break;
-    std::string_view last = rest.substr(sp + 1);
-    if (!numeric(last)) break;
-    if (first) {
-      uint64_t v = 0;
-      for (char c : last) v = v * 10 + static_cast<uint64_t>(c - '0');
-      r.rows = v;
-      r.has_rows = true;
-      first = false;
-    }
-    rest = rest.substr(0, sp);
-  }
-  r.tag = rest;
-  return r;
-}
 
 size_t make_error_response(uint8_t* out, size_t cap, std::string_view severity,
                            std::string_view sqlstate, std::string_view message) {
@@ -761,7 +734,7 @@ bool SessionDecoder::backend_message(char type, const uint8_t* b, uint32_t len, 
     case 'C': {
       std::string_view tag = c.cstr();
       if (!c.finish()) return fail(d, s, c.problem);
-      emit(ts, split_command_tag(tag));
+      emit(ts, trace::split_command_tag(tag));
       return true;
     }
     case 'E':

@@ -242,10 +242,6 @@ class SessionDecoder {
   char error_[200] = {};
 };
 
-// Splits a CommandComplete tag: "INSERT 0 5" -> {"INSERT", true, 5},
-// "SELECT 3" -> {"SELECT", true, 3}, "CREATE TABLE" -> {"CREATE TABLE", false, 0}.
-trace::Result split_command_tag(std::string_view tag);
-
 // Appends a PostgreSQL ErrorResponse message (severity, SQLSTATE, message) to
 // out[0, cap); returns its length, or 0 if it does not fit.
 size_t make_error_response(uint8_t* out, size_t cap, std::string_view severity,

@@ -617,11 +617,12 @@ class Worker {
     const bool busy = s.unit != kNone && s.state != State::Idle;
     switch (type) {
       case 'C': {
-        uint64_t rows = 0;
+        if (!busy) return true;
         const void* nul = std::memchr(body, 0, len);
         size_t tag_len = nul ? static_cast<size_t>(static_cast<const char*>(nul) - body) : len;
-        bool has = wire::tag_rows(body, tag_len, &rows);
-        if (busy) answer(s, false, nullptr, has, rows);
+        // Read as the capture read it, so that row counts compare like for like.
+        trace::Result r = trace::split_command_tag(std::string_view(body, tag_len));
+        answer(s, false, nullptr, r.has_rows, r.rows);
         return true;
       }
       case 'I':  // EmptyQueryResponse

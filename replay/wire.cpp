@@ -112,34 +112,6 @@ void copy_fail(std::string& out, std::string_view message) {
   end(out, m);
 }
 
-bool tag_rows(const char* tag, size_t len, uint64_t* rows) {
-  auto starts = [&](const char* w) {
-    size_t n = std::strlen(w);
-    return len >= n && std::memcmp(tag, w, n) == 0 ? n : size_t{0};
-  };
-  size_t p = 0;
-  if (size_t n = starts("INSERT ")) {
-    p = n;
-    while (p < len && tag[p] != ' ') ++p;  // the OID
-    if (p >= len) return false;
-    ++p;
-  } else if (size_t n2 = starts("SELECT ") ? 7 : starts("DELETE ") ? 7 : starts("UPDATE ") ? 7
-                         : starts("FETCH ") ? 6 : starts("MERGE ") ? 6
-                         : starts("MOVE ") ? 5 : starts("COPY ") ? 5 : 0) {
-    p = n2;
-  } else {
-    return false;
-  }
-  if (p >= len) return false;
-  uint64_t v = 0;
-  for (size_t i = p; i < len; ++i) {
-    if (tag[i] < '0' || tag[i] > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(tag[i] - '0');
-  }
-  *rows = v;
-  return true;
-}
-
 void error_sqlstate(const char* body, size_t len, char out[6]) {
   std::memcpy(out, "XX000", 6);
   size_t i = 0;

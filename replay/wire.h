@@ -1,9 +1,10 @@
 // The frontend side of PostgreSQL's protocol 3.0, as the replay speaks it
-// on connections it drives itself: request messages encoded once, when the
-// plan is built, and the few facts the engine takes from the server's
-// messages (row counts, SQLSTATE). libpq still opens every connection
-// (authentication, TLS, GSS); on a plaintext connection the engine then
-// writes the plan's bytes and reads the answers without it.
+// on connections it drives itself: request messages, encoded once when the
+// plan is built, and the SQLSTATE of the server's ErrorResponse (row counts
+// come from trace::split_command_tag, as the capture reads them). libpq
+// still opens every connection (authentication, TLS, GSS); on a plaintext
+// connection the engine then writes the plan's bytes and reads the answers
+// without it.
 #pragma once
 
 #include "trace/record.h"
@@ -38,11 +39,6 @@ inline uint32_t get32(const char* p) {
   const auto* u = reinterpret_cast<const unsigned char*>(p);
   return (uint32_t{u[0]} << 24) | (uint32_t{u[1]} << 16) | (uint32_t{u[2]} << 8) | u[3];
 }
-
-// The row count a CommandComplete tag carries, as PQcmdTuples reads it
-// ("INSERT 0 5" -> 5, "SELECT 3" -> 3, "BEGIN" -> none). Returns false
-// when the tag has none.
-bool tag_rows(const char* tag, size_t len, uint64_t* rows);
 
 // The SQLSTATE field ('C') of an ErrorResponse body; "XX000" when the body
 // (maybe cut short) has none. Writes five characters and a NUL.

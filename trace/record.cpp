@@ -40,4 +40,32 @@ std::string_view op_name(IoOp op) {
   return "unknown";
 }
 
+Result split_command_tag(std::string_view tag) {
+  Result r;
+  auto numeric = [](std::string_view s) {
+    if (s.empty() || s.size() > 20) return false;
+    for (char c : s)
+      if (c < '0' || c > '9') return false;
+    return true;
+  };
+  std::string_view rest = tag;
+  bool first = true;
+  for (;;) {
+    auto sp = rest.rfind(' ');
+    if (sp == std::string_view::npos) break;
+    std::string_view last = rest.substr(sp + 1);
+    if (!numeric(last)) break;
+    if (first) {
+      uint64_t v = 0;
+      for (char c : last) v = v * 10 + static_cast<uint64_t>(c - '0');
+      r.rows = v;
+      r.has_rows = true;
+      first = false;
+    }
+    rest = rest.substr(0, sp);
+  }
+  r.tag = rest;
+  return r;
+}
+
 }  // namespace tierlab::trace

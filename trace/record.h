@@ -210,6 +210,11 @@ struct Record {
 
 // Stable lower-case name of a kind ("session_begin", "block_io", ...).
 std::string_view kind_name(Kind k);
+
+// Splits a CommandComplete tag as the capture records it and the replay
+// reads it: "INSERT 0 5" -> {"INSERT", true, 5}, "SELECT 3" -> {"SELECT",
+// true, 3}, "CREATE TABLE" -> {"CREATE TABLE", false, 0}.
+Result split_command_tag(std::string_view tag);
 std::string_view op_name(IoOp op);
 
 }  // namespace tierlab::trace

@@ -310,19 +310,19 @@ TEST_CASE("wire: long CopyData is recorded in the pieces it arrives in", "[wire]
 }
 
 TEST_CASE("wire: command tags split into tag and rows", "[wire]") {
-  auto r = split_command_tag("INSERT 0 5");
+  auto r = trace::split_command_tag("INSERT 0 5");
   CHECK(r.tag == "INSERT");
   CHECK(r.has_rows);
   CHECK(r.rows == 5);
-  r = split_command_tag("SELECT 12");
+  r = trace::split_command_tag("SELECT 12");
   CHECK((r.tag == "SELECT" && r.rows == 12));
-  r = split_command_tag("UPDATE 0");
+  r = trace::split_command_tag("UPDATE 0");
   CHECK((r.tag == "UPDATE" && r.has_rows && r.rows == 0));
-  r = split_command_tag("CREATE TABLE");
+  r = trace::split_command_tag("CREATE TABLE");
   CHECK((r.tag == "CREATE TABLE" && !r.has_rows));
-  r = split_command_tag("BEGIN");
+  r = trace::split_command_tag("BEGIN");
   CHECK((r.tag == "BEGIN" && !r.has_rows));
-  r = split_command_tag("COPY 100000");
+  r = trace::split_command_tag("COPY 100000");
   CHECK((r.tag == "COPY" && r.rows == 100000));
 }
 

@@ -1,6 +1,6 @@
-// The replay's own protocol messages and the facts it reads from the
-// server's: byte layouts as the protocol documentation gives them, row
-// counts as PQcmdTuples reads them, SQLSTATE from (maybe cut) errors.
+// The replay's own protocol messages and what it reads from the server's:
+// byte layouts as the protocol documentation gives them, SQLSTATE from
+// (maybe cut) errors.
 #include "replay/wire.h"
 
 #include <catch2/catch.hpp>
@@ -18,8 +18,6 @@ std::string bytes(std::initializer_list<int> b) {
   for (int c : b) s.push_back(static_cast<char>(c));
   return s;
 }
-
-bool rows_of(const std::string& tag, uint64_t* rows) { return wire::tag_rows(tag.data(), tag.size(), rows); }
 
 }  // namespace
 
@@ -65,34 +63,6 @@ TEST_CASE("request messages are laid out as the protocol defines them", "[replay
   CHECK(out == std::string("d") + bytes({0, 0, 0, 6, '1', '\n'}) + std::string("c") + bytes({0, 0, 0, 4}) +
                    std::string("f") + bytes({0, 0, 0, 7, 'n', 'o', 0}));
   CHECK(wire::get32(out.data() + 1) == 6);
-}
-
-TEST_CASE("row counts are read from CommandComplete tags as PQcmdTuples reads them", "[replay][wire]") {
-  uint64_t rows = 99;
-  CHECK(rows_of("SELECT 3", &rows));
-  CHECK(rows == 3);
-  CHECK(rows_of("INSERT 0 5", &rows));
-  CHECK(rows == 5);
-  CHECK(rows_of("UPDATE 0", &rows));
-  CHECK(rows == 0);
-  CHECK(rows_of("DELETE 12", &rows));
-  CHECK(rows == 12);
-  CHECK(rows_of("FETCH 7", &rows));
-  CHECK(rows == 7);
-  CHECK(rows_of("MERGE 2", &rows));
-  CHECK(rows == 2);
-  CHECK(rows_of("MOVE 4", &rows));
-  CHECK(rows == 4);
-  CHECK(rows_of("COPY 100000", &rows));
-  CHECK(rows == 100000);
-  rows = 99;
-  CHECK_FALSE(rows_of("BEGIN", &rows));
-  CHECK_FALSE(rows_of("CREATE TABLE", &rows));
-  CHECK_FALSE(rows_of("SELECT", &rows));      // no count
-  CHECK_FALSE(rows_of("INSERT 0", &rows));    // OID but no count
-  CHECK_FALSE(rows_of("SELECT 1x", &rows));   // not a number
-  CHECK_FALSE(rows_of("SELECTED 1", &rows));
-  CHECK(rows == 99);
 }
 
 TEST_CASE("SQLSTATE is read from ErrorResponse fields, XX000 when missing or cut off", "[replay][wire]") {
