@@ -100,7 +100,6 @@ struct Shared {
   uint64_t initial = 0;               // sessions with gate 0
   std::atomic<uint64_t> initial_ready{0};
   std::atomic<Nanos> start{0};        // when the last of them connected
-  bool direct = true;  // Options::direct
 };
 
 // One session slot of a worker.
@@ -358,7 +357,7 @@ class Worker {
         return;
       case PGRES_POLLING_OK:
         if (PQsetnonblocking(s.conn, 1) != 0) return fail(slot, now);
-        s.direct = sh_.direct && !PQsslInUse(s.conn) && !PQgssEncInUse(s.conn);
+        s.direct = sh_.opts->direct && !PQsslInUse(s.conn) && !PQgssEncInUse(s.conn);
         if (s.direct && !s.in) s.in = std::make_unique_for_overwrite<char[]>(kInBuf);  // pages touched as used
         if (s.direct) ++stats_.sessions_direct;
         move(s, Event::Connected);
@@ -999,7 +998,6 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   Shared sh;
   sh.plan = &plan;
   sh.opts = &opts;
-  sh.direct = opts.direct;
   sh.sched.t0 = plan.t0;
   sh.sched.speed = opts.speed;
   sh.sched.max_speed = opts.max_speed;
