@@ -7,6 +7,7 @@
 #include "trace/writer.h"
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -76,6 +77,32 @@ class TraceBuilder {
 
  private:
   std::unique_ptr<trace::Writer> w_;
+};
+
+// One session written message by message, a millisecond apart, for traces
+// that need records TraceBuilder does not shape (portals, COPY out, ...).
+class Script {
+ public:
+  Script(const std::string& path, uint64_t session) : w_(trace::open_writer(path)), s_(session) {}
+  Nanos at() { return t_ += kMs; }
+  void send(const trace::Body& body) { w_->write(at(), s_, body); }
+  // CommandComplete and ReadyForQuery at one time.
+  void answer(const char* tag, bool has_rows, uint64_t rows, char ready = 'I') {
+    Nanos ts = at();
+    w_->write(ts, s_, trace::Result{tag, has_rows, rows});
+    w_->write(ts, s_, trace::Ready{ready});
+  }
+  void error(const char* sqlstate, char ready = 'I') {
+    Nanos ts = at();
+    w_->write(ts, s_, trace::Error{sqlstate, "ERROR", "captured failure"});
+    w_->write(ts, s_, trace::Ready{ready});
+  }
+  void close() { w_->close(); }
+
+ private:
+  std::unique_ptr<trace::Writer> w_;
+  uint64_t s_;
+  Nanos t_ = 0;
 };
 
 }  // namespace replay_test
