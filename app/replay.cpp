@@ -123,8 +123,8 @@ void setup_replay(CLI::App& parent) {
       "(statement and portal names, row limits, formats), and reads the answers. --wire libpq\n"
       "leaves that to libpq, as TLS and GSS sessions always do: libpq's calls in pipeline mode,\n"
       "the unnamed portal, one result format, a named Close as DEALLOCATE, and Executes that\n"
-      "resume a portal counted as not replayable. COPY inside the extended protocol is not\n"
-      "replayed.");
+      "resume a portal counted as not replayable. COPY FROM STDIN sends the captured data,\n"
+      "whether a Query or an Execute started it.");
   cmd->add_option("file", o->file, "trace file (.tlt)")->required();
   cmd->add_option("--db", o->db, "target: libpq conninfo or URI");
   auto* speed = cmd->add_option("--speed", o->speed, "replay speed factor (2 = twice as fast)")

@@ -71,9 +71,10 @@ constexpr uint64_t kTimerTag = ~uint64_t{0};
 // from its first kInBuf bytes.
 constexpr uint32_t kInBuf = 16384;
 constexpr uint32_t kMaxMessage = 1u << 30;
-// CopyDone, for a COPY FROM STDIN the capture holds no data for; after a
-// COPY started by Execute, a Sync follows (the server ignored the unit's
-// Sync while it waited for the data), as libpq's PQputCopyEnd sends it.
+// CopyDone, for a COPY FROM STDIN the capture holds no data for (it began
+// before the capture); after a COPY started by Execute, a Sync follows (the
+// server ignored the unit's Sync while it waited for the data), as libpq's
+// PQputCopyEnd sends it.
 constexpr char kCopyDone[10] = {'c', 0, 0, 0, 4, 'S', 0, 0, 0, 4};
 
 Nanos now_ns() { return clock_ns(CLOCK_MONOTONIC); }
@@ -645,7 +646,7 @@ class Worker {
         if (!busy) return true;
         const Unit& u = unit_of(s);
         move(s, Event::CopyInStarted);
-        if (u.kind == UnitKind::Copy && u.copy_wire) {
+        if (u.copy_wire) {
           s.out = u.copy_wire;
           s.out_left = u.copy_wire_len;
         } else {

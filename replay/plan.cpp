@@ -3,9 +3,10 @@
 // Records arrive in trace order: per session, client messages in the order
 // the client sent them and server messages in the order the server sent
 // them, interleaved as the capture saw them. A unit is what the client sent
-// before waiting: one Query (plus its COPY data) or the extended-protocol
-// messages up to Sync. Server answers (Result, Error) belong to the oldest
-// unit of the session still waiting for its ReadyForQuery.
+// before waiting: one Query or the extended-protocol messages up to Sync,
+// with the COPY data that follows when it starts a COPY FROM STDIN. Server
+// answers (Result, Error) belong to the oldest unit of the session still
+// waiting for its ReadyForQuery.
 #include "replay/plan.h"
 
 #include "common/error.h"
@@ -463,24 +464,29 @@ struct PlanBuilder::Impl {
   void on(SessionBuild& sb, Nanos, const trace::Flush&) {
     if (sb.ext_open) wire::flush(sb.wire);
   }
+  // COPY FROM STDIN data belongs to the unit that started the COPY: a Query
+  // (the unit becomes a Copy unit) or an Execute. A client that sent the
+  // Execute with Flush instead of Sync sends its data before any Sync: the
+  // extended unit ends there (its replay gets a Sync, which the server
+  // ignores in copy mode, as it ignores libpq's own one there).
   void on(SessionBuild& sb, Nanos, const trace::CopyData& d) {
     if (d.dir != trace::CopyDir::In) return;
-    if (sb.last_unit == kNone || plan->units[sb.last_unit].kind == UnitKind::Extended) {
-      ++plan->summary.unsupported;  // COPY inside the extended protocol
-      return;
-    }
-    plan->units[sb.last_unit].kind = UnitKind::Copy;
+    if (sb.ext_open && !sb.execs.empty()) finish_ext(sb);
+    if (sb.last_unit == kNone) return;  // started before the capture
+    Unit& u = plan->units[sb.last_unit];
+    if (u.kind == UnitKind::Simple) u.kind = UnitKind::Copy;
     sb.copy_tmp.push_back(
         CopyChunk{plan->arena.copy(d.data), static_cast<uint32_t>(d.data.size())});
     plan->summary.copy_bytes += d.data.size();
   }
   void end_copy(SessionBuild& sb, bool fail) {
-    if (sb.last_unit == kNone || plan->units[sb.last_unit].kind == UnitKind::Extended) {
+    if (sb.ext_open && !sb.execs.empty()) finish_ext(sb);
+    if (sb.last_unit == kNone) {
       sb.copy_tmp.clear();
       return;
     }
     Unit& u = plan->units[sb.last_unit];
-    u.kind = UnitKind::Copy;
+    if (u.kind == UnitKind::Simple) u.kind = UnitKind::Copy;
     u.copy_fail = fail;
     u.first_copy = static_cast<uint32_t>(plan->copy_chunks.size());
     u.n_copy = static_cast<uint32_t>(sb.copy_tmp.size());
@@ -490,6 +496,10 @@ struct PlanBuilder::Impl {
       for (const CopyChunk& ch : sb.copy_tmp) wire::copy_data(scratch, std::string_view(ch.data, ch.len));
       if (fail) wire::copy_fail(scratch, kCopyFailMessage);
       else wire::copy_done(scratch);
+      // After a COPY started by Execute the server waits for a Sync: it
+      // ignored the unit's while it read the data (libpq's PQputCopyEnd
+      // sends one too).
+      if (u.kind == UnitKind::Extended) wire::sync(scratch);
       u.copy_wire = plan->arena.copy(scratch);
       u.copy_wire_len = static_cast<uint32_t>(scratch.size());
     }

@@ -87,12 +87,15 @@ struct Unit {
   const char* sql = nullptr;    // Simple, Copy
   uint32_t first_op = 0, n_ops = 0;      // Extended: Plan::ops
   uint32_t first_stmt = 0, n_stmts = 0;  // Plan::stmts
-  uint32_t first_copy = 0, n_copy = 0;   // Copy: Plan::copy_chunks
+  // Copy, or Extended with an Execute that started COPY FROM STDIN: the
+  // captured data, in Plan::copy_chunks.
+  uint32_t first_copy = 0, n_copy = 0;
   bool in_window = true;
   // The request as protocol messages, for connections the engine drives
   // itself: the Query (Simple, Copy), or the messages as the client sent
   // them up to their Sync (Extended; a Sync added where the capture has
-  // none); Copy: its data as CopyData messages and the CopyDone or CopyFail.
+  // none); the COPY data as CopyData messages and the CopyDone or CopyFail
+  // (and, after an Execute, the Sync the server waits for then).
   const char* wire = nullptr;
   uint32_t wire_len = 0;
   uint32_t libpq_unsupported = 0;  // messages of it libpq cannot send

@@ -391,6 +391,62 @@ TEST_CASE("plan: COPY FROM STDIN keeps its data chunks", "[replay][plan]") {
   CHECK(p->summary.copy_bytes == 12);
 }
 
+TEST_CASE("plan: COPY FROM STDIN started by Execute keeps its data", "[replay][plan]") {
+  Trace t;
+  t.add(0, 3, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  // As libpq sends it: Parse, Bind, Describe, Execute, Sync, then the data,
+  // CopyDone and a second Sync.
+  t.add(1 * kMs, 3, trace::Parse{"", "COPY t FROM STDIN", {}});
+  t.add(1 * kMs, 3, trace::Bind{"", "", {}, {}});
+  t.add(1 * kMs, 3, trace::Describe{'P', ""});
+  t.add(1 * kMs, 3, trace::Execute{"", 0});
+  t.add(1 * kMs, 3, trace::Sync{});
+  t.add(2 * kMs, 3, trace::CopyData{trace::CopyDir::In, "1\ta\n"});
+  t.add(2 * kMs, 3, trace::CopyData{trace::CopyDir::In, "2\tb\n"});
+  t.add(2 * kMs, 3, trace::CopyDone{trace::CopyDir::In});
+  t.add(2 * kMs, 3, trace::Sync{});
+  t.add(3 * kMs, 3, result("COPY", 2));
+  t.add(3 * kMs, 3, trace::Ready{'I'});
+  // A client that sent Flush, not Sync, before its data, and failed it.
+  t.add(4 * kMs, 3, trace::Parse{"", "COPY t FROM STDIN", {}});
+  t.add(4 * kMs, 3, trace::Bind{"", "", {}, {}});
+  t.add(4 * kMs, 3, trace::Execute{"", 0});
+  t.add(4 * kMs, 3, trace::Flush{});
+  t.add(5 * kMs, 3, trace::CopyData{trace::CopyDir::In, "3\tc\n"});
+  t.add(5 * kMs, 3, trace::CopyFail{"gave up"});
+  t.add(5 * kMs, 3, trace::Sync{});
+  trace::Error e;
+  e.sqlstate = "57014";
+  t.add(6 * kMs, 3, e);
+  t.add(6 * kMs, 3, trace::Ready{'I'});
+  auto p = t.build();
+  CHECK(p->summary.unsupported == 0);
+  CHECK(p->summary.libpq_unsupported == 0);
+  CHECK(p->summary.copy_bytes == 12);
+  REQUIRE(p->sessions[0].n_units == 2);
+  const Unit& done = p->units[p->session_units[0]];
+  CHECK(done.kind == UnitKind::Extended);
+  REQUIRE(done.n_copy == 2);
+  CHECK(std::string(p->copy_chunks[done.first_copy + 1].data) == "2\tb\n");
+  CHECK(p->stmts[done.first_stmt].captured.rows == 2);
+  // CopyData, CopyData, CopyDone, then the Sync the server waits for.
+  REQUIRE(done.copy_wire_len == 2 * (5 + 4) + 5 + 5);
+  CHECK(done.copy_wire[0] == 'd');
+  CHECK(done.copy_wire[18] == 'c');
+  CHECK(done.copy_wire[23] == 'S');
+  // The unit itself ends with its captured Sync.
+  CHECK(done.wire[done.wire_len - 5] == 'S');
+  const Unit& failed = p->units[p->session_units[1]];
+  CHECK(failed.kind == UnitKind::Extended);
+  CHECK(failed.copy_fail);
+  REQUIRE(failed.n_copy == 1);
+  CHECK(failed.wire[failed.wire_len - 5] == 'S');  // added for the Flush
+  CHECK(failed.copy_wire[9] == 'f');
+  CHECK(failed.copy_wire[failed.copy_wire_len - 5] == 'S');
+  CHECK(p->stmts[failed.first_stmt].captured.status == Status::Error);
+  CHECK(std::string(p->stmts[failed.first_stmt].captured.sqlstate) == "57014");
+}
+
 TEST_CASE("plan: window drops units, re-prepares statements, concurrency counted", "[replay][plan]") {
   Trace t;
   std::vector<trace::Param> none;
