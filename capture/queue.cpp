@@ -83,8 +83,7 @@ size_t encoded_size(const trace::Record& r) {
                        else if constexpr (std::is_same_v<T, trace::Describe> ||
                                           std::is_same_v<T, trace::Close>)
                          return 1 + str_size(b.name);
-                       else if constexpr (std::is_same_v<T, trace::Sync> ||
-                                          std::is_same_v<T, trace::Flush>)
+                       else if constexpr (std::is_empty_v<T>)  // Sync, Flush, Suspended, ...
                          return 0;
                        else if constexpr (std::is_same_v<T, trace::CopyData>)
                          return 1 + str_size(b.data);
@@ -149,7 +148,7 @@ uint8_t* encode(const trace::Record& r, uint8_t* p) {
         } else if constexpr (std::is_same_v<T, trace::Describe> || std::is_same_v<T, trace::Close>) {
           p = put<char>(p, b.target);
           p = put_str(p, b.name);
-        } else if constexpr (std::is_same_v<T, trace::Sync> || std::is_same_v<T, trace::Flush>) {
+        } else if constexpr (std::is_empty_v<T>) {
         } else if constexpr (std::is_same_v<T, trace::CopyData>) {
           p = put<uint8_t>(p, static_cast<uint8_t>(b.dir));
           p = put_str(p, b.data);
@@ -267,6 +266,8 @@ bool RecordDecoder::decode(const uint8_t* data, size_t len, trace::Record& out) 
     }
     case trace::Kind::Sync: out.body = trace::Sync{}; break;
     case trace::Kind::Flush: out.body = trace::Flush{}; break;
+    case trace::Kind::Suspended: out.body = trace::Suspended{}; break;
+    case trace::Kind::EmptyQuery: out.body = trace::EmptyQuery{}; break;
     case trace::Kind::CopyData: {
       trace::CopyData b;
       b.dir = static_cast<trace::CopyDir>(in.get<uint8_t>());

@@ -403,7 +403,7 @@ struct Reader::Impl {
       } else if ((kb & kSameSession) && code != static_cast<uint8_t>(Kind::BlockIo)) {
         corrupt("undecodable payload (session flag on a storage record)");
       }
-      if (code >= kFirstExtension && code <= kLastExtension) {
+      if (code >= static_cast<uint8_t>(Kind::Count_) && code <= kLastExtension) {
         // A kind of a newer minor version: skip its body by length.
         bytes(varint());
         ++stats.records;
@@ -556,6 +556,13 @@ struct Reader::Impl {
         b.count = varint();
         break;
       }
+      case Kind::Suspended:
+      case Kind::EmptyQuery:
+        // Length-prefixed; a newer minor version may append fields: skipped.
+        bytes(varint());
+        if (code == static_cast<uint8_t>(Kind::Suspended)) out.body.emplace<Suspended>();
+        else out.body.emplace<EmptyQuery>();
+        break;
       case Kind::Count_: break;
     }
   }

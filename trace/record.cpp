@@ -25,6 +25,8 @@ std::string_view kind_name(Kind k) {
     case Kind::Sample: return "sample";
     case Kind::Meta: return "meta";
     case Kind::Loss: return "loss";
+    case Kind::Suspended: return "portal_suspended";
+    case Kind::EmptyQuery: return "empty_query";
     case Kind::Count_: break;
   }
   return "unknown";

@@ -129,6 +129,13 @@ struct Ready {
   char status = 'I';
 };
 
+// The answers to an Execute or a Query that are neither CommandComplete nor
+// ErrorResponse (trace format 1.1): PortalSuspended, an Execute that reached
+// its row limit with rows left in the portal; EmptyQueryResponse, an empty
+// statement.
+struct Suspended {};
+struct EmptyQuery {};
+
 // --- storage records ---------------------------------------------------------
 
 enum class IoOp : uint8_t { Read = 0, Write = 1, Flush = 2, Discard = 3 };
@@ -190,13 +197,16 @@ struct Loss {
 using Body = std::variant<SessionBegin, SessionEnd, Query, Parse, Bind, Execute,
                           Describe, Close, Sync, Flush, CopyData, CopyDone,
                           CopyFail, Result, Error, Ready, BlockIo, FileIo,
-                          Sample, Meta, Loss>;
+                          Sample, Meta, Loss,
+                          // format 1.1: length-prefixed kinds
+                          Suspended, EmptyQuery>;
 
 // The variant index is the record kind.
 enum class Kind : uint8_t {
   SessionBegin, SessionEnd, Query, Parse, Bind, Execute, Describe, Close, Sync,
   Flush, CopyData, CopyDone, CopyFail, Result, Error, Ready, BlockIo, FileIo,
   Sample, Meta, Loss,
+  Suspended, EmptyQuery,
   Count_
 };
 

@@ -512,6 +512,9 @@ struct Writer::Impl {
     } else if constexpr (std::is_same_v<T, Loss>) {
       p = put_varint(p, static_cast<uint8_t>(b.what));
       p = put_varint(p, b.count);
+    } else if constexpr (std::is_same_v<T, Suspended> || std::is_same_v<T, EmptyQuery>) {
+      static_assert(std::is_empty_v<T>, "a 1.1 kind with fields writes its body length first");
+      *p++ = 0;  // body length: the 1.1 kinds have no fields
     }
 
     // Invariant: the bound covered everything written.

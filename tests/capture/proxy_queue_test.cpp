@@ -38,6 +38,8 @@ std::vector<trace::Record> sample_records() {
   v.push_back({13, 7, trace::Result{"INSERT", true, 5}});
   v.push_back({14, 7, trace::Error{"22012", "ERROR", "division by zero"}});
   v.push_back({15, 7, trace::Ready{'T'}});
+  v.push_back({15, 7, trace::Suspended{}});
+  v.push_back({15, 7, trace::EmptyQuery{}});
   v.push_back({16, 0, trace::Meta{"server_version", "15.4"}});
   v.push_back({17, 0, trace::Loss{trace::LossKind::QueueOverflow, 3}});
   v.push_back({18, 7, trace::SessionEnd{trace::EndReason::ClientAbort}});

@@ -156,6 +156,7 @@ TEST_CASE("foreign, empty and truncated headers are clear errors", "[trace][reco
   CHECK(error_of(bad) == "t.tlt: header CRC mismatch");
   bad = good;
   fmt::put_u16(bad.data() + 8, 2);
+  fmt::put_u16(bad.data() + 10, 0);
   CHECK(error_of(bad) == "t.tlt: unsupported trace version 2.0 (this tierlab reads 1.x)");
   // Through a file, the path is named.
   TempDir dir;
@@ -275,14 +276,16 @@ TEST_CASE("a newer minor version with a longer header and unknown record kinds i
   put({static_cast<uint8_t>(Kind::Result) | fmt::kZeroDelta, 3, 2, 8});  // s3 SELECT 7
   put({40, 20, 3, 4, 0xde, 0xad, 0xbe, 0xef});                        // kind 40: +10 ns, body 4 bytes
   put({40 | fmt::kZeroDelta | fmt::kSameSession, 0});                 // kind 40, empty body
+  // A 1.1 kind with a field a later minor version appended: the field is skipped.
+  put({static_cast<uint8_t>(Kind::Suspended) | fmt::kZeroDelta | fmt::kSameSession, 2, 0x05, 0x06});
   put({static_cast<uint8_t>(Kind::Ready) | fmt::kSameSession, 2, 'I'});  // +1 ns
-  put({fmt::kEnd | fmt::kZeroDelta, 4, 1, 1});                        // 4 records, 1 string, 1 chunk
+  put({fmt::kEnd | fmt::kZeroDelta, 5, 1, 1});                        // 5 records, 1 string, 1 chunk
   uint8_t h[fmt::kChunkHeaderLen] = {};
   fmt::put_u32(h, fmt::kChunkMagic);
   fmt::put_u32(h + 4, fmt::kChunkEnd | (1u << 20));  // an ignorable flag of a newer minor
   fmt::put_u32(h + 8, static_cast<uint32_t>(pl.size()));
   fmt::put_u32(h + 12, static_cast<uint32_t>(pl.size()));
-  fmt::put_u32(h + 16, 4);
+  fmt::put_u32(h + 16, 5);
   fmt::put_i64(h + 24, 6000);
   fmt::put_u32(h + 32, crc32c(crc32c(0, h, 32), pl.data(), pl.size()));
   fmt::put_u32(h + 36, crc32c(0, h, 36));
@@ -295,11 +298,12 @@ TEST_CASE("a newer minor version with a longer header and unknown record kinds i
   CHECK(r.header().start_mono_ns == 5000);
   CHECK(r.header().realtime_offset_ns == 1'700'000'000'000'000'000);
   auto got = read_all(r);
-  REQUIRE(got.size() == 2);
+  REQUIRE(got.size() == 3);
   CHECK(got[0] == canon(Record{6000, 3, Result{"SELECT", true, 7}}));
-  CHECK(got[1] == canon(Record{6011, 3, Ready{'I'}}));
+  CHECK(got[1] == canon(Record{6010, 3, Suspended{}}));
+  CHECK(got[2] == canon(Record{6011, 3, Ready{'I'}}));
   CHECK(r.stats().terminated);
-  CHECK(r.stats().records == 4);  // the two skipped ones count as read
+  CHECK(r.stats().records == 5);  // the two skipped ones count as read
 
   // An unknown must-understand chunk flag is refused.
   fmt::put_u32(b.data() + 44 + 4, fmt::kChunkEnd | (1u << 9));

@@ -82,7 +82,7 @@ TEST_CASE("every record kind round trips with all its fields", "[trace]") {
       CHECK(r.stats().bytes == bytes.size());
       CHECK(r.stats().chunks > 1);
       CHECK(r.header().major == 1);
-      CHECK(r.header().minor == 0);
+      CHECK(r.header().minor == 1);
     }
   }
 }

@@ -182,6 +182,8 @@ inline void fill_every_kind(Corpus& c, size_t big_copy) {
   add(1, 3, Ready{'I'});
   add(1, 3, Ready{'T'});
   add(1, 3, Ready{'E'});
+  add(1, 3, Suspended{});
+  add(0, 3, EmptyQuery{});
   add(100, 0, BlockIo{t + 250'000, (8u << 20) | 16, 1ull << 36, 8192, IoOp::Read, kIoSync, 4242});
   add(100, 0, BlockIo{t + 99, (8u << 20) | 16, (1ull << 36) + 8192, 8192, IoOp::Write, kIoMeta | kIoFua, 4243});
   add(100, 0, BlockIo{t + 100, (259u << 20) | 1, 4097, 513, IoOp::Flush, 0, 1});
