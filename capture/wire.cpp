@@ -269,12 +269,12 @@ constexpr uint8_t action_of(Direction d, char type) {
   }
   switch (type) {
     case 'R': case 'K': case 'S': case 'Z': case 'C': case 'E': case 'N': case 'A':
-    case 'G': case 'H': case 'W': case 'c':
+    case 'G': case 'H': case 'W': case 'c': case 's': case 'I':
       return 1;
     case 'd':
       return 3;
-    case 'D': case 'T': case 't': case '1': case '2': case '3': case 'n': case 's':
-    case 'I': case 'v': case 'V':
+    case 'D': case 'T': case 't': case '1': case '2': case '3': case 'n':
+    case 'v': case 'V':
       return 2;
     default:
       return 0;
@@ -737,6 +737,12 @@ bool SessionDecoder::backend_message(char type, const uint8_t* b, uint32_t len, 
       emit(ts, trace::split_command_tag(tag));
       return true;
     }
+    case 's':  // PortalSuspended: an Execute's answer, like CommandComplete
+      emit(ts, trace::Suspended{});
+      return true;
+    case 'I':  // EmptyQueryResponse
+      emit(ts, trace::EmptyQuery{});
+      return true;
     case 'E':
     case 'N': {
       std::string_view sev, vsev, code, msg;

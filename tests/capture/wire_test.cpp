@@ -61,6 +61,10 @@ std::string describe(const trace::Record& r) {
           o << "ready " << b.status;
         } else if constexpr (std::is_same_v<T, trace::Loss>) {
           o << "loss " << static_cast<int>(b.what) << " " << b.count;
+        } else if constexpr (std::is_same_v<T, trace::Suspended>) {
+          o << "suspended";
+        } else if constexpr (std::is_same_v<T, trace::EmptyQuery>) {
+          o << "empty";
         } else {
           o << "other";
         }
@@ -171,6 +175,41 @@ TEST_CASE("wire: extended protocol with parameters and formats", "[wire]") {
       "s7 sync",
       "s7 result SELECT 1",
       "s7 ready I",
+      "s7 end 1",
+  };
+  CHECK(lines == want);
+}
+
+TEST_CASE("wire: every answer is recorded: PortalSuspended and EmptyQueryResponse too", "[wire]") {
+  auto steps = login();
+  // A portal fetched 2 rows at a time (JDBC's fetch size), then an empty
+  // statement, in one Sync group; then an empty simple Query.
+  steps.push_back({F, cat({Msg('B').str("c1").str("s1").i16(0).i16(0).i16(0), Msg('E').str("c1").i32(2),
+                           Msg('E').str("c1").i32(2), Msg('P').str("").str("").i16(0),
+                           Msg('B').str("").str("").i16(0).i16(0).i16(0), Msg('E').str("").i32(0), sync_msg()})});
+  steps.push_back({B, cat({Msg('2'), Msg('D').i16(1).i32(1).raw("1"), Msg('D').i16(1).i32(1).raw("2"), Msg('s'),
+                           Msg('D').i16(1).i32(1).raw("3"), complete("SELECT 1"), Msg('1'), Msg('2'), Msg('I'),
+                           ready('T')})});
+  steps.push_back({F, Msg('Q').str("")});
+  steps.push_back({B, cat({Msg('I'), ready('T')})});
+  auto lines = run(steps);
+  std::vector<std::string> want = {
+      "s7 begin user=alice db=shop app=pgbench addr=127.0.0.1:5000 pid=4242 flags=0",
+      "s7 ready I",
+      "s7 bind c1/s1 params= res=",
+      "s7 execute c1 2",
+      "s7 execute c1 2",
+      "s7 parse  [] types=",
+      "s7 bind / params= res=",
+      "s7 execute  0",
+      "s7 sync",
+      "s7 suspended",
+      "s7 result SELECT 1",
+      "s7 empty",
+      "s7 ready T",
+      "s7 query ",
+      "s7 empty",
+      "s7 ready T",
       "s7 end 1",
   };
   CHECK(lines == want);
