@@ -515,6 +515,10 @@ struct PlanBuilder::Impl {
   void on(SessionBuild& sb, Nanos ts, const trace::Error& e) {
     on_answer(sb, ts, true, e.sqlstate, false, 0);
   }
+  // Answers without a tag (trace format 1.1; older traces lack them, and a
+  // Sync group's later answers then pair with its earlier Executes).
+  void on(SessionBuild& sb, Nanos ts, const trace::Suspended&) { on_answer(sb, ts, false, {}, false, 0); }
+  void on(SessionBuild& sb, Nanos ts, const trace::EmptyQuery&) { on_answer(sb, ts, false, {}, false, 0); }
   void on(SessionBuild& sb, Nanos ts, const trace::Ready& r) { on_ready(sb, ts, r.status); }
   template <typename T>
   void on(SessionBuild&, Nanos, const T&) {}  // storage records, meta, loss

@@ -834,7 +834,7 @@ TEST_CASE("a portal read in row-limited Executes (a JDBC fetch size) replays as 
     w.send(trace::Describe{'P', "C_1"});
     w.send(trace::Execute{"C_1", 10});
     w.send(trace::Sync{});
-    w.send(trace::Ready{'T'});  // PortalSuspended is not recorded
+    w.send(trace::Ready{'T'});  // as traces before format 1.1: no Suspended record
     for (int i = 0; i < 2; ++i) {
       w.send(trace::Execute{"C_1", 10});
       w.send(trace::Flush{});
@@ -870,5 +870,52 @@ TEST_CASE("a portal read in row-limited Executes (a JDBC fetch size) replays as 
     // row limit) and the two that resume it cannot be sent.
     CHECK(r.statements == (direct ? 5u : 3u));
     CHECK(r.unsupported == (direct ? 0u : 2u));
+  }
+}
+
+TEST_CASE("every answer pairs with its Execute: a suspended portal and an empty statement before a failing one",
+          "[replay][pg]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("answers.tlt");
+  {
+    Script w(path, 1);
+    w.send(trace::SessionBegin{"postgres", "postgres", "", "", 0, 0});
+    w.send(trace::Query{"BEGIN"});
+    w.answer("BEGIN", false, 0, 'T');
+    // One Sync group: a portal fetched 2 of its 5 rows, an empty statement,
+    // then a statement that fails. Its error is the third Execute's answer.
+    w.send(trace::Parse{"", "SELECT g FROM generate_series(1, 5) g", {}});
+    w.send(trace::Bind{"C_1", "", {}, {}});
+    w.send(trace::Execute{"C_1", 2});
+    w.send(trace::Parse{"", "", {}});
+    w.send(trace::Bind{"", "", {}, {}});
+    w.send(trace::Execute{"", 0});
+    w.send(trace::Parse{"", "SELECT 1/0", {}});
+    w.send(trace::Bind{"", "", {}, {}});
+    w.send(trace::Execute{"", 0});
+    w.send(trace::Sync{});
+    w.send(trace::Suspended{});
+    w.send(trace::EmptyQuery{});
+    w.error("22012", 'E');
+    w.send(trace::Query{"ROLLBACK"});
+    w.answer("ROLLBACK", false, 0);
+    w.send(trace::SessionEnd{});
+    w.close();
+  }
+  replay::Workload wl = load_file(path);
+  CHECK(wl.summary().statements == 5);
+  for (bool direct : {true, false}) {
+    INFO((direct ? "direct" : "libpq"));
+    replay::Options o = opts_for(pg);
+    o.direct = direct;
+    replay::Report r = replay::run(wl, o);
+    INFO(r.first_session_error);
+    CHECK(r.sessions_failed == 0);
+    CHECK(r.statements == 5);
+    CHECK(r.errors == 1);
+    CHECK(r.transactions == 1);
+    CHECK(r.divergence_error_status == 0);
+    CHECK(r.divergence_row_count == 0);
   }
 }
