@@ -5,8 +5,8 @@
 // them, interleaved as the capture saw them. A unit is what the client sent
 // before waiting: one Query or the extended-protocol messages up to Sync,
 // with the COPY data that follows when it starts a COPY FROM STDIN. Server
-// answers (Result, Error) belong to the oldest unit of the session still
-// waiting for its ReadyForQuery.
+// answers (Result, Error, Suspended, EmptyQuery) belong to the oldest unit
+// of the session still waiting for its ReadyForQuery.
 #include "replay/plan.h"
 
 #include "common/error.h"
