@@ -41,6 +41,19 @@ replay::Options opts_for(const pgtmp::Server& pg) {
   return o;
 }
 
+// Replays `wl` with `o` twice: sessions driven directly, then through libpq;
+// `check(direct, report)` after each, under an INFO naming the way.
+template <class Check>
+void replay_both_ways(const replay::Workload& wl, replay::Options o, Check check) {
+  for (bool direct : {true, false}) {
+    INFO((direct ? "direct" : "libpq"));
+    o.direct = direct;
+    replay::Report r = replay::run(wl, o);
+    INFO(r.first_session_error);
+    check(direct, r);
+  }
+}
+
 // pgbench's built-in TPC-B-like script, recorded the way the proxy records
 // it in each protocol mode: -M simple sends Query messages with the values
 // inlined; -M extended sends Parse(unnamed)/Bind/Describe/Execute/Sync;
@@ -762,16 +775,11 @@ TEST_CASE("sessions driven directly and through libpq give the same answers", "[
     w.send(trace::SessionEnd{});
     w.close();
   }
-  replay::Workload wl = load_file(path);
   std::vector<replay::Report> reports;
-  for (bool direct : {true, false}) {
-    INFO((direct ? "direct" : "libpq"));
-    replay::Options o = opts_for(pg);
-    o.max_speed = true;
-    o.direct = direct;
-    reports.push_back(replay::run(wl, o));
-    const replay::Report& r = reports.back();
-    INFO(r.first_session_error);
+  replay::Options o = opts_for(pg);
+  o.max_speed = true;
+  replay_both_ways(load_file(path), o, [&](bool direct, const replay::Report& r) {
+    reports.push_back(r);
     CHECK(r.sessions_failed == 0);
     CHECK(r.sessions_direct == (direct ? 1u : 0u));
     CHECK(r.statements == 27);
@@ -780,7 +788,8 @@ TEST_CASE("sessions driven directly and through libpq give the same answers", "[
     CHECK(r.errors == 7);
     CHECK(r.divergence_error_status == 0);
     CHECK(r.divergence_row_count == 0);
-  }
+  });
+  REQUIRE(reports.size() == 2);
   CHECK(reports[0].errors_by_sqlstate == reports[1].errors_by_sqlstate);
   CHECK(reports[0].errors_by_sqlstate.size() == 6);
 }
@@ -802,12 +811,7 @@ TEST_CASE("a session whose backend is terminated fails alone, driven directly or
     b.end(20 * kMs, 2);
     b.close();
   }
-  for (bool direct : {true, false}) {
-    INFO((direct ? "direct" : "libpq"));
-    replay::Options o = opts_for(pg);
-    o.direct = direct;
-    replay::Report r = replay::run(load_file(path), o);
-    INFO(r.first_session_error);
+  replay_both_ways(load_file(path), opts_for(pg), [](bool, const replay::Report& r) {
     CHECK(r.sessions == 2);
     CHECK(r.sessions_failed == 1);
     CHECK(r.first_session_error.find("closed the connection") != std::string::npos);
@@ -816,7 +820,7 @@ TEST_CASE("a session whose backend is terminated fails alone, driven directly or
     // never got its ReadyForQuery, its FATAL is counted.
     CHECK(r.statements == 6);
     CHECK(r.errors_by_sqlstate == std::vector<std::pair<std::string, uint64_t>>{{"57P01", 1}});
-  }
+  });
 }
 
 TEST_CASE("a portal read in row-limited Executes (a JDBC fetch size) replays as captured", "[replay][pg]") {
@@ -855,12 +859,7 @@ TEST_CASE("a portal read in row-limited Executes (a JDBC fetch size) replays as 
   CHECK(wl.summary().statements == 5);
   CHECK(wl.summary().unsupported == 0);
   CHECK(wl.summary().libpq_unsupported == 2);
-  for (bool direct : {true, false}) {
-    INFO((direct ? "direct" : "libpq"));
-    replay::Options o = opts_for(pg);
-    o.direct = direct;
-    replay::Report r = replay::run(wl, o);
-    INFO(r.first_session_error);
+  replay_both_ways(wl, opts_for(pg), [](bool direct, const replay::Report& r) {
     CHECK(r.sessions_failed == 0);
     CHECK(r.errors == 0);
     CHECK(r.transactions == 1);
@@ -870,7 +869,7 @@ TEST_CASE("a portal read in row-limited Executes (a JDBC fetch size) replays as 
     // row limit) and the two that resume it cannot be sent.
     CHECK(r.statements == (direct ? 5u : 3u));
     CHECK(r.unsupported == (direct ? 0u : 2u));
-  }
+  });
 }
 
 TEST_CASE("every answer pairs with its Execute: a suspended portal and an empty statement before a failing one",
@@ -905,17 +904,12 @@ TEST_CASE("every answer pairs with its Execute: a suspended portal and an empty 
   }
   replay::Workload wl = load_file(path);
   CHECK(wl.summary().statements == 5);
-  for (bool direct : {true, false}) {
-    INFO((direct ? "direct" : "libpq"));
-    replay::Options o = opts_for(pg);
-    o.direct = direct;
-    replay::Report r = replay::run(wl, o);
-    INFO(r.first_session_error);
+  replay_both_ways(wl, opts_for(pg), [](bool, const replay::Report& r) {
     CHECK(r.sessions_failed == 0);
     CHECK(r.statements == 5);
     CHECK(r.errors == 1);
     CHECK(r.transactions == 1);
     CHECK(r.divergence_error_status == 0);
     CHECK(r.divergence_row_count == 0);
-  }
+  });
 }
