@@ -469,24 +469,26 @@ struct PlanBuilder::Impl {
   // Execute with Flush instead of Sync sends its data before any Sync: the
   // extended unit ends there (its replay gets a Sync, which the server
   // ignores in copy mode, as it ignores libpq's own one there).
-  void on(SessionBuild& sb, Nanos, const trace::CopyData& d) {
-    if (d.dir != trace::CopyDir::In) return;
+  Unit* copy_unit(SessionBuild& sb) {
     if (sb.ext_open && !sb.execs.empty()) finish_ext(sb);
-    if (sb.last_unit == kNone) return;  // started before the capture
+    if (sb.last_unit == kNone) return nullptr;  // the COPY began before the capture
     Unit& u = plan->units[sb.last_unit];
     if (u.kind == UnitKind::Simple) u.kind = UnitKind::Copy;
+    return &u;
+  }
+  void on(SessionBuild& sb, Nanos, const trace::CopyData& d) {
+    if (d.dir != trace::CopyDir::In || !copy_unit(sb)) return;
     sb.copy_tmp.push_back(
         CopyChunk{plan->arena.copy(d.data), static_cast<uint32_t>(d.data.size())});
     plan->summary.copy_bytes += d.data.size();
   }
   void end_copy(SessionBuild& sb, bool fail) {
-    if (sb.ext_open && !sb.execs.empty()) finish_ext(sb);
-    if (sb.last_unit == kNone) {
+    Unit* unit = copy_unit(sb);
+    if (!unit) {
       sb.copy_tmp.clear();
       return;
     }
-    Unit& u = plan->units[sb.last_unit];
-    if (u.kind == UnitKind::Simple) u.kind = UnitKind::Copy;
+    Unit& u = *unit;
     u.copy_fail = fail;
     u.first_copy = static_cast<uint32_t>(plan->copy_chunks.size());
     u.n_copy = static_cast<uint32_t>(sb.copy_tmp.size());

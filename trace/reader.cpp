@@ -403,13 +403,17 @@ struct Reader::Impl {
       } else if ((kb & kSameSession) && code != static_cast<uint8_t>(Kind::BlockIo)) {
         corrupt("undecodable payload (session flag on a storage record)");
       }
-      if (code >= static_cast<uint8_t>(Kind::Count_) && code <= kLastExtension) {
-        // A kind of a newer minor version: skip its body by length.
+      if (code >= kFirstExtension && code <= kLastExtension) {
+        // Length-prefixed kinds. The 1.1 kinds have no fields: what their
+        // body holds was appended by a later minor version. A kind of a
+        // later minor version is skipped whole.
         bytes(varint());
-        ++stats.records;
-        ++chunk_seen;
-        pending_def_bytes = 0;
-        continue;
+        if (code >= static_cast<uint8_t>(Kind::Count_)) {
+          ++stats.records;
+          ++chunk_seen;
+          pending_def_bytes = 0;
+          continue;
+        }
       }
       if (code >= static_cast<uint8_t>(Kind::Count_))
         corrupt("undecodable payload (unknown record kind " + std::to_string(code) + ")");
@@ -556,13 +560,8 @@ struct Reader::Impl {
         b.count = varint();
         break;
       }
-      case Kind::Suspended:
-      case Kind::EmptyQuery:
-        // Length-prefixed; a newer minor version may append fields: skipped.
-        bytes(varint());
-        if (code == static_cast<uint8_t>(Kind::Suspended)) out.body.emplace<Suspended>();
-        else out.body.emplace<EmptyQuery>();
-        break;
+      case Kind::Suspended: out.body.emplace<Suspended>(); break;  // body read by length
+      case Kind::EmptyQuery: out.body.emplace<EmptyQuery>(); break;
       case Kind::Count_: break;
     }
   }
