@@ -294,6 +294,7 @@ class SniffCapture : public TxCapture {
                 static_cast<unsigned long long>(s.packets), static_cast<double>(s.bytes) / 1e6,
                 static_cast<unsigned long long>(s.kernel_drops), static_cast<unsigned long long>(s.if_drops),
                 static_cast<unsigned long long>(s.gaps), static_cast<unsigned long long>(s.gap_bytes));
+    std::fputs(capture::drop_advice(s).c_str(), stdout);
     if (s.joined) std::printf("sessions joined mid-stream: %llu\n", static_cast<unsigned long long>(s.joined));
     if (s.tls_sessions)
       std::printf("sessions encrypted (TLS/GSS), not decodable: %llu\n",
@@ -594,7 +595,7 @@ void setup_capture_run(CLI::App& parent) {
   auto* port = cmd->add_option("--port,-p", opt->port, "passive: the server's TCP port");
   auto* host = cmd->add_option("--host", opt->host, "passive: the server's IP address (default: any)");
   auto* buffer = cmd->add_option("--buffer-size,-B", opt->buffer_size,
-                                 "passive: kernel capture buffer (default 64M; larger means fewer drops)");
+                                 "passive: kernel capture buffer (default 8M; larger means fewer drops)");
   cmd->add_option("--device", opt->device,
                   "block device holding the data directory (vda, /dev/vda, 254:0 or a path on it); needs root");
   cmd->add_option("--out,-o", opt->out, "trace file to write (.tlt)")->required();

@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/realtime.h"
+#include "common/units.h"
 #include "trace/writer.h"
 
 #include <pcap/pcap.h>
@@ -346,14 +347,16 @@ void ignore_loopback_echo(pcap_t* p, const std::string& interface) {
   (void)setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
 }
 
+// The ring asked of libpcap, which takes an int.
+uint64_t ring_bytes(const SniffOptions& o) { return std::min<uint64_t>(o.buffer_bytes, 1ull << 30); }
+
 PcapPtr open_live(const SniffOptions& o, bool* nano, std::ostream& log) {
   char err[PCAP_ERRBUF_SIZE] = {};
   PcapPtr p(pcap_create(o.interface.c_str(), err));
   if (!p) throw RuntimeError("capture sniff: interface " + o.interface + ": " + err);
   std::string where = "capture sniff: interface " + o.interface;
   check(p.get(), pcap_set_snaplen(p.get(), o.snaplen), where + ": snaplen");
-  check(p.get(), pcap_set_buffer_size(p.get(), static_cast<int>(std::min<uint64_t>(
-                                                   o.buffer_bytes, 1ull << 30))),
+  check(p.get(), pcap_set_buffer_size(p.get(), static_cast<int>(ring_bytes(o))),
         where + ": buffer size");
   check(p.get(), pcap_set_immediate_mode(p.get(), 0), where + ": immediate mode");
   check(p.get(), pcap_set_timeout(p.get(), 100), where + ": timeout");
@@ -478,6 +481,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
   auto writer = trace::open_writer(o.out, wo);
 
   SniffSummary sum;
+  if (live) sum.buffer_bytes = ring_bytes(o);
   TraceSink sink(*writer);
   {
     auto meta = [&](std::string_view k, std::string_view v) {
@@ -614,7 +618,7 @@ void print_summary(const SniffSummary& s, bool live, std::ostream& out) {
   if (live) {
     std::snprintf(buf, sizeof buf, "kernel drops: %" PRIu64 ", interface drops: %" PRIu64 "\n",
                   s.kernel_drops, s.if_drops);
-    out << buf;
+    out << buf << drop_advice(s);
   }
   std::snprintf(buf, sizeof buf,
                 "sessions: %" PRIu64 " (%" PRIu64 " joined mid-stream)\n"
@@ -634,6 +638,13 @@ void print_summary(const SniffSummary& s, bool live, std::ostream& out) {
     out << buf;
   }
   out << "records written: " << s.records << "\n";
+}
+
+std::string drop_advice(const SniffSummary& s) {
+  if (s.kernel_drops == 0) return {};
+  return "the capture ring (" + format_bytes(static_cast<double>(s.buffer_bytes)) +
+         ") overflowed: the sessions those packets belonged to have stream gaps; "
+         "capture with a larger --buffer-size\n";
 }
 
 }  // namespace tierlab::capture

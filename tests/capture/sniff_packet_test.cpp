@@ -11,6 +11,7 @@
 
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 
 using namespace tierlab;
@@ -112,6 +113,24 @@ TEST_CASE("parse_packet handles VLAN tags, padding, snaplen and foreign frames",
 
   CHECK(parse_packet(DLT_IEEE802_11, frag.data(), 60, 60, &s) == ParseResult::UnknownLink);
   CHECK_FALSE(link_type_supported(DLT_IEEE802_11));
+}
+
+TEST_CASE("a live summary with kernel drops says the ring overflowed and how to avoid it",
+          "[sniff][summary]") {
+  SniffSummary s;
+  s.buffer_bytes = 8ull << 20;
+  std::ostringstream clean;
+  print_summary(s, /*live=*/true, clean);
+  CHECK(drop_advice(s).empty());
+  CHECK(clean.str().find("--buffer-size") == std::string::npos);
+
+  s.kernel_drops = 12;
+  std::string advice = drop_advice(s);
+  CHECK(advice == "the capture ring (8.0 MiB) overflowed: the sessions those packets belonged to "
+                  "have stream gaps; capture with a larger --buffer-size\n");
+  std::ostringstream dropped;
+  print_summary(s, /*live=*/true, dropped);
+  CHECK(dropped.str().find("kernel drops: 12, interface drops: 0\n" + advice) != std::string::npos);
 }
 
 TEST_CASE("session map lines name user and database per client", "[sniff][map]") {

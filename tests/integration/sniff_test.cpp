@@ -294,6 +294,44 @@ TEST_CASE("a session opened before the capture is joined at a message boundary",
   CHECK(sniff.out().find("1 joined mid-stream") != std::string::npos);
 }
 
+TEST_CASE("packets the kernel dropped from a full ring are in the summary and the trace",
+          "[integration][sniff]") {
+  test::require_root("loopback packet capture");
+  auto& pg = test::shared_server();
+  init_pgbench(pg);
+  test::TempDir dir;
+  std::string trace_path = dir.file("drops.tlt");
+  Background sniff({TIERLAB_BINARY, "capture", "sniff", "--interface", "lo", "--port",
+                    std::to_string(pg.port()), "--host", "127.0.0.1", "--buffer-size", "256k",
+                    "--out", trace_path},
+                   dir.file("sniff.out"));
+  REQUIRE(sniff.wait_for("capturing on"));
+  // A stopped capture reads nothing: two seconds of select-only traffic
+  // (megabytes of packets) overflow a 256 KiB ring.
+  sniff.signal(SIGSTOP);
+  std::string out;
+  int rc = pg.run_tool("pgbench", {"-n", "-S", "-c", "2", "-T", "2"}, &out);
+  sniff.signal(SIGCONT);
+  INFO(out);
+  REQUIRE(rc == 0);
+  REQUIRE(sniff.stop(SIGINT) == 0);
+  std::string summary = sniff.out();
+  INFO(summary << sniff.err());
+
+  uint64_t drops = summary_number(summary, "kernel drops");
+  CHECK(drops > 0);
+  CHECK(summary.find("the capture ring (256.0 KiB) overflowed") != std::string::npos);
+  CHECK(summary.find("larger --buffer-size") != std::string::npos);
+  TraceCounts t = count_trace(trace_path);
+  CHECK(t.packet_drops == drops);
+  // The lost packets left holes in the sessions they belonged to: counted,
+  // in the summary and in the trace, and the sessions were still recorded.
+  CHECK(t.stream_gaps > 0);
+  CHECK(summary_number(summary, "stream gaps") == t.stream_gaps);
+  CHECK(t.sessions.size() >= 2);
+  CHECK(t.statements > 0);
+}
+
 TEST_CASE("capture sniff says in one line that unix sockets cannot be sniffed",
           "[integration][sniff]") {
   auto r = test::run_tierlab({"capture", "sniff", "--interface", "/var/run/postgresql", "--out",

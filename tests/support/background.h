@@ -68,6 +68,9 @@ class Background {
     return true;
   }
 
+  // Sends `sig` and returns: SIGSTOP and SIGCONT pause and resume the process.
+  void signal(int sig) { kill(pid_, sig); }
+
   // Sends `sig`, waits for the exit; returns the exit status.
   int stop(int sig = SIGINT) {
     kill(pid_, sig);
