@@ -595,7 +595,7 @@ void setup_capture_run(CLI::App& parent) {
   auto* port = cmd->add_option("--port,-p", opt->port, "passive: the server's TCP port");
   auto* host = cmd->add_option("--host", opt->host, "passive: the server's IP address (default: any)");
   auto* buffer = cmd->add_option("--buffer-size,-B", opt->buffer_size,
-                                 "passive: kernel capture buffer (default 8M; larger means fewer drops)");
+                                 "passive: kernel capture buffer, 64K to 1G (default 8M; larger means fewer drops)");
   cmd->add_option("--device", opt->device,
                   "block device holding the data directory (vda, /dev/vda, 254:0 or a path on it); needs root");
   cmd->add_option("--out,-o", opt->out, "trace file to write (.tlt)")->required();

@@ -69,7 +69,7 @@ void setup_capture_sniff(CLI::App& parent) {
                   "stop live capture after this long (30s, 5m); default: until SIGINT/SIGTERM");
   sub->add_option("--snaplen,-s", o.snaplen, "bytes captured per packet")->capture_default_str();
   sub->add_option("--buffer-size,-B", cli->buffer_size,
-                  "kernel capture buffer (default 8M; larger means fewer drops under load)");
+                  "kernel capture buffer, 64K to 1G (default 8M; larger means fewer drops under load)");
   add_compress_level(*sub, o.compression_level);
   sub->add_option("--session-map", o.session_map,
                   "file naming user and database of sessions already open when capture starts; "

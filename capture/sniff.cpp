@@ -347,8 +347,10 @@ void ignore_loopback_echo(pcap_t* p, const std::string& interface) {
   (void)setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one);
 }
 
-// The ring asked of libpcap, which takes an int.
-uint64_t ring_bytes(const SniffOptions& o) { return std::min<uint64_t>(o.buffer_bytes, 1ull << 30); }
+// The kernel ring's bounds: below a few blocks libpcap silently rounds up,
+// and libpcap takes the size as an int.
+constexpr uint64_t kMinRingBytes = 64ull << 10;
+constexpr uint64_t kMaxRingBytes = 1ull << 30;
 
 PcapPtr open_live(const SniffOptions& o, bool* nano, std::ostream& log) {
   char err[PCAP_ERRBUF_SIZE] = {};
@@ -356,7 +358,7 @@ PcapPtr open_live(const SniffOptions& o, bool* nano, std::ostream& log) {
   if (!p) throw RuntimeError("capture sniff: interface " + o.interface + ": " + err);
   std::string where = "capture sniff: interface " + o.interface;
   check(p.get(), pcap_set_snaplen(p.get(), o.snaplen), where + ": snaplen");
-  check(p.get(), pcap_set_buffer_size(p.get(), static_cast<int>(ring_bytes(o))),
+  check(p.get(), pcap_set_buffer_size(p.get(), static_cast<int>(o.buffer_bytes)),
         where + ": buffer size");
   check(p.get(), pcap_set_immediate_mode(p.get(), 0), where + ": immediate mode");
   check(p.get(), pcap_set_timeout(p.get(), 100), where + ": timeout");
@@ -405,6 +407,9 @@ void validate(const SniffOptions& o) {
         "be sniffed; use `tierlab capture proxy --listen-unix` for it");
   if (o.port == 0) throw InputError("capture sniff: --port must be 1-65535");
   if (o.snaplen < 128) throw InputError("capture sniff: --snaplen must be at least 128");
+  if (!o.interface.empty() && (o.buffer_bytes < kMinRingBytes || o.buffer_bytes > kMaxRingBytes))
+    throw InputError("capture sniff: --buffer-size " +
+                     format_bytes(static_cast<double>(o.buffer_bytes)) + ": must be 64 KiB to 1 GiB");
   trace::check_compression_level(o.compression_level, "capture sniff: --compress-level");
   if (o.duration_s < 0) throw InputError("capture sniff: --duration must not be negative");
   if (!o.host.empty()) {
@@ -481,7 +486,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
   auto writer = trace::open_writer(o.out, wo);
 
   SniffSummary sum;
-  if (live) sum.buffer_bytes = ring_bytes(o);
+  if (live) sum.buffer_bytes = o.buffer_bytes;
   TraceSink sink(*writer);
   {
     auto meta = [&](std::string_view k, std::string_view v) {

@@ -236,6 +236,13 @@ TEST_CASE("capture sniff refuses unix sockets and bad options in one line", "[sn
   o.out = "/tmp/never-written.tlt";
   o.interface = "/var/run/postgresql";
   CHECK_THROWS_WITH(run_sniff(o, std::cerr), Catch::Contains("unix-domain socket"));
+  o.interface = "lo";
+  for (uint64_t bad : {uint64_t{0}, uint64_t{4096}, uint64_t{2} << 30}) {
+    o.buffer_bytes = bad;
+    CHECK_THROWS_WITH(run_sniff(o, std::cerr), Catch::Contains("--buffer-size") &&
+                                                   Catch::Contains("must be 64 KiB to 1 GiB"));
+  }
+  o.buffer_bytes = 8ull << 20;
   o.interface.clear();
   CHECK_THROWS_WITH(run_sniff(o, std::cerr), Catch::Contains("--interface and --pcap"));
   o.pcap_file = "/nonexistent/file.pcap";
