@@ -121,7 +121,7 @@ void setup_capture_proxy(CLI::App& parent) {
                   "when the trace writer falls behind: block (wait, lose nothing) or drop (count dropped records)")
       ->capture_default_str();
   cmd->add_option("--io", opt->io,
-                  "event loop: epoll, io_uring, or auto (epoll: it costs the machine less per transaction)")
+                  "event loop: io_uring, epoll, or auto (io_uring where the kernel has it, else epoll)")
       ->check(CLI::IsMember({"auto", "io_uring", "epoll"}))
       ->capture_default_str();
   cmd->add_option("--max-message-size", opt->max_message_size,

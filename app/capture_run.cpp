@@ -587,7 +587,7 @@ void setup_capture_run(CLI::App& parent) {
   auto* threads =
       cmd->add_option("--threads", opt->threads, "proxy: event-loop threads (0: half the cores, at least one)")->capture_default_str();
   auto* io = cmd->add_option("--io", opt->io,
-                             "proxy: event loop: epoll, io_uring, or auto (epoll: it costs the machine less per transaction)")
+                             "proxy: event loop: io_uring, epoll, or auto (io_uring where the kernel has it, else epoll)")
                  ->check(CLI::IsMember({"auto", "io_uring", "epoll"}))
                  ->capture_default_str();
   auto* iface = cmd->add_option("--interface,-i", opt->interface,

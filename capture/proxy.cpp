@@ -262,21 +262,26 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   std::string io = env_io && *env_io ? env_io : opts.io;
   if (io != "auto" && io != "io_uring" && io != "epoll")
     throw InputError("TIERLAB_PROXY_IO " + io + ": expected auto, io_uring or epoll");
-  // "auto" is epoll. Measured with bench/proxy-overhead (pgbench -S -M
-  // prepared and tpcb-like, -c 8, on a 2-core KVM guest, Linux 6.18): the
-  // io_uring loop spends a little less CPU itself (about 2 us per select-only
-  // transaction: its sends go out with the wait, in one io_uring_enter per
-  // round), but the server and the clients behind it spend more (4-8 us),
-  // so the machine does more work per transaction and fewer transactions:
-  // busy CPU per transaction was lower behind the epoll loop in 8 of 9
-  // paired runs (select-only median 112.6 against 118.7 us, tpcb-like
-  // 1117 against 1162 us). What a transparent proxy is there for is to cost
-  // the machine little, so epoll is the default; --io io_uring stays.
-  if (io == "io_uring") {
+  // "auto" is the io_uring loop where the kernel has what it needs
+  // (DEFER_TASKRUN, provided buffer rings, multishot receive: Linux 6.1),
+  // epoll otherwise. Measured on a 2-core KVM guest, Linux 6.18, the three
+  // hops interleaved round by round (the bare relay, the epoll loop, the
+  // io_uring loop; pgbench -c 8 -j 2, 10 s per run, 44 rounds of select-only
+  // -M prepared and tpcb-like): the io_uring loop spent less CPU per
+  // transaction than the epoll loop in every round (tpcb-like median 176
+  // against 213 us, select-only 28 against 34; its sends go out with the
+  // wait, one io_uring_enter per round, where epoll makes a system call per
+  // send and per receive) and got 1.026x its TPS (ahead in 27 of 44), with
+  // the machine's busy CPU per transaction 0.98x (lower in 12 of 20 rounds
+  // measured). Earlier builds measured the opposite (the server and
+  // clients behind the io_uring loop spent more); --io epoll stays.
+  if (io == "auto") {
+    io = detail::uring_unsupported().empty() ? "io_uring" : "epoll";
+  } else if (io == "io_uring") {
     std::string missing = detail::uring_unsupported();
     if (!missing.empty()) throw RuntimeError("capture proxy: io_uring: " + missing);
-    px.uring = true;
   }
+  px.uring = io == "io_uring";
   // Two descriptors per session: allow as many as the hard limit does.
   rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

@@ -2,12 +2,13 @@
 //
 // A loop owns its sessions (client connection, upstream connection, one
 // SessionDecoder each) and runs on one thread. Two implementations:
-//  - epoll (capture/proxy_epoll.cpp), the default ("auto"; see
-//    Proxy::Proxy for why): recv/send/epoll_wait;
-//  - io_uring (capture/proxy_uring.cpp), on request (--io io_uring):
-//    multishot receives into a ring of provided buffers, sends queued as
-//    submissions and handed to the kernel together with the wait, in one
-//    io_uring_enter per round.
+//  - io_uring (capture/proxy_uring.cpp), the default ("auto") where the
+//    kernel has what it needs (see Proxy::Proxy for why): multishot
+//    receives into a ring of provided buffers, sends queued as submissions
+//    and handed to the kernel together with the wait, in one io_uring_enter
+//    per round;
+//  - epoll (capture/proxy_epoll.cpp), elsewhere or on request (--io epoll):
+//    recv/send/epoll_wait.
 // Both forward every byte unchanged and feed the same bytes to the decoder.
 #pragma once
 
