@@ -31,6 +31,7 @@ struct ReplayOptions {
   bool rt = false;
   bool no_pm_qos = false;
   std::string wire = "direct";
+  std::string io = "auto";
 };
 
 nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
@@ -51,6 +52,7 @@ nlohmann::json report_json(const replay::Report& r) {
       {"first_session_error", r.first_session_error},
       {"threads", r.threads},
       {"realtime", r.realtime},
+      {"io", r.io},
       {"cpu_latency_held", r.cpu_latency_held},
       {"speed", r.max_speed ? nlohmann::json("max") : nlohmann::json(r.speed)},
       {"transactions", r.transactions},
@@ -90,6 +92,7 @@ void run_replay(const ReplayOptions& o) {
   opts.realtime = o.rt;
   opts.hold_cpu_latency = !o.no_pm_qos;
   opts.direct = o.wire == "direct";
+  opts.io = o.io;
   opts.database = o.database;
   opts.user = o.user;
   if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
@@ -151,6 +154,11 @@ void setup_replay(CLI::App& parent) {
                   "plaintext sessions, once connected: direct (tierlab writes the requests and reads the "
                   "answers) or libpq")
       ->check(CLI::IsMember({"direct", "libpq"}))
+      ->capture_default_str();
+  cmd->add_option("--io", o->io,
+                  "event loop of directly driven sessions: io_uring, epoll, or auto (io_uring where the "
+                  "kernel has it, else epoll)")
+      ->check(CLI::IsMember({"auto", "io_uring", "epoll"}))
       ->capture_default_str();
   cmd->callback([o] { run_replay(*o); });
 }

@@ -21,6 +21,7 @@
 #include "capture/proxy_loop.h"
 
 #include "common/error.h"
+#include "common/uring.h"
 
 #include <liburing.h>
 #include <netinet/in.h>
@@ -758,22 +759,9 @@ std::string uring_unsupported() {
   const char* step = "";
   int rc = setup_ring(ring, br, false, &step);
   if (rc < 0) return std::string(step) + ": " + std::strerror(-rc);
-  io_uring_probe* probe = io_uring_get_probe_ring(&ring);
-  std::string missing;
-  if (!probe) {
-    missing = "probing io_uring operations failed";
-  } else {
-    const std::pair<int, const char*> ops[] = {
-        {IORING_OP_RECV, "recv"},       {IORING_OP_SEND, "send"},
-        {IORING_OP_ACCEPT, "accept"},   {IORING_OP_CONNECT, "connect"},
-        {IORING_OP_ASYNC_CANCEL, "async cancel"}, {IORING_OP_POLL_ADD, "poll"}};
-    for (const auto& [op, name] : ops)
-      if (!io_uring_opcode_supported(probe, op)) {
-        missing = std::string("io_uring operation ") + name + " not supported";
-        break;
-      }
-    io_uring_free_probe(probe);
-  }
+  std::string missing = uring_missing_op(
+      ring, {{IORING_OP_RECV, "recv"}, {IORING_OP_SEND, "send"}, {IORING_OP_ACCEPT, "accept"},
+             {IORING_OP_CONNECT, "connect"}, {IORING_OP_ASYNC_CANCEL, "async cancel"}, {IORING_OP_POLL_ADD, "poll"}});
   io_uring_unregister_buf_ring(&ring, kGroup);
   munmap(br, sizeof(io_uring_buf) * kBufCount);
   io_uring_queue_exit(&ring);

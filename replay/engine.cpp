@@ -1,5 +1,5 @@
 // The replay engine: worker threads, each running many sessions over one
-// epoll wait.
+// wait: an io_uring (Options::io) or epoll.
 //
 // libpq opens every connection (authentication, TLS, GSS). A session on a
 // plaintext connection is then driven directly: each unit's request is
@@ -10,9 +10,19 @@
 // from ReadyForQuery; rows are skipped unread). A TLS or GSS-encrypted
 // session, or every session with Options::direct off, stays on libpq.
 //
+// On the io_uring loop a directly driven session's socket leaves the epoll
+// set once connected: a receive into its buffer is always armed, and its
+// requests go out as send submissions; every submission queued in a round
+// reaches the kernel with the wait for the next completion, in one
+// io_uring_enter, where epoll takes a system call per send, per receive
+// and per wait. Connecting sessions and libpq's stay on the epoll set, and
+// the ring polls the epoll descriptor. Lag and latency count from when a
+// unit's send is queued; it leaves in that round's io_uring_enter.
+//
 // Steady state (a connected session sending units and reaping results)
 // allocates nothing on tierlab's side: session slots and their receive
-// buffers, the timer heap, the epoll event array, statistics and parameter
+// buffers, the timer heap, the epoll event array, the ring and its
+// completion array, statistics and parameter
 // arrays are sized before the workers start or at connect; units are sent
 // straight from the Plan's tables. On libpq, libpq allocates its PGresults
 // (freed with PQclear at once) and grows its own buffers; connecting and
@@ -29,6 +39,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/realtime.h"
+#include "common/uring.h"
 #include "replay/plan.h"
 #include "replay/schedule.h"
 #include "replay/session.h"
@@ -36,6 +47,8 @@
 #include "replay/wire.h"
 
 #include <libpq-fe.h>
+#include <liburing.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -65,6 +78,21 @@ constexpr uint32_t kNone = UINT32_MAX;
 constexpr int kMaxEvents = 256;
 // epoll data of the timeout's timerfd (slots are numbered from 0).
 constexpr uint64_t kTimerTag = ~uint64_t{0};
+// io_uring user_data: a slot's operation (slot << 2 | kOpRecv or kOpSend),
+// or one of the tags below (their low bits are 3).
+constexpr uint64_t kOpRecv = 0, kOpSend = 1;
+constexpr uint64_t kEpollTag = ~uint64_t{0};      // the poll on the epoll fd
+constexpr uint64_t kIgnoreTag = ~uint64_t{0} - 4;  // cancellations
+constexpr unsigned kRingEntries = 1024;
+// One thread submits and reaps; completions are posted when it waits. The
+// completion queue holds a receive's answer for 8192 sessions at once
+// (beyond, the kernel keeps them until there is room).
+io_uring_params ring_params() {
+  io_uring_params p{};
+  p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE;
+  p.cq_entries = 8192;
+  return p;
+}
 // A directly driven session's receive buffer. Messages the engine only
 // skips (rows, row descriptions, COPY data) may be any size; one it reads
 // (CommandComplete, ErrorResponse, ReadyForQuery, COPY responses) is read
@@ -101,6 +129,7 @@ struct Shared {
   uint64_t initial = 0;               // sessions with gate 0
   std::atomic<uint64_t> initial_ready{0};
   std::atomic<Nanos> start{0};        // when the last of them connected
+  bool uring = false;                 // workers run the io_uring loop
 };
 
 // One session slot of a worker.
@@ -134,6 +163,12 @@ struct Slot {
   uint32_t skip = 0;                 // bytes of a message still to discard
   uint32_t in_off = 0, in_len = 0;
   std::unique_ptr<char[]> in;        // kInBuf bytes, from connect
+  // On the worker's io_uring (a directly driven session there): its socket
+  // is out of the epoll set; a receive is armed while it is connected, and
+  // at most one send is in flight.
+  bool uring = false;
+  bool recv_armed = false;
+  bool send_inflight = false;
 };
 
 class Worker {
@@ -149,6 +184,8 @@ class Worker {
     if (ep_ < 0) throw RuntimeError(errno_message("epoll_create1", errno));
   }
   ~Worker() {
+    // Operations in flight point into the slots' buffers: end them first.
+    if (ring_on_) io_uring_queue_exit(&ring_);
     for (Slot& s : slots_)
       if (s.conn) PQfinish(s.conn);
     if (ep_ >= 0) close(ep_);
@@ -156,6 +193,7 @@ class Worker {
   }
 
   void run() {
+    if (sh_.uring && !start_ring()) throw RuntimeError("replay: io_uring: could not set up a worker's ring");
     Nanos now = now_ns();
     active_ = slots_.size();
     // Timed: each session's connect is a timer. Max speed: sessions start
@@ -189,17 +227,35 @@ class Worker {
         ts.tv_nsec = wait % 1000000000;
         tsp = &ts;
       }
+      if (ring_on_) {
+        wait_ring(wait, evs);
+        continue;
+      }
       int n = wait_events(evs, tsp);
       if (n < 0) {
         if (errno == EINTR) continue;
         throw RuntimeError(errno_message("epoll wait", errno));
       }
-      for (int i = 0; i < n; ++i)
-        if (evs[i].data.u64 != kTimerTag) on_event(static_cast<uint32_t>(evs[i].data.u64), evs[i].events);
+      dispatch(evs, n);
     }
   }
 
+  // Sets up the worker's io_uring (on the thread that runs it: the ring is
+  // single-issuer). False when the kernel cannot give what the loop needs.
+  bool start_ring() {
+    io_uring_params p = ring_params();
+    if (io_uring_queue_init_params(kRingEntries, &ring_, &p) < 0) return false;
+    if (!(p.features & IORING_FEAT_EXT_ARG)) {
+      io_uring_queue_exit(&ring_);
+      return false;
+    }
+    ring_on_ = true;
+    arm_epoll();
+    return true;
+  }
+
   Stats& stats() { return stats_; }
+  bool uring() const { return ring_on_; }
   Nanos last_end() const { return last_end_; }
 
  private:
@@ -231,6 +287,133 @@ class Worker {
     if (timerfd_settime(tfd_, 0, &its, nullptr) != 0)
       throw RuntimeError(errno_message("timerfd_settime", errno));
     return epoll_wait(ep_, evs, kMaxEvents, -1);
+  }
+
+  void dispatch(const epoll_event* evs, int n) {
+    for (int i = 0; i < n; ++i)
+      if (evs[i].data.u64 != kTimerTag) on_event(static_cast<uint32_t>(evs[i].data.u64), evs[i].events);
+  }
+
+  // --- the io_uring loop --------------------------------------------------
+  // Directly driven sessions send and receive through the ring; the epoll
+  // set (connecting sessions, libpq ones) is one poll on it. One
+  // io_uring_enter per round submits every queued send and receive and
+  // waits for the first completion or the timeout.
+
+  io_uring_sqe* sqe() {
+    io_uring_sqe* q = io_uring_get_sqe(&ring_);
+    if (!q) {
+      io_uring_submit(&ring_);
+      q = io_uring_get_sqe(&ring_);
+      if (!q) throw RuntimeError("io_uring: no submission queue entry free");
+    }
+    return q;
+  }
+
+  // A one-shot poll: re-armed after each drain of the epoll set, so what
+  // stays ready (level-triggered) completes it again at once.
+  void arm_epoll() {
+    io_uring_sqe* q = sqe();
+    io_uring_prep_poll_add(q, ep_, POLLIN);
+    io_uring_sqe_set_data64(q, kEpollTag);
+  }
+
+  void wait_ring(Nanos wait, epoll_event* evs) {
+    int rc;
+    if (wait == 0) {
+      rc = io_uring_submit_and_get_events(&ring_);
+    } else {
+      __kernel_timespec ts{};
+      ts.tv_sec = wait / 1000000000;
+      ts.tv_nsec = wait % 1000000000;
+      io_uring_cqe* cqe = nullptr;
+      rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, wait > 0 ? &ts : nullptr, nullptr);
+    }
+    if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN)
+      throw RuntimeError(errno_message("io_uring wait", -rc));
+    unsigned head, seen = 0;
+    io_uring_cqe* cqe;
+    bool epoll_ready = false;
+    // Completions are handled after the CQ is advanced past them: a handler
+    // may submit (a cancel, a full SQ), which must not see them again.
+    io_uring_for_each_cqe(&ring_, head, cqe) {
+      if (seen == kMaxCqes) break;
+      cqes_[seen].user_data = cqe->user_data;
+      cqes_[seen].res = cqe->res;
+      ++seen;
+    }
+    io_uring_cq_advance(&ring_, seen);
+    for (unsigned i = 0; i < seen; ++i) {
+      uint64_t ud = cqes_[i].user_data;
+      if (ud == kEpollTag) epoll_ready = true;
+      else if (ud == kIgnoreTag) continue;
+      else on_completion(static_cast<uint32_t>(ud >> 2), ud & 3, cqes_[i].res);
+    }
+    if (epoll_ready) {
+      int n;
+      do {
+        n = epoll_wait(ep_, evs, kMaxEvents, 0);
+        if (n < 0 && errno != EINTR) throw RuntimeError(errno_message("epoll wait", errno));
+        if (n > 0) dispatch(evs, n);
+      } while (n == kMaxEvents);
+      arm_epoll();
+    }
+  }
+
+  // Moves a connected direct session from the epoll set to the ring.
+  void to_ring(uint32_t slot) {
+    Slot& s = slots_[slot];
+    if (s.fd >= 0) epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
+    s.fd = PQsocket(s.conn);
+    s.events = 0;
+    s.uring = true;
+    arm_recv(slot);
+  }
+
+  void arm_recv(uint32_t slot) {
+    Slot& s = slots_[slot];
+    if (s.in_off == s.in_len) s.in_off = s.in_len = 0;
+    io_uring_sqe* q = sqe();
+    io_uring_prep_recv(q, s.fd, s.in.get() + s.in_len, kInBuf - s.in_len, 0);
+    io_uring_sqe_set_data64(q, uint64_t{slot} << 2 | kOpRecv);
+    s.recv_armed = true;
+  }
+
+  void queue_send(uint32_t slot) {
+    Slot& s = slots_[slot];
+    io_uring_sqe* q = sqe();
+    io_uring_prep_send(q, s.fd, s.out, s.out_left, MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(q, uint64_t{slot} << 2 | kOpSend);
+    s.send_inflight = true;
+  }
+
+  void on_completion(uint32_t slot, uint64_t op, int res) {
+    Slot& s = slots_[slot];
+    if (op == kOpRecv) s.recv_armed = false;
+    else s.send_inflight = false;
+    if (s.state == State::Done || !s.conn) return;  // finished: a cancellation
+    Nanos now = now_ns();
+    PGconn* c = s.conn;
+    if (op == kOpSend) {
+      if (res < 0 && (res == -EINTR || res == -EAGAIN)) return queue_send(slot);
+      if (res <= 0) return fail(slot, now, res < 0 ? std::strerror(-res) : "could not send to the server");
+      s.out += res;
+      s.out_left -= static_cast<uint32_t>(res);
+      if (s.out_left > 0) return queue_send(slot);
+      if (s.done_after_send) {
+        s.done_after_send = false;
+        unit_done(slot, now_ns());
+      }
+      return;
+    }
+    if (res == 0) return fail(slot, now, "the server closed the connection unexpectedly");
+    if (res < 0) {
+      if (res == -EINTR || res == -EAGAIN || res == -ENOBUFS) return arm_recv(slot);
+      return fail(slot, now, std::strerror(-res));
+    }
+    s.in_len += static_cast<uint32_t>(res);
+    if (!parse_direct(slot, now) || s.conn != c || s.state == State::Done) return;
+    arm_recv(slot);
   }
 
   void move(Slot& s, Event e) {
@@ -271,7 +454,18 @@ class Worker {
 
   void finish_slot(uint32_t slot, Nanos now) {
     Slot& s = slots_[slot];
-    if (s.fd >= 0) epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
+    if (s.uring) {
+      // Its operations end as cancelled (their buffers outlive them: slots
+      // last as long as the worker's ring).
+      for (uint64_t op : {kOpRecv, kOpSend}) {
+        if (!(op == kOpRecv ? s.recv_armed : s.send_inflight)) continue;
+        io_uring_sqe* q = sqe();
+        io_uring_prep_cancel64(q, uint64_t{slot} << 2 | op, 0);
+        io_uring_sqe_set_data64(q, kIgnoreTag);
+      }
+    } else if (s.fd >= 0) {
+      epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
+    }
     s.fd = -1;
     if (s.conn) PQfinish(s.conn);
     s.conn = nullptr;
@@ -363,7 +557,8 @@ class Worker {
         if (s.direct) ++stats_.sessions_direct;
         move(s, Event::Connected);
         s.free_at = now;
-        watch(slot, false);
+        if (s.direct && ring_on_) to_ring(slot);
+        else watch(slot, false);
         if (!started_) {
           initial_settled(s);
           held_.push_back(slot);
@@ -405,8 +600,8 @@ class Worker {
     Slot& s = slots_[slot];
     const Unit& u = unit_of(s);
     PGconn* c = s.conn;
-    // Lag and latency count from the actual send, not from when this pass
-    // of the loop started.
+    // Lag and latency count from the send (on the io_uring loop: from when
+    // it is queued), not from when this pass of the loop started.
     now = now_ns();
     if (!sh_.sched.max_speed) {
       Nanos due = sh_.sched.at(u.ts);
@@ -523,6 +718,15 @@ class Worker {
   // Sends what is left of s.out; false when the session failed.
   bool send_direct(uint32_t slot, Nanos now) {
     Slot& s = slots_[slot];
+    if (s.uring) {
+      // Leaves with the next io_uring_enter; its completion goes on.
+      if (s.out_left > 0 && !s.send_inflight) queue_send(slot);
+      else if (s.out_left == 0 && s.done_after_send) {
+        s.done_after_send = false;
+        unit_done(slot, now_ns());
+      }
+      return true;
+    }
     while (s.out_left > 0) {
       ssize_t n = ::send(s.fd, s.out, s.out_left, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n > 0) {
@@ -914,6 +1118,15 @@ class Worker {
   size_t active_ = 0;
   int ep_ = -1;
   int tfd_ = -1;  // the timeout's timerfd, where epoll_pwait2 is missing
+  // The io_uring loop (Options::io), set up by run() on the worker's thread.
+  static constexpr unsigned kMaxCqes = 256;
+  io_uring ring_{};
+  bool ring_on_ = false;
+  struct Cqe {
+    uint64_t user_data;
+    int res;
+  };
+  Cqe cqes_[kMaxCqes];
   Nanos last_end_ = 0;
 };
 
@@ -992,6 +1205,23 @@ void preflight(const Options& opts, const ConnParams& p) {
 
 }  // namespace
 
+// Why the io_uring loop cannot run here ("" when it can): a ring as the
+// workers set one up, and the operations they use.
+std::string uring_unsupported() {
+  io_uring ring{};
+  io_uring_params p = ring_params();
+  if (int rc = io_uring_queue_init_params(kRingEntries, &ring, &p); rc < 0)
+    return errno_message("io_uring_queue_init (single issuer, deferred task work)", -rc);
+  std::string missing = !(p.features & IORING_FEAT_EXT_ARG)
+                            ? "io_uring_enter has no timeout argument (IORING_FEAT_EXT_ARG)"
+                            : uring_missing_op(ring, {{IORING_OP_RECV, "recv"},
+                                                      {IORING_OP_SEND, "send"},
+                                                      {IORING_OP_POLL_ADD, "poll"},
+                                                      {IORING_OP_ASYNC_CANCEL, "async cancel"}});
+  io_uring_queue_exit(&ring);
+  return missing;
+}
+
 Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   const Plan& plan = w.plan();
   if (!opts.max_speed && !(opts.speed > 0))
@@ -1002,6 +1232,17 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   sh.sched.t0 = plan.t0;
   sh.sched.speed = opts.speed;
   sh.sched.max_speed = opts.max_speed;
+  {
+    const char* env_io = std::getenv("TIERLAB_REPLAY_IO");
+    std::string io = env_io && *env_io ? env_io : opts.io;
+    if (io != "auto" && io != "io_uring" && io != "epoll")
+      throw InputError("TIERLAB_REPLAY_IO " + io + ": expected auto, io_uring or epoll");
+    if (io == "io_uring") {
+      std::string why = uring_unsupported();
+      if (!why.empty()) throw RuntimeError("replay: io_uring: " + why);
+    }
+    sh.uring = io == "io_uring" || (io == "auto" && opts.direct && uring_unsupported().empty());
+  }
 
   // Who connects where.
   sh.params.resize(plan.sessions.size());
@@ -1128,6 +1369,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   r.threads = threads;
   r.cpu_latency_held = cpu_latency.held();
   r.realtime = opts.realtime;
+  r.io = sh.uring ? "io_uring" : "epoll";
   for (Nanos c : cpu_ns) r.cpu_s += static_cast<double>(c) / 1e9;
   // Max speed counts from the start (every initial session connected), as
   // pgbench's tps "without initial connection time"; timed replays from

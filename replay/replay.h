@@ -8,9 +8,10 @@
 // connection per captured session, opened by libpq at the session's captured
 // start and closed at its end, on one absolute schedule
 // (replay epoch + (t_capture - t0) / speed), over worker threads that each
-// run many sessions on one epoll wait — plaintext sessions driven directly
-// (the plan's protocol messages out, the answers read as they come), TLS
-// and GSS ones through non-blocking libpq.
+// run many sessions on one wait (io_uring where the kernel has it, else
+// epoll) — plaintext sessions driven directly (the plan's protocol messages
+// out, the answers read as they come), TLS and GSS ones through
+// non-blocking libpq.
 //
 // Errors on the target never stop a replay: they are counted by SQLSTATE and
 // compared with the capture (divergence). Setup problems throw: InputError
@@ -122,6 +123,13 @@ struct Options {
   // answer). false keeps every session on libpq, as TLS and GSS-encrypted
   // sessions always are.
   bool direct = true;
+  // The workers' event loop: "io_uring" (directly driven sessions send and
+  // receive through a ring, one io_uring_enter per round for all of them;
+  // connecting and libpq sessions stay on epoll, polled through the ring),
+  // "epoll", or "auto": io_uring where the kernel has what the loop needs,
+  // else epoll. The environment variable TIERLAB_REPLAY_IO, when set,
+  // overrides it (tests run on either loop).
+  std::string io = "auto";
 };
 
 struct FingerprintDelta {
@@ -160,6 +168,7 @@ struct Report {
   // the plan come before and are not in it).
   double cpu_s = 0;
   bool realtime = false;            // workers ran at SCHED_FIFO
+  std::string io;                   // the workers' event loop: io_uring or epoll
   // Statement latency (send of its unit to its result), milliseconds.
   double lat_avg_ms = 0, lat_stddev_ms = 0, lat_p50_ms = 0, lat_p90_ms = 0,
          lat_p99_ms = 0, lat_p999_ms = 0, lat_max_ms = 0;
@@ -178,6 +187,10 @@ struct Report {
 // Throws RuntimeError when the first connection fails (libpq's message) or
 // the descriptor limit cannot be raised to what the workload needs.
 Report run(const Workload& w, const Options& opts, std::ostream* progress = nullptr);
+
+// Why the workers' io_uring loop (Options::io) cannot run on this kernel:
+// "" when it can.
+std::string uring_unsupported();
 
 // pgbench-like text report.
 void print_report(std::ostream& out, const Report& r);
