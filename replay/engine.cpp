@@ -163,10 +163,10 @@ struct Slot {
   uint32_t skip = 0;                 // bytes of a message still to discard
   uint32_t in_off = 0, in_len = 0;
   std::unique_ptr<char[]> in;        // kInBuf bytes, from connect
-  // On the worker's io_uring (a directly driven session there): its socket
-  // is out of the epoll set; a receive is armed while it is connected, and
-  // at most one send is in flight.
-  bool uring = false;
+  // On the worker's io_uring (every directly driven session of a worker
+  // that runs one: on_ring()), its socket is out of the epoll set; a
+  // receive is armed while it is connected, and at most one send is in
+  // flight.
   bool recv_armed = false;
   bool send_inflight = false;
 };
@@ -360,13 +360,16 @@ class Worker {
     }
   }
 
+  // A directly driven session's I/O goes through the ring once connected
+  // (`direct` is set then).
+  bool on_ring(const Slot& s) const { return ring_on_ && s.direct; }
+
   // Moves a connected direct session from the epoll set to the ring.
   void to_ring(uint32_t slot) {
     Slot& s = slots_[slot];
     if (s.fd >= 0) epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
     s.fd = PQsocket(s.conn);
     s.events = 0;
-    s.uring = true;
     arm_recv(slot);
   }
 
@@ -454,7 +457,7 @@ class Worker {
 
   void finish_slot(uint32_t slot, Nanos now) {
     Slot& s = slots_[slot];
-    if (s.uring) {
+    if (on_ring(s)) {
       // Its operations end as cancelled (their buffers outlive them: slots
       // last as long as the worker's ring).
       for (uint64_t op : {kOpRecv, kOpSend}) {
@@ -718,7 +721,7 @@ class Worker {
   // Sends what is left of s.out; false when the session failed.
   bool send_direct(uint32_t slot, Nanos now) {
     Slot& s = slots_[slot];
-    if (s.uring) {
+    if (on_ring(s)) {
       // Leaves with the next io_uring_enter; its completion goes on.
       if (s.out_left > 0 && !s.send_inflight) queue_send(slot);
       else if (s.out_left == 0 && s.done_after_send) {
