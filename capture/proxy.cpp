@@ -4,6 +4,7 @@
 #include "capture/queue_impl.h"
 #include "capture/wire.h"
 #include "common/error.h"
+#include "common/uring.h"
 #include "trace/writer.h"
 
 #include <arpa/inet.h>
@@ -258,10 +259,6 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   if (opts.buffer_bytes < 16384 || opts.buffer_bytes > (1u << 30))
     throw InputError("forwarding buffer size out of range");
   px.upstream = parse_upstream(opts.upstream);
-  const char* env_io = std::getenv("TIERLAB_PROXY_IO");
-  std::string io = env_io && *env_io ? env_io : opts.io;
-  if (io != "auto" && io != "io_uring" && io != "epoll")
-    throw InputError("TIERLAB_PROXY_IO " + io + ": expected auto, io_uring or epoll");
   // "auto" is the io_uring loop where the kernel has what it needs
   // (DEFER_TASKRUN, provided buffer rings, multishot receive: Linux 6.1),
   // epoll otherwise. Measured on a 2-core KVM guest, Linux 6.18, the three
@@ -275,13 +272,7 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   // the machine's busy CPU per transaction 0.98x (lower in 12 of 20 rounds
   // measured). Earlier builds measured the opposite (the server and
   // clients behind the io_uring loop spent more); --io epoll stays.
-  if (io == "auto") {
-    io = detail::uring_unsupported().empty() ? "io_uring" : "epoll";
-  } else if (io == "io_uring") {
-    std::string missing = detail::uring_unsupported();
-    if (!missing.empty()) throw RuntimeError("capture proxy: io_uring: " + missing);
-  }
-  px.uring = io == "io_uring";
+  px.uring = use_uring(opts.io, "TIERLAB_PROXY_IO", "capture proxy", true, &detail::uring_unsupported);
   // Two descriptors per session: allow as many as the hard limit does.
   rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

@@ -1235,17 +1235,8 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   sh.sched.t0 = plan.t0;
   sh.sched.speed = opts.speed;
   sh.sched.max_speed = opts.max_speed;
-  {
-    const char* env_io = std::getenv("TIERLAB_REPLAY_IO");
-    std::string io = env_io && *env_io ? env_io : opts.io;
-    if (io != "auto" && io != "io_uring" && io != "epoll")
-      throw InputError("TIERLAB_REPLAY_IO " + io + ": expected auto, io_uring or epoll");
-    if (io == "io_uring") {
-      std::string why = uring_unsupported();
-      if (!why.empty()) throw RuntimeError("replay: io_uring: " + why);
-    }
-    sh.uring = io == "io_uring" || (io == "auto" && opts.direct && uring_unsupported().empty());
-  }
+  // auto: only directly driven sessions use the ring.
+  sh.uring = use_uring(opts.io, "TIERLAB_REPLAY_IO", "replay", opts.direct, &uring_unsupported);
 
   // Who connects where.
   sh.params.resize(plan.sessions.size());
