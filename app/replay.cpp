@@ -52,6 +52,7 @@ nlohmann::json report_json(const replay::Report& r) {
       {"first_session_error", r.first_session_error},
       {"threads", r.threads},
       {"realtime", r.realtime},
+      {"slice_ms", r.slice_ms},
       {"io", r.io},
       {"cpu_latency_held", r.cpu_latency_held},
       {"speed", r.max_speed ? nlohmann::json("max") : nlohmann::json(r.speed)},

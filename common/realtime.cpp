@@ -1,6 +1,7 @@
 #include "common/realtime.h"
 
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -43,6 +44,33 @@ RealTimeScope::~RealTimeScope() {
 bool run_as_batch_thread() {
   sched_param p{};  // SCHED_BATCH takes priority 0
   return sched_setscheduler(0, SCHED_BATCH, &p) == 0;  // 0: this thread
+}
+
+namespace {
+// struct sched_attr of sched_setattr(2) (the uapi header's version clashes
+// with glibc's <sched.h> over struct sched_param).
+struct SchedAttr {
+  uint32_t size;
+  uint32_t sched_policy;
+  uint64_t sched_flags;
+  int32_t sched_nice;
+  uint32_t sched_priority;
+  uint64_t sched_runtime, sched_deadline, sched_period;
+  uint32_t sched_util_min, sched_util_max;
+};
+}  // namespace
+
+uint64_t request_short_slice(uint64_t ns) {
+  SchedAttr a{};
+  a.size = sizeof a;
+  if (::syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) != 0) return 0;
+  if (a.sched_policy != SCHED_OTHER) return 0;  // real-time or batch: leave it
+  a.sched_runtime = ns;
+  a.sched_flags = 0;
+  if (::syscall(SYS_sched_setattr, 0, &a, 0) != 0) return 0;
+  SchedAttr got{};
+  if (::syscall(SYS_sched_getattr, 0, &got, sizeof got, 0) != 0) return 0;
+  return got.sched_runtime;
 }
 
 }  // namespace tierlab

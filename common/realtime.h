@@ -6,6 +6,8 @@
 
 #include <sched.h>
 
+#include <cstdint>
+
 namespace tierlab {
 
 // Holds the CPU wake-up latency limit (PM QoS, /dev/cpu_dma_latency) at
@@ -53,5 +55,15 @@ class RealTimeScope {
 // milliseconds instead of cutting into a server backend or a client mid-
 // transaction. Returns false, changing nothing, when the kernel refuses.
 bool run_as_batch_thread();
+
+// Asks the scheduler for a short time slice for the calling thread (EEVDF's
+// per-task slice, sched_attr.sched_runtime of a SCHED_OTHER thread, Linux
+// 6.12 and later; the kernel clamps it to 0.1-100 ms). A task with a shorter
+// slice has an earlier virtual deadline, so when it wakes it preempts a
+// thread with the default 3 ms slice instead of queueing behind it: a timed
+// sender's wake-ups reach the CPU sooner without real-time priority and
+// without taking more than its fair share. Returns the slice the kernel
+// reports afterwards in ns, 0 when it has none to give (older kernels).
+uint64_t request_short_slice(uint64_t ns);
 
 }  // namespace tierlab

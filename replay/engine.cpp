@@ -76,6 +76,7 @@ static_assert(sizeof(Oid) == sizeof(uint32_t));
 
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr int kMaxEvents = 256;
+constexpr uint64_t kWorkerSliceNs = 100'000;  // the kernel's shortest (Options::short_slice)
 // epoll data of the timeout's timerfd (slots are numbered from 0).
 constexpr uint64_t kTimerTag = ~uint64_t{0};
 // io_uring user_data: a slot's operation (slot << 2 | kOpRecv or kOpSend),
@@ -1289,6 +1290,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   std::atomic<int> running{threads};
   std::vector<std::exception_ptr> errors(threads);
   std::vector<Nanos> cpu_ns(threads, 0);
+  std::vector<uint64_t> slice_ns(threads, 0);
   // Timed replays keep deadlines: hold the CPUs' wake-up latency down.
   CpuLatencyHold cpu_latency(opts.hold_cpu_latency && !opts.max_speed);
   sh.sched.epoch = now_ns() + 1000000;  // 1 ms for the threads to start
@@ -1300,6 +1302,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
         // Timer wake-ups on time: the default 50 us slack would be added
         // to every scheduled send.
         prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+        if (opts.short_slice && !opts.max_speed) slice_ns[t] = request_short_slice(kWorkerSliceNs);
         workers[t]->run();
       } catch (...) {
         errors[t] = std::current_exception();
@@ -1363,6 +1366,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   r.threads = threads;
   r.cpu_latency_held = cpu_latency.held();
   r.realtime = opts.realtime;
+  r.slice_ms = static_cast<double>(*std::min_element(slice_ns.begin(), slice_ns.end())) / 1e6;
   r.io = sh.uring ? "io_uring" : "epoll";
   for (Nanos c : cpu_ns) r.cpu_s += static_cast<double>(c) / 1e9;
   // Max speed counts from the start (every initial session connected), as

@@ -196,8 +196,9 @@ void print_report(std::ostream& out, const Report& r) {
   out << "sessions driven directly: " << r.sessions_direct << " of " << r.sessions
       << (r.sessions_direct < r.sessions ? " (the others: through libpq (TLS, GSS encryption, --wire libpq) or not connected)" : "")
       << "\n";
-  out << "number of threads: " << r.threads << (r.realtime ? " (SCHED_FIFO)" : "") << ", event loop: " << r.io
-      << "\n";
+  out << "number of threads: " << r.threads
+      << (r.realtime ? " (SCHED_FIFO)" : r.slice_ms > 0 ? fmt(" (scheduler slice %g ms)", r.slice_ms) : "")
+      << ", event loop: " << r.io << "\n";
   out << "number of transactions actually processed: " << r.transactions << "\n";
   out << "number of statements: " << r.statements << "\n";
   out << "number of failed statements: " << r.errors << "\n";

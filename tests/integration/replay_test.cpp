@@ -2,6 +2,7 @@
 // counts, errors and divergence, COPY, timing fidelity, 2,000 sessions, and
 // the CLI (flags, unreachable target, JSON report, dry run, progress).
 #include "common/error.h"
+#include "common/realtime.h"
 #include "replay/replay.h"
 #include "support/support.h"
 #include "tests/integration/replay_traces.h"
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include <thread>
 
 using namespace tierlab;
 using namespace replay_test;
@@ -506,7 +508,7 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
   }
 }
 
-TEST_CASE("replay --rt and the CPU wake-up latency hold of timed replays", "[replay][pg][cli]") {
+TEST_CASE("replay --rt, the CPU wake-up latency hold and the scheduler slice of timed replays", "[replay][pg][cli]") {
   auto& pg = tierlab::test::shared_server();
   TempDir dir;
   std::string path = dir.file("rt.tlt");
@@ -535,6 +537,17 @@ TEST_CASE("replay --rt and the CPU wake-up latency hold of timed replays", "[rep
   CHECK(read()["cpu_latency_held"] == (root && access("/dev/cpu_dma_latency", W_OK) == 0));
   CHECK(read()["realtime"] == false);
   CHECK(timed.out.find("cpu wake-up latency: ") != std::string::npos);
+  // Its workers run with a 0.1 ms scheduler slice where the kernel has
+  // per-task slices (what a thread of this process gets when it asks).
+  uint64_t slice_here = 0;
+  std::thread([&] { slice_here = tierlab::request_short_slice(100'000); }).join();
+  if (slice_here == 100'000) {
+    CHECK(read()["slice_ms"] == 0.1);
+    CHECK(timed.out.find("(scheduler slice 0.1 ms)") != std::string::npos);
+  } else {
+    CHECK(read()["slice_ms"] == 0);
+    WARN("this kernel gives no per-task scheduler slice: the replay's default slice is what is checked");
+  }
 
   auto no_qos = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--no-pm-qos", "--json", json});
   REQUIRE(no_qos.status == 0);
@@ -545,6 +558,7 @@ TEST_CASE("replay --rt and the CPU wake-up latency hold of timed replays", "[rep
   auto max = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--max-speed", "--json", json});
   REQUIRE(max.status == 0);
   CHECK(read()["cpu_latency_held"] == false);
+  CHECK(read()["slice_ms"] == 0);
   CHECK(read()["statements"] == 20);
   // Its clock starts once the sessions that start together are connected,
   // as pgbench's tps "without initial connection time".
@@ -558,6 +572,7 @@ TEST_CASE("replay --rt and the CPU wake-up latency hold of timed replays", "[rep
     INFO(rt.err);
     REQUIRE(rt.status == 0);
     CHECK(read()["realtime"] == true);
+    CHECK(read()["slice_ms"] == 0);
     CHECK(read()["statements"] == 20);
     CHECK(rt.out.find("number of threads: ") != std::string::npos);
     CHECK(rt.out.find("(SCHED_FIFO)") != std::string::npos);
