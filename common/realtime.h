@@ -60,7 +60,8 @@ bool run_as_batch_thread();
 // per-task slice, sched_attr.sched_runtime of a SCHED_OTHER thread, Linux
 // 6.12 and later; the kernel clamps it to 0.1-100 ms). A task with a shorter
 // slice has an earlier virtual deadline, so when it wakes it preempts a
-// thread with the default 3 ms slice instead of queueing behind it: a timed
+// thread on the default slice (which grows with the CPU count: 1.4 ms on
+// 2 CPUs) instead of queueing behind it: a timed
 // sender's wake-ups reach the CPU sooner without real-time priority and
 // without taking more than its fair share. Returns the slice the kernel
 // reports afterwards in ns, 0 when it has none to give (older kernels).
