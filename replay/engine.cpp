@@ -76,7 +76,14 @@ static_assert(sizeof(Oid) == sizeof(uint32_t));
 
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr int kMaxEvents = 256;
-constexpr uint64_t kWorkerSliceNs = 100'000;  // the kernel's shortest (Options::short_slice)
+// Timed replays ask the scheduler for this time slice for each worker
+// thread (request_short_slice; the kernel's shortest, Linux 6.12 and later):
+// a worker waking for a scheduled send or an answer then preempts a target
+// backend busy on its CPU instead of waiting out the backend's slice, at
+// the same fair share of the CPUs. Not with Options::realtime (SCHED_FIFO
+// preempts anyway; the call leaves such a thread alone) nor at max speed
+// (no deadlines; there the preemptions cost throughput).
+constexpr uint64_t kWorkerSliceNs = 100'000;
 // epoll data of the timeout's timerfd (slots are numbered from 0).
 constexpr uint64_t kTimerTag = ~uint64_t{0};
 // io_uring user_data: a slot's operation (slot << 2 | kOpRecv or kOpSend),
@@ -194,7 +201,7 @@ class Worker {
   }
 
   void run() {
-    if (sh_.uring && !start_ring()) throw RuntimeError("replay: io_uring: could not set up a worker's ring");
+    if (sh_.uring) start_ring();
     Nanos now = now_ns();
     active_ = slots_.size();
     // Timed: each session's connect is a timer. Max speed: sessions start
@@ -242,21 +249,17 @@ class Worker {
   }
 
   // Sets up the worker's io_uring (on the thread that runs it: the ring is
-  // single-issuer). False when the kernel cannot give what the loop needs.
-  bool start_ring() {
+  // single-issuer). What the loop needs of the kernel was checked before
+  // the workers started (uring_unsupported).
+  void start_ring() {
     io_uring_params p = ring_params();
-    if (io_uring_queue_init_params(kRingEntries, &ring_, &p) < 0) return false;
-    if (!(p.features & IORING_FEAT_EXT_ARG)) {
-      io_uring_queue_exit(&ring_);
-      return false;
-    }
+    if (int rc = io_uring_queue_init_params(kRingEntries, &ring_, &p); rc < 0)
+      throw RuntimeError(errno_message("replay: io_uring: setting up a worker's ring", -rc));
     ring_on_ = true;
     arm_epoll();
-    return true;
   }
 
   Stats& stats() { return stats_; }
-  bool uring() const { return ring_on_; }
   Nanos last_end() const { return last_end_; }
 
  private:
@@ -404,11 +407,7 @@ class Worker {
       s.out += res;
       s.out_left -= static_cast<uint32_t>(res);
       if (s.out_left > 0) return queue_send(slot);
-      if (s.done_after_send) {
-        s.done_after_send = false;
-        unit_done(slot, now_ns());
-      }
-      return;
+      return sent(slot);
     }
     if (res == 0) return fail(slot, now, "the server closed the connection unexpectedly");
     if (res < 0) {
@@ -725,10 +724,7 @@ class Worker {
     if (on_ring(s)) {
       // Leaves with the next io_uring_enter; its completion goes on.
       if (s.out_left > 0 && !s.send_inflight) queue_send(slot);
-      else if (s.out_left == 0 && s.done_after_send) {
-        s.done_after_send = false;
-        unit_done(slot, now_ns());
-      }
+      else if (s.out_left == 0) sent(slot);
       return true;
     }
     while (s.out_left > 0) {
@@ -747,11 +743,16 @@ class Worker {
       return false;
     }
     if (s.want_out) watch(slot, false);
-    if (s.done_after_send) {
-      s.done_after_send = false;
-      unit_done(slot, now_ns());
-    }
+    sent(slot);
     return true;
+  }
+
+  // All of s.out has left: a unit whose ReadyForQuery came first is done.
+  void sent(uint32_t slot) {
+    Slot& s = slots_[slot];
+    if (!s.done_after_send) return;
+    s.done_after_send = false;
+    unit_done(slot, now_ns());
   }
 
   // Reads what the server sent and acts on every complete message.
@@ -1302,7 +1303,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
         // Timer wake-ups on time: the default 50 us slack would be added
         // to every scheduled send.
         prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-        if (opts.short_slice && !opts.max_speed) slice_ns[t] = request_short_slice(kWorkerSliceNs);
+        if (!opts.max_speed) slice_ns[t] = request_short_slice(kWorkerSliceNs);
         workers[t]->run();
       } catch (...) {
         errors[t] = std::current_exception();

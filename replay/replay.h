@@ -117,13 +117,6 @@ struct Options {
   // backends of a target on the same machine do not delay scheduled sends.
   // Needs root or CAP_SYS_NICE; RuntimeError otherwise.
   bool realtime = false;
-  // Timed replays ask the scheduler for a 0.1 ms time slice for each worker
-  // thread (request_short_slice in common/realtime.h; Linux 6.12 and later):
-  // a worker waking for a scheduled send or an answer then preempts a
-  // target backend busy on its CPU instead of waiting out the backend's
-  // slice, at the same fair share of the CPUs. No privilege needed; not
-  // with realtime (SCHED_FIFO preempts anyway) or max_speed (no deadlines).
-  bool short_slice = true;
   // Sessions on plaintext connections are driven directly once libpq has
   // connected them: the plan's protocol messages are written to the socket
   // and the answers read without libpq (no result objects, one read per
@@ -175,7 +168,7 @@ struct Report {
   // the plan come before and are not in it).
   double cpu_s = 0;
   bool realtime = false;            // workers ran at SCHED_FIFO
-  double slice_ms = 0;              // workers' scheduler slice; 0: the kernel's default (see Options::short_slice)
+  double slice_ms = 0;              // workers' scheduler slice (timed replays: 0.1 ms); 0: the kernel's default
   std::string io;                   // the workers' event loop: io_uring or epoll
   // Statement latency (send of its unit to its result), milliseconds.
   double lat_avg_ms = 0, lat_stddev_ms = 0, lat_p50_ms = 0, lat_p90_ms = 0,
