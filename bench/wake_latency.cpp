@@ -1,0 +1,58 @@
+// The machine's timer wake-up floor: how late a thread that sleeps until a
+// deadline runs again, set up as a timed replay's worker is (cpu_dma_latency
+// held at 0 when root, 1 ns timer slack, the 0.1 ms scheduler slice), as
+// cyclictest measures it.
+//
+//   tierlab_bench_wake_latency [PERIOD_US] [COUNT]
+//
+// Sleeps COUNT times (default 5000) until deadlines PERIOD_US apart
+// (default 1000) and prints one line:
+//
+//   wake_latency_ms p50 <X> p99 <X> p999 <X> max <X> sleeps <N> period_us <P> held <0|1>
+//
+// No schedule can be kept more closely than this on an idle machine: a
+// replay's schedule lag p99 below the p99 here is out of any client's reach.
+#include "common/histogram.h"
+#include "common/realtime.h"
+
+#include <sys/prctl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+
+namespace {
+
+int64_t ns_of(const timespec& t) { return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tierlab;
+  long period_us = argc > 1 ? std::atol(argv[1]) : 1000;
+  long count = argc > 2 ? std::atol(argv[2]) : 5000;
+  if (period_us < 1 || count < 1) {
+    std::fprintf(stderr, "usage: tierlab_bench_wake_latency [PERIOD_US >= 1] [COUNT >= 1]\n");
+    return 2;
+  }
+  CpuLatencyHold hold(true);
+  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+  request_short_slice(100'000);
+  Histogram late;  // the replay's own, as its lag figures come from
+  timespec now{};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  int64_t due = ns_of(now);
+  for (long i = 0; i < count; ++i) {
+    due += period_us * 1000;
+    timespec t{static_cast<time_t>(due / 1'000'000'000), static_cast<long>(due % 1'000'000'000)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, nullptr) != 0) {
+    }
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    late.record(ns_of(now) - due);
+  }
+  auto ms = [](int64_t ns) { return static_cast<double>(ns) / 1e6; };
+  std::printf("wake_latency_ms p50 %.3f p99 %.3f p999 %.3f max %.3f sleeps %ld period_us %ld held %d\n",
+              ms(late.quantile(0.5)), ms(late.quantile(0.99)), ms(late.quantile(0.999)), ms(late.max()), count,
+              period_us, hold.held() ? 1 : 0);
+  return 0;
+}
