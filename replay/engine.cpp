@@ -122,6 +122,28 @@ struct ConnParams {
   const char* application_name = nullptr;
 };
 
+// libpq's keyword/value arrays for a session's connection: the target's
+// conninfo (expanded from "dbname"), then what the capture recorded for the
+// session, which overrides it. Points into `conninfo` and `p`.
+struct ConnKeywords {
+  const char* kw[5];
+  const char* val[5];
+
+  ConnKeywords(const std::string& conninfo, const ConnParams& p) {
+    int k = 0;
+    auto add = [&](const char* key, const char* value) {
+      kw[k] = key;
+      val[k++] = value;
+    };
+    add("dbname", conninfo.c_str());
+    if (p.user) add("user", p.user);
+    if (p.database) add("dbname", p.database);
+    if (p.application_name) add("application_name", p.application_name);
+    kw[k] = nullptr;
+    val[k] = nullptr;
+  }
+};
+
 // State shared by all workers.
 struct Shared {
   const Plan* plan = nullptr;
@@ -517,27 +539,8 @@ class Worker {
   void connect(uint32_t slot, Nanos now) {
     Slot& s = slots_[slot];
     move(s, Event::Due);
-    const ConnParams& p = sh_.params[s.session];
-    const char* kw[6];
-    const char* val[6];
-    int k = 0;
-    kw[k] = "dbname";
-    val[k++] = sh_.opts->conninfo.c_str();
-    if (p.user) {
-      kw[k] = "user";
-      val[k++] = p.user;
-    }
-    if (p.database) {
-      kw[k] = "dbname";
-      val[k++] = p.database;
-    }
-    if (p.application_name) {
-      kw[k] = "application_name";
-      val[k++] = p.application_name;
-    }
-    kw[k] = nullptr;
-    val[k] = nullptr;
-    s.conn = PQconnectStartParams(kw, val, 1);
+    ConnKeywords c(sh_.opts->conninfo, sh_.params[s.session]);
+    s.conn = PQconnectStartParams(c.kw, c.val, 1);
     if (!s.conn || PQstatus(s.conn) == CONNECTION_BAD) return fail(slot, now);
     // As if PQconnectPoll had returned PGRES_POLLING_WRITING.
     watch(slot, true);
@@ -1183,22 +1186,8 @@ std::string describe_target(const std::string& conninfo) {
 // The first session's connection, made synchronously: an unreachable target
 // or a rejected user fails the replay at once with libpq's message.
 void preflight(const Options& opts, const ConnParams& p) {
-  const char* kw[6];
-  const char* val[6];
-  int k = 0;
-  kw[k] = "dbname";
-  val[k++] = opts.conninfo.c_str();
-  if (p.user) {
-    kw[k] = "user";
-    val[k++] = p.user;
-  }
-  if (p.database) {
-    kw[k] = "dbname";
-    val[k++] = p.database;
-  }
-  kw[k] = nullptr;
-  val[k] = nullptr;
-  PGconn* c = PQconnectdbParams(kw, val, 1);
+  ConnKeywords k(opts.conninfo, p);
+  PGconn* c = PQconnectdbParams(k.kw, k.val, 1);
   if (!c) throw RuntimeError("replay: cannot connect to the target: out of memory");
   if (PQstatus(c) != CONNECTION_OK) {
     std::string msg = one_line(PQerrorMessage(c));
