@@ -59,7 +59,7 @@ void run_block(const BlockOptions& o) {
 }
 
 void setup_block(CLI::App& parent) {
-  auto& cap = group(parent, "capture", "record live traffic and block I/O into a trace");
+  auto& cap = group(parent, "capture");
   auto* sub = cap.add_subcommand("block", "record block I/O requests of a device from kernel tracepoints (root)");
   auto opt = std::make_shared<BlockOptions>();
   sub->add_option("--device,-d", opt->device, "vda, /dev/vda, 254:0, or a path on the device")->required();

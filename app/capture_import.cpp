@@ -35,7 +35,7 @@ void run_import(const ImportOptions& o) {
 }
 
 void setup_import(CLI::App& parent) {
-  auto& cap = group(parent, "capture", "record live traffic and block I/O into a trace");
+  auto& cap = group(parent, "capture");
   auto* sub = cap.add_subcommand("import", "import a fio iolog (v2/v3) or blkparse text output into a trace");
   auto opt = std::make_shared<ImportOptions>();
   auto* f = sub->add_option("--fio-iolog", opt->fio_iolog, "fio iolog version 2 or 3 (fio --write_iolog)");

@@ -103,7 +103,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
 }
 
 void setup_capture_proxy(CLI::App& parent) {
-  auto& capture = group(parent, "capture", "record live traffic and block I/O into a trace");
+  auto& capture = group(parent, "capture");
   auto opt = std::make_shared<CaptureProxyOptions>();
   auto* cmd = capture.add_subcommand(
       "proxy",

@@ -571,7 +571,7 @@ void run_capture_run(const CaptureRunOptions& o) {
 }
 
 void setup_capture_run(CLI::App& parent) {
-  auto& capture = group(parent, "capture", "record live traffic and block I/O into a trace");
+  auto& capture = group(parent, "capture");
   auto opt = std::make_shared<CaptureRunOptions>();
   auto* cmd = capture.add_subcommand(
       "run",

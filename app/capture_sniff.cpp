@@ -50,7 +50,7 @@ void run_sniff_cli(SniffCli& cli) {
 }
 
 void setup_capture_sniff(CLI::App& parent) {
-  auto& cap = group(parent, "capture", "record live traffic and block I/O into a trace");
+  auto& cap = group(parent, "capture");
   auto cli = std::make_shared<SniffCli>();
   auto* sub = cap.add_subcommand(
       "sniff",

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
+#include <stdexcept>
+#include <utility>
 
 namespace tierlab::app {
 namespace {
@@ -85,9 +87,18 @@ int run_cli(const std::vector<std::string>& args) {
 
 namespace tierlab::app {
 
-CLI::App& group(CLI::App& parent, const std::string& name, const std::string& description) {
+CLI::App& group(CLI::App& parent, const std::string& name) {
+  static const std::pair<const char*, const char*> kGroups[] = {
+      {"capture", "record live traffic and block I/O into a trace"},
+      {"iosim", "drive I/O through storage tier models"},
+      {"trace", "look inside a trace file: counts, records, export"},
+  };
   for (auto* existing : parent.get_subcommands({}))
     if (existing->get_name() == name) return *existing;
+  const char* description = nullptr;
+  for (const auto& [n, d] : kGroups)
+    if (name == n) description = d;
+  if (!description) throw std::logic_error("no subcommand group named " + name);
   auto* sub = parent.add_subcommand(name, description);
   sub->require_subcommand(1);
   return *sub;

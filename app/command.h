@@ -43,10 +43,10 @@ void set_exit_status(int status);
 
 namespace tierlab::app {
 
-// The subcommand `name` of `parent`, created with `description` if it does
-// not exist yet. Subcommand groups ("capture", "iosim", "trace") are shared
-// by several files this way.
-CLI::App& group(CLI::App& parent, const std::string& name, const std::string& description);
+// The subcommand group `name` ("capture", "iosim" or "trace") of `parent`,
+// created with its description if it does not exist yet: the groups are
+// shared by several files this way, and their descriptions stand in one place.
+CLI::App& group(CLI::App& parent, const std::string& name);
 
 // Declares --compress-level (the trace's zstd level) on a capture command.
 CLI::Option* add_compress_level(CLI::App& cmd, int& level);

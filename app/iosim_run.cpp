@@ -270,7 +270,7 @@ void run_iosim(const RunOptions& o) {
 }
 
 void setup_iosim_run(CLI::App& parent) {
-  auto& io = group(parent, "iosim", "drive I/O through storage tier models");
+  auto& io = group(parent, "iosim");
   auto* sub = io.add_subcommand("run", "real I/O through io_uring, closed loop (pattern) or open loop (--trace), "
                                        "optionally shaped like a tier");
   auto opt = std::make_shared<RunOptions>();

@@ -321,7 +321,7 @@ void run_simulate(const SimulateOptions& o) {
 }
 
 void setup_simulate(CLI::App& parent) {
-  auto& iosim = group(parent, "iosim", "drive I/O through storage tier models");
+  auto& iosim = group(parent, "iosim");
   auto o = std::make_shared<SimulateOptions>();
   auto* cmd = iosim.add_subcommand(
       "simulate",

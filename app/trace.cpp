@@ -1012,7 +1012,7 @@ void run_export(const ExportOptions& o) {
 }
 
 void setup_trace(CLI::App& parent) {
-  auto& tr = group(parent, "trace", "look inside a trace file: counts, records, export");
+  auto& tr = group(parent, "trace");
 
   auto info = std::make_shared<InfoOptions>();
   auto* si = tr.add_subcommand("info", "counts, time span, bytes per record kind, recovered tail");
