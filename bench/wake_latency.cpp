@@ -15,8 +15,6 @@
 #include "common/histogram.h"
 #include "common/realtime.h"
 
-#include <sys/prctl.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -36,8 +34,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   CpuLatencyHold hold(true);
-  prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
-  request_short_slice(100'000);
+  tight_timer_slack();
+  request_short_slice(kShortestSliceNs);  // as replay's kWorkerSliceNs
   Histogram late;  // the replay's own, as its lag figures come from
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC, &now);

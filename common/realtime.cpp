@@ -1,6 +1,7 @@
 #include "common/realtime.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -72,5 +73,7 @@ uint64_t request_short_slice(uint64_t ns) {
   if (::syscall(SYS_sched_getattr, 0, &got, sizeof got, 0) != 0) return 0;
   return got.sched_runtime;
 }
+
+void tight_timer_slack() { prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL); }
 
 }  // namespace tierlab

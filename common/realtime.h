@@ -67,4 +67,11 @@ bool run_as_batch_thread();
 // reports afterwards in ns, 0 when it has none to give (older kernels).
 uint64_t request_short_slice(uint64_t ns);
 
+// The shortest slice the kernel gives (request_short_slice clamps to it).
+constexpr uint64_t kShortestSliceNs = 100'000;
+
+// Sets the calling thread's timer slack to 1 ns: the default 50 us would be
+// added to every timed wake-up of a thread that keeps deadlines.
+void tight_timer_slack();
+
 }  // namespace tierlab

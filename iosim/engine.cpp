@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -630,8 +629,7 @@ EngineResult Engine::run(IoSource& src) {
   setup_ring();
   verify_all_ = o_.verify && o_.verify_existing;
   if (o_.shaper) r_.tier = o_.shaper->tier().name;
-  // Fewer timer slack nanoseconds: deadlines are kept to microseconds.
-  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  tight_timer_slack();  // deadlines are kept to microseconds
   RealTimeScope rt(o_.realtime);
   // Runs that keep deadlines (open loop, or a tier's completion times) hold
   // the CPU wake-up latency down.

@@ -50,7 +50,6 @@
 #include <liburing.h>
 #include <poll.h>
 #include <sys/epoll.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -83,7 +82,7 @@ constexpr int kMaxEvents = 256;
 // the same fair share of the CPUs. Not with Options::realtime (SCHED_FIFO
 // preempts anyway; the call leaves such a thread alone) nor at max speed
 // (no deadlines; there the preemptions cost throughput).
-constexpr uint64_t kWorkerSliceNs = 100'000;
+constexpr uint64_t kWorkerSliceNs = kShortestSliceNs;
 // epoll data of the timeout's timerfd (slots are numbered from 0).
 constexpr uint64_t kTimerTag = ~uint64_t{0};
 // io_uring user_data: a slot's operation (slot << 2 | kOpRecv or kOpSend),
@@ -1289,9 +1288,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
       try {
-        // Timer wake-ups on time: the default 50 us slack would be added
-        // to every scheduled send.
-        prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
+        tight_timer_slack();
         if (!opts.max_speed) slice_ns[t] = request_short_slice(kWorkerSliceNs);
         workers[t]->run();
       } catch (...) {
