@@ -353,6 +353,10 @@ void run_capture_run(const CaptureRunOptions& o) {
 
   const std::string part_tx = o.out + (passive ? ".sniff.part" : ".proxy.part"),
                     part_block = o.out + ".block.part", part_samples = o.out + ".samples.part";
+  if (passive) {
+    so.out = part_tx;
+    capture::check_sniff_options(so, "capture run");  // before the server checks print their warnings
+  }
   std::vector<std::string> parts{part_tx, part_samples};
 
   // What the server is: version, shared_buffers, postmaster pid, memory.
@@ -497,7 +501,6 @@ void run_capture_run(const CaptureRunOptions& o) {
   std::unique_ptr<TxCapture> tx;
   try {
     if (passive) {
-      so.out = part_tx;
       tx = std::make_unique<SniffCapture>(so);
     } else {
       tx = std::make_unique<ProxyCapture>(o, part_tx);

@@ -394,32 +394,6 @@ void set_filter(pcap_t* p, const std::string& f, const std::string& where) {
   if (rc < 0) throw RuntimeError(where + ": filter '" + f + "': " + pcap_geterr(p));
 }
 
-void validate(const SniffOptions& o) {
-  if (o.interface.empty() == o.pcap_file.empty())
-    throw InputError("capture sniff: give exactly one of --interface and --pcap");
-  if (o.out.empty()) throw InputError("capture sniff: --out is required");
-  auto unix_path = [](const std::string& s) {
-    return !s.empty() && (s[0] == '/' || s.rfind("unix", 0) == 0);
-  };
-  if (unix_path(o.interface) || unix_path(o.host))
-    throw InputError(
-        "capture sniff: unix-domain socket traffic never reaches a network interface and cannot "
-        "be sniffed; use `tierlab capture proxy --listen-unix` for it");
-  if (o.port == 0) throw InputError("capture sniff: --port must be 1-65535");
-  if (o.snaplen < 128) throw InputError("capture sniff: --snaplen must be at least 128");
-  if (!o.interface.empty() && (o.buffer_bytes < kMinRingBytes || o.buffer_bytes > kMaxRingBytes))
-    throw InputError("capture sniff: --buffer-size " +
-                     format_bytes(static_cast<double>(o.buffer_bytes)) + ": must be 64 KiB to 1 GiB");
-  trace::check_compression_level(o.compression_level, "capture sniff: --compress-level");
-  if (o.duration_s < 0) throw InputError("capture sniff: --duration must not be negative");
-  if (!o.host.empty()) {
-    uint8_t buf[16];
-    if (inet_pton(AF_INET, o.host.c_str(), buf) != 1 &&
-        inet_pton(AF_INET6, o.host.c_str(), buf) != 1)
-      throw InputError("capture sniff: --host '" + o.host + "' is not an IPv4 or IPv6 address");
-  }
-}
-
 std::string read_file(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) throw InputError(errno_message(path, errno));
@@ -433,13 +407,39 @@ std::string read_file(const std::string& path) {
 
 }  // namespace
 
+void check_sniff_options(const SniffOptions& o, const std::string& who) {
+  if (o.interface.empty() == o.pcap_file.empty())
+    throw InputError(who + ": give exactly one of --interface and --pcap");
+  if (o.out.empty()) throw InputError(who + ": --out is required");
+  auto unix_path = [](const std::string& s) {
+    return !s.empty() && (s[0] == '/' || s.rfind("unix", 0) == 0);
+  };
+  if (unix_path(o.interface) || unix_path(o.host))
+    throw InputError(
+        who + ": unix-domain socket traffic never reaches a network interface and cannot "
+        "be sniffed; use `tierlab capture proxy --listen-unix` for it");
+  if (o.port == 0) throw InputError(who + ": --port must be 1-65535");
+  if (o.snaplen < 128) throw InputError(who + ": --snaplen must be at least 128");
+  if (!o.interface.empty() && (o.buffer_bytes < kMinRingBytes || o.buffer_bytes > kMaxRingBytes))
+    throw InputError(who + ": --buffer-size " +
+                     format_bytes(static_cast<double>(o.buffer_bytes)) + ": must be 64 KiB to 1 GiB");
+  trace::check_compression_level(o.compression_level, who + ": --compress-level");
+  if (o.duration_s < 0) throw InputError(who + ": --duration must not be negative");
+  if (!o.host.empty()) {
+    uint8_t buf[16];
+    if (inet_pton(AF_INET, o.host.c_str(), buf) != 1 &&
+        inet_pton(AF_INET6, o.host.c_str(), buf) != 1)
+      throw InputError(who + ": --host '" + o.host + "' is not an IPv4 or IPv6 address");
+  }
+}
+
 void stop_sniff() {
   g_stop.store(true);
   if (pcap_t* p = g_pcap.load()) pcap_breakloop(p);
 }
 
 SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
-  validate(o);
+  check_sniff_options(o, "capture sniff");
   std::vector<SessionMapEntry> map;
   if (!o.session_map.empty()) map = parse_session_map(read_file(o.session_map), o.session_map);
 

@@ -203,4 +203,10 @@ TEST_CASE("capture run takes exactly one of the proxy and the passive mode", "[i
   one_line_2({"capture", "run", "--interface", "lo", "--out", t}, "--port");
   one_line_2({"capture", "run", "--interface", "lo", "--port", "5432", "--buffer-size", "lots", "--out", t},
              "--buffer-size");
+  // Options the sniffer refuses are refused before the server checks run
+  // (no PostgreSQL listens here, so those would print warnings first).
+  one_line_2({"capture", "run", "--interface", "lo", "--port", "5432", "--buffer-size", "4k", "--out", t},
+             "capture run: --buffer-size 4.0 KiB: must be 64 KiB to 1 GiB");
+  one_line_2({"capture", "run", "--interface", "lo", "--port", "5432", "--host", "db.example", "--out", t},
+             "capture run: --host 'db.example' is not an IPv4 or IPv6 address");
 }
