@@ -32,6 +32,7 @@ struct ReplayOptions {
   bool no_pm_qos = false;
   std::string wire = "direct";
   std::string io = "auto";
+  std::string log;
 };
 
 nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
@@ -45,7 +46,7 @@ nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
 nlohmann::json report_json(const replay::Report& r) {
   nlohmann::json errs = nlohmann::json::object();
   for (const auto& [state, n] : r.errors_by_sqlstate) errs[state] = n;
-  return {
+  nlohmann::json j = {
       {"sessions", r.sessions},
       {"sessions_failed", r.sessions_failed},
       {"sessions_direct", r.sessions_direct},
@@ -76,6 +77,8 @@ nlohmann::json report_json(const replay::Report& r) {
       {"slowed", deltas_json(r.slowed)},
       {"sped_up", deltas_json(r.sped_up)},
   };
+  if (!r.log_path.empty()) j["log"] = {{"path", r.log_path}, {"lines", r.log_lines}, {"error", r.log_error}};
+  return j;
 }
 
 void run_replay(const ReplayOptions& o) {
@@ -94,6 +97,7 @@ void run_replay(const ReplayOptions& o) {
   opts.hold_cpu_latency = !o.no_pm_qos;
   opts.direct = o.wire == "direct";
   opts.io = o.io;
+  opts.log_path = o.log;
   opts.database = o.database;
   opts.user = o.user;
   if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
@@ -112,6 +116,10 @@ void run_replay(const ReplayOptions& o) {
     out << report_json(r).dump(2) << "\n";
     if (!out) throw RuntimeError(errno_message("writing " + o.json, errno));
   }
+  // The report is out; a log that could not be written fails the command.
+  if (!r.log_error.empty())
+    throw RuntimeError("--log " + r.log_path + ": " + r.log_error + " after " + std::to_string(r.log_lines) +
+                       " lines; the rest of the round trips are not in it");
 }
 
 void setup_replay(CLI::App& parent) {
@@ -139,6 +147,10 @@ void setup_replay(CLI::App& parent) {
   cmd->add_option("-P,--progress", o->progress_s, "print a progress line every SEC seconds")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", o->json, "write the report as JSON to OUT");
+  cmd->add_option("--log", o->log,
+                  "write one line per round trip to FILE, in pgbench -l's columns (session, round trip, "
+                  "latency us, 0, end time s and us, schedule lag us) then tierlab's share of the lag, the "
+                  "captured latency and ok or the SQLSTATE");
   cmd->add_flag("--dry-run", o->dry_run, "print what would be replayed; do not connect");
   cmd->add_option("--begin", o->begin, "replay from this time (seconds or 30s, 2m) after the trace start");
   cmd->add_option("--end", o->end, "replay until this time after the trace start");

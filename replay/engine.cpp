@@ -44,6 +44,7 @@
 #include "replay/schedule.h"
 #include "replay/session.h"
 #include "replay/stats.h"
+#include "replay/unit_log.h"
 #include "replay/wire.h"
 
 #include <libpq-fe.h>
@@ -159,6 +160,8 @@ struct Shared {
   std::atomic<uint64_t> initial_ready{0};
   std::atomic<Nanos> start{0};        // when the last of them connected
   bool uring = false;                 // workers run the io_uring loop
+  int log_fd = -1;                    // Options::log_path, -1 none
+  Nanos unix_offset = 0;              // CLOCK_REALTIME - CLOCK_MONOTONIC, for the log
 };
 
 // One session slot of a worker.
@@ -180,6 +183,9 @@ struct Slot {
   bool pending_error = false;        // Extended: error of a non-Execute op
   char pending_state[6] = {0};
   Nanos sent_at = 0;
+  Nanos lag = 0, own_lag = 0;        // of the unit in flight (timed replays)
+  bool unit_failed = false;          // a statement of the unit in flight failed
+  char unit_state[6] = {0};          // the first one's SQLSTATE
   Nanos free_at = 0;                 // when the session last became Idle
   uint64_t stmts_since_idle = 0;
   // Driven directly (a plaintext connection, libpq only connected it).
@@ -205,7 +211,7 @@ class Worker {
   Worker(Shared& sh, std::vector<uint32_t> sessions, Live& live)
       : sh_(sh), plan_(*sh.plan), slots_(sessions.size()),
         timers_(static_cast<uint32_t>(sessions.size())), stats_(sh.plan->fingerprints.size()),
-        live_(live) {
+        live_(live), log_(sh.log_fd) {
     for (size_t i = 0; i < sessions.size(); ++i) slots_[i].session = sessions[i];
     held_.reserve(sessions.size());
     started_ = !sh.sched.max_speed || sh.initial == 0;
@@ -267,6 +273,7 @@ class Worker {
       }
       dispatch(evs, n);
     }
+    log_.flush();
   }
 
   // Sets up the worker's io_uring (on the thread that runs it: the ring is
@@ -282,6 +289,7 @@ class Worker {
 
   Stats& stats() { return stats_; }
   Nanos last_end() const { return last_end_; }
+  const UnitLog& log() const { return log_; }
 
  private:
   const Session& session_of(const Slot& s) const { return plan_.sessions[s.session]; }
@@ -608,14 +616,17 @@ class Worker {
     // Lag and latency count from the send (on the io_uring loop: from when
     // it is queued), not from when this pass of the loop started.
     now = now_ns();
+    s.lag = s.own_lag = 0;
+    s.unit_failed = false;
     if (!sh_.sched.max_speed) {
       Nanos due = sh_.sched.at(u.ts);
-      Nanos lag = std::max<Nanos>(0, now - due);
-      stats_.lag.record(lag);
+      s.lag = std::max<Nanos>(0, now - due);
+      stats_.lag.record(s.lag);
       // The part of it spent in tierlab: from the later of the due time and
       // the previous answer (the target's share) to the send.
-      stats_.own_lag.record(std::max<Nanos>(0, now - std::max(due, s.free_at)));
-      live_.add(live_.lag_sum_ns, static_cast<double>(lag));
+      s.own_lag = std::max<Nanos>(0, now - std::max(due, s.free_at));
+      stats_.own_lag.record(s.own_lag);
+      live_.add(live_.lag_sum_ns, static_cast<double>(s.lag));
       live_.add(live_.lag_n, 1);
     }
     s.op = 0;
@@ -904,7 +915,7 @@ class Worker {
     out.has_rows = has_rows;
     out.rows = rows;
     s.aborted = error;
-    record(plan_.stmts[u.first_stmt + s.op++], out, now_ns() - s.sent_at);
+    record(s, plan_.stmts[u.first_stmt + s.op++], out, now_ns() - s.sent_at);
   }
 
   // ReadyForQuery of a directly driven unit: Executes left unanswered were
@@ -916,7 +927,7 @@ class Worker {
     if (u.kind == UnitKind::Extended) {
       Outcome skipped;
       skipped.status = Status::Skipped;
-      while (s.op < u.n_stmts) record(plan_.stmts[u.first_stmt + s.op++], skipped, now - s.sent_at);
+      while (s.op < u.n_stmts) record(s, plan_.stmts[u.first_stmt + s.op++], skipped, now - s.sent_at);
     }
     if (s.state == State::CopyOut) move(s, Event::CopyFinished);  // no CopyDone came
     // A COPY that failed while its data was still going out: the server
@@ -1030,8 +1041,12 @@ class Worker {
     }
   }
 
-  void record(const Stmt& st, const Outcome& out, Nanos lat) {
+  void record(Slot& s, const Stmt& st, const Outcome& out, Nanos lat) {
     stats_.statement(st, out, lat);
+    if (out.status == Status::Error && !s.unit_failed) {
+      s.unit_failed = true;
+      std::memcpy(s.unit_state, out.sqlstate, sizeof s.unit_state);
+    }
     live_.add(live_.statements, 1);
     live_.add(live_.lat_sum_ns, static_cast<double>(lat));
     live_.add(live_.lat_sumsq_ns, static_cast<double>(lat) * static_cast<double>(lat));
@@ -1087,7 +1102,7 @@ class Worker {
       out.status = Status::Ok;
       out.has_rows = result_rows(res, &out.rows);
     }
-    record(plan_.stmts[op.stmt], out, now_ns() - s.sent_at);
+    record(s, plan_.stmts[op.stmt], out, now_ns() - s.sent_at);
   }
 
   void unit_done(uint32_t slot, Nanos now) {
@@ -1095,7 +1110,7 @@ class Worker {
     const Unit& u = unit_of(s);
     if (u.kind != UnitKind::Extended && u.n_stmts) {
       if (s.agg.status != Status::Error) s.agg.status = Status::Ok;
-      record(plan_.stmts[u.first_stmt], s.agg, now - s.sent_at);
+      record(s, plan_.stmts[u.first_stmt], s.agg, now - s.sent_at);
     }
     s.stmts_since_idle += u.n_stmts;
     if (s.direct ? s.ready == 'I' : PQtransactionStatus(s.conn) == PQTRANS_IDLE) {
@@ -1104,6 +1119,19 @@ class Worker {
         live_.add(live_.transactions, 1);
       }
       s.stmts_since_idle = 0;
+    }
+    if (log_.on()) {
+      UnitLogLine l;
+      l.session = session_of(s).id;
+      l.unit = s.next;
+      l.latency = now - s.sent_at;
+      l.end_unix = now + sh_.unix_offset;
+      l.lag = s.lag;
+      l.own_lag = s.own_lag;
+      l.captured = u.ready_ts > 0 ? u.ready_ts - u.ts : -1;
+      l.failed = s.unit_failed;
+      std::memcpy(l.sqlstate, s.unit_state, sizeof l.sqlstate);
+      log_.add(l);
     }
     move(s, Event::UnitDone);
     s.free_at = now;
@@ -1135,6 +1163,7 @@ class Worker {
   };
   Cqe cqes_[kMaxCqes];
   Nanos last_end_ = 0;
+  UnitLog log_;
 };
 
 // Raises RLIMIT_NOFILE so `need` descriptors fit.
@@ -1268,6 +1297,19 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
 
   if (!plan.sessions.empty()) preflight(opts, sh.params[order.front()]);
 
+  // --log: opened before any session connects (a bad path fails the
+  // replay at once), closed however the replay ends.
+  struct LogFd {
+    int fd = -1;
+    ~LogFd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } log_fd;
+  if (!opts.log_path.empty()) {
+    log_fd.fd = sh.log_fd = open_unit_log(opts.log_path);
+    sh.unix_offset = clock_ns(CLOCK_REALTIME) - now_ns();
+  }
+
   // Sessions dealt round-robin in start order, so each worker gets its
   // share of every period of the capture.
   std::vector<std::vector<uint32_t>> per(threads);
@@ -1343,11 +1385,14 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
 
   Stats total(plan.fingerprints.size());
   Nanos end = sh.sched.epoch;
+  Report r;
   for (auto& wk : workers) {
     total.merge(wk->stats());
     end = std::max(end, wk->last_end());
+    r.log_lines += wk->log().lines();
+    if (r.log_error.empty()) r.log_error = wk->log().error();
   }
-  Report r;
+  r.log_path = opts.log_path;
   r.speed = opts.speed;
   r.max_speed = opts.max_speed;
   r.threads = threads;

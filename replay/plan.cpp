@@ -136,6 +136,7 @@ struct PlanBuilder::Impl {
     if (fresh) {
       it->second.index = static_cast<uint32_t>(plan->sessions.size());
       Session s;
+      s.id = id;
       s.begin = ts;
       s.end = ts;
       plan->sessions.push_back(s);

@@ -112,6 +112,7 @@ struct CopyChunk {
 };
 
 struct Session {
+  uint64_t id = 0;           // the trace's session id
   const char* user = "";
   const char* database = "";
   const char* application_name = "";

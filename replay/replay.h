@@ -130,6 +130,9 @@ struct Options {
   // else epoll. The environment variable TIERLAB_REPLAY_IO, when set,
   // overrides it (tests run on either loop).
   std::string io = "auto";
+  // --log: one line per round trip (unit) to this file, as pgbench -l
+  // writes one per transaction; empty: none. See Report::log_*.
+  std::string log_path;
 };
 
 struct FingerprintDelta {
@@ -179,6 +182,11 @@ struct Report {
   // scheduled send and the session's previous answer (a session still
   // waiting for the target at its due time is the target's lag).
   double own_lag_p99_ms = 0, own_lag_max_ms = 0;
+  // Options::log_path: the lines written, and the first write error (the
+  // replay went on without the log from there; "" when none).
+  std::string log_path;
+  uint64_t log_lines = 0;
+  std::string log_error;
   std::vector<FingerprintDelta> slowed;   // at most 10, most slowed first
   std::vector<FingerprintDelta> sped_up;  // at most 10, most sped up first
 };

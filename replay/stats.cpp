@@ -223,6 +223,9 @@ void print_report(std::ostream& out, const Report& r) {
   out << "replayer CPU = " << fmt("%.3f", r.cpu_s) << " s in the worker threads";
   if (r.transactions) out << " (" << fmt("%.1f", r.cpu_s * 1e6 / static_cast<double>(r.transactions)) << " us per transaction)";
   out << "\n";
+  if (!r.log_path.empty())
+    out << "round-trip log: " << r.log_lines << " lines in " << r.log_path
+        << (r.log_error.empty() ? "" : " (stopped: " + r.log_error + ")") << "\n";
   out << "errors by SQLSTATE:" << (r.errors_by_sqlstate.empty() ? " none" : "");
   for (const auto& [state, n] : r.errors_by_sqlstate) out << " " << state << "=" << n;
   out << "\n";

@@ -17,6 +17,8 @@
 #include <cstdlib>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <numeric>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -388,6 +390,101 @@ TEST_CASE("2,000 concurrent sessions replay", "[replay][pg][many]") {
   CHECK(r.statements == n);
   CHECK(r.transactions == n);
   CHECK(r.errors == 0);
+}
+
+TEST_CASE("replay --log: one line per round trip, pgbench -l's columns, matching the report",
+          "[replay][pg][cli][log]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("log.tlt");
+  {
+    // 3 sessions, 20 round trips each 20 ms apart (captured latency 300 us);
+    // session 2's last one failed at capture (and fails again).
+    TraceBuilder b(path);
+    for (uint64_t s = 1; s <= 3; ++s) {
+      Nanos start = static_cast<Nanos>(s) * 3 * kMs;
+      b.begin(start, s, pg.superuser());
+      for (int i = 0; i < 20; ++i)
+        b.query(start + (i + 1) * 20 * kMs, s, "SELECT " + std::to_string(i), "SELECT", true, 1, 300 * 1000);
+      if (s == 2) b.query_error(start + 430 * kMs, s, "SELECT * FROM missing_table", "42P01");
+      b.end(start + 450 * kMs, s);
+    }
+    b.close();
+  }
+  std::string log = dir.file("rt.log"), json = dir.file("r.json");
+  for (bool max_speed : {false, true}) {
+    INFO((max_speed ? "--max-speed" : "--speed 1"));
+    std::vector<std::string> args{"replay", path, "--db", pg.conninfo(), "--threads", "2", "--log", log, "--json", json};
+    if (max_speed) args.push_back("--max-speed");
+    auto wall0 = std::chrono::system_clock::now();
+    auto r = tierlab::test::run_tierlab(args);
+    auto wall1 = std::chrono::system_clock::now();
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 0);
+    CHECK(r.out.find("round-trip log: 61 lines in " + log) != std::string::npos);
+    auto j = nlohmann::json::parse(std::ifstream(json));
+    CHECK(j["log"]["lines"] == 61);
+    CHECK(j["log"]["error"] == "");
+
+    std::ifstream in(log);
+    std::string line;
+    std::map<uint64_t, std::vector<uint32_t>> units;  // per session, in file order
+    std::map<std::string, int> results;
+    uint64_t max_lag_us = 0;
+    double t0 = std::chrono::duration<double>(wall0.time_since_epoch()).count();
+    double t1 = std::chrono::duration<double>(wall1.time_since_epoch()).count();
+    int lines = 0;
+    while (std::getline(in, line)) {
+      ++lines;
+      INFO(line);
+      std::istringstream f(line);
+      uint64_t session, lat, script, secs, usecs, lag, own;
+      uint32_t unit;
+      std::string captured, result, extra;
+      REQUIRE((f >> session >> unit >> lat >> script >> secs >> usecs >> lag >> own >> captured >> result));
+      CHECK_FALSE((f >> extra));
+      units[session].push_back(unit);
+      ++results[result];
+      CHECK(lat > 0);
+      CHECK(script == 0);
+      CHECK(usecs < 1'000'000);
+      double end = static_cast<double>(secs) + static_cast<double>(usecs) / 1e6;
+      CHECK(end >= t0);
+      CHECK(end <= t1);
+      CHECK(own <= lag);
+      if (max_speed) CHECK(lag == 0);
+      max_lag_us = std::max(max_lag_us, lag);
+      CHECK(captured == (session == 2 && unit == 20 ? "1000" : "300"));
+    }
+    CHECK(lines == 61);
+    REQUIRE(units.size() == 3);
+    for (auto& [session, us] : units) {
+      INFO("session " << session);
+      // A session's round trips complete in order, one line each.
+      std::vector<uint32_t> want(session == 2 ? 21 : 20);
+      std::iota(want.begin(), want.end(), 0u);
+      CHECK(us == want);
+    }
+    CHECK(results["ok"] == 60);
+    CHECK(results["42P01"] == 1);
+    // The log's largest lag is the report's (whole microseconds).
+    CHECK(std::fabs(static_cast<double>(max_lag_us) - j["lag_ms"]["max"].get<double>() * 1000) <= 1.0);
+  }
+
+  // A log that cannot be opened fails before anything runs; one that
+  // fills up fails the command after the report, which is complete.
+  auto bad = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--log", dir.file("no/such/dir/x.log")});
+  CHECK(bad.status == 2);
+  CHECK(tierlab::test::count_lines(bad.err) == 1);
+  CHECK(bad.err.find("--log " + dir.file("no/such/dir/x.log") + ": No such file or directory") != std::string::npos);
+  CHECK(bad.out.empty());
+  auto full = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--max-speed", "--log", "/dev/full"});
+  CHECK(full.status == 1);
+  CHECK(full.out.find("number of transactions actually processed: 61") != std::string::npos);
+  CHECK(full.out.find("round-trip log: 0 lines in /dev/full (stopped: write: No space left on device)") !=
+        std::string::npos);
+  CHECK(tierlab::test::count_lines(full.err) == 1);
+  CHECK(full.err.find("--log /dev/full: write: No space left on device after 0 lines") != std::string::npos);
 }
 
 TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreachable target",

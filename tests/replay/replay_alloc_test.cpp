@@ -72,9 +72,10 @@ std::shared_ptr<const Plan> workload(int n) {
   return b.finish();
 }
 
-uint64_t allocations_of_run(const pgtmp::Server& pg, int n, bool direct, Report* out) {
+uint64_t allocations_of_run(const pgtmp::Server& pg, int n, bool direct, const std::string& log, Report* out) {
   Workload w(workload(n));
   Options o;
+  o.log_path = log;
   o.conninfo = pg.conninfo();
   o.user = pg.superuser();
   o.threads = 2;
@@ -92,11 +93,14 @@ uint64_t allocations_of_run(const pgtmp::Server& pg, int n, bool direct, Report*
 TEST_CASE("replay dispatch allocates nothing per statement", "[replay][pg][alloc]") {
   auto& pg = tierlab::test::shared_server();
   const bool direct = GENERATE(true, false);
-  INFO((direct ? "driven directly" : "through libpq"));
+  const bool logged = GENERATE(false, true);
+  INFO((direct ? "driven directly" : "through libpq") << (logged ? ", with --log" : ""));
+  tierlab::test::TempDir dir;
+  const std::string log = logged ? dir.file("rt.log") : "";
   Report small, large;
-  allocations_of_run(pg, 50, direct, &small);  // warm up libpq and the server
-  uint64_t a_small = allocations_of_run(pg, 50, direct, &small);
-  uint64_t a_large = allocations_of_run(pg, 500, direct, &large);
+  allocations_of_run(pg, 50, direct, log, &small);  // warm up libpq and the server
+  uint64_t a_small = allocations_of_run(pg, 50, direct, log, &small);
+  uint64_t a_large = allocations_of_run(pg, 500, direct, log, &large);
   INFO("allocations: " << a_small << " for " << small.statements << " statements, " << a_large << " for "
                        << large.statements);
   REQUIRE(small.statements == 4 * (3 * 50 + 2));
@@ -105,6 +109,10 @@ TEST_CASE("replay dispatch allocates nothing per statement", "[replay][pg][alloc
   CHECK(large.divergence_error_status == 0);
   CHECK(large.divergence_row_count == 0);
   CHECK(large.sessions_direct == (direct ? 4u : 0u));
+  // Every round trip logged: per session the CREATE, the PREPARE, three
+  // per iteration and the COPY (tens of kB: the buffers were written out).
+  CHECK(large.log_lines == (logged ? 4u * (3 * 500 + 3) : 0u));
+  CHECK(large.log_error.empty());
   CHECK(a_small > 0);  // the counter is live: set-up allocates
   // 5,400 more statements, the same allocations: only set-up (plan-sized
   // tables, threads, the report) allocates.

@@ -7,9 +7,11 @@
 #include "replay/schedule.h"
 #include "replay/session.h"
 #include "replay/stats.h"
+#include "replay/unit_log.h"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -489,4 +491,37 @@ TEST_CASE("plan: window drops units, re-prepares statements, concurrency counted
   CHECK(std::string(part->ops[restore.first_op].name) == "q");
   CHECK(restore.n_stmts == 0);
   CHECK(s.begin == 501 * kMs);
+}
+
+TEST_CASE("round-trip log lines: pgbench -l's columns, then tierlab's share of the lag, the captured latency and the result",
+          "[replay][log]") {
+  char buf[kUnitLogLineMax];
+  UnitLogLine l;
+  l.session = 17;
+  l.unit = 3;
+  l.latency = 1'234'567;                   // 1234.567 us: whole microseconds, as pgbench
+  l.end_unix = 1'796'190'000'123'456'789;  // s and us of the end
+  l.lag = 250'999;
+  l.own_lag = 40'000;
+  l.captured = 999;
+  CHECK(std::string(buf, format_unit_log_line(buf, l)) == "17 3 1234 0 1796190000 123456 250 40 0 ok\n");
+
+  l.captured = -1;  // unknown
+  l.failed = true;
+  std::memcpy(l.sqlstate, "22012", 6);
+  CHECK(std::string(buf, format_unit_log_line(buf, l)) == "17 3 1234 0 1796190000 123456 250 40 - 22012\n");
+  l.sqlstate[0] = 0;  // an error without a SQLSTATE
+  CHECK(std::string(buf, format_unit_log_line(buf, l)) == "17 3 1234 0 1796190000 123456 250 40 - error\n");
+
+  // The widest line fits the bound the buffers are sized by.
+  UnitLogLine w;
+  w.session = UINT64_MAX;
+  w.unit = UINT32_MAX;
+  w.latency = w.lag = w.own_lag = w.captured = w.end_unix = INT64_MAX;
+  w.failed = true;
+  std::memcpy(w.sqlstate, "XX000", 6);
+  size_t n = format_unit_log_line(buf, w);
+  CHECK(n <= kUnitLogLineMax);
+  CHECK(buf[n - 1] == '\n');
+  CHECK(std::count(buf, buf + n, ' ') == 9);
 }

@@ -1,0 +1,100 @@
+#include "replay/unit_log.h"
+
+#include "common/error.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
+namespace tierlab::replay {
+
+namespace {
+
+constexpr size_t kLogBuffer = 64 << 10;
+
+char* put(char* p, uint64_t v) { return std::to_chars(p, p + 20, v).ptr; }
+
+char* put_us(char* p, Nanos ns) { return put(p, static_cast<uint64_t>(ns > 0 ? ns / 1000 : 0)); }
+
+}  // namespace
+
+size_t format_unit_log_line(char* out, const UnitLogLine& l) {
+  char* p = out;
+  p = put(p, l.session);
+  *p++ = ' ';
+  p = put(p, l.unit);
+  *p++ = ' ';
+  p = put_us(p, l.latency);
+  *p++ = ' ';
+  *p++ = '0';
+  *p++ = ' ';
+  Nanos end = l.end_unix > 0 ? l.end_unix : 0;
+  p = put(p, static_cast<uint64_t>(end / 1000000000));
+  *p++ = ' ';
+  p = put(p, static_cast<uint64_t>(end % 1000000000 / 1000));
+  *p++ = ' ';
+  p = put_us(p, l.lag);
+  *p++ = ' ';
+  p = put_us(p, l.own_lag);
+  *p++ = ' ';
+  if (l.captured < 0) *p++ = '-';
+  else p = put_us(p, l.captured);
+  *p++ = ' ';
+  if (!l.failed) {
+    std::memcpy(p, "ok", 2);
+    p += 2;
+  } else if (l.sqlstate[0]) {
+    size_t n = strnlen(l.sqlstate, 5);
+    std::memcpy(p, l.sqlstate, n);
+    p += n;
+  } else {
+    std::memcpy(p, "error", 5);
+    p += 5;
+  }
+  *p++ = '\n';
+  return static_cast<size_t>(p - out);
+}
+
+int open_unit_log(const std::string& path) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError(errno_message("--log " + path, errno));
+  return fd;
+}
+
+UnitLog::UnitLog(int fd) : fd_(fd) {
+  if (fd_ >= 0) buf_ = std::make_unique_for_overwrite<char[]>(kLogBuffer);
+}
+
+UnitLog::~UnitLog() { flush(); }
+
+void UnitLog::add(const UnitLogLine& l) {
+  if (fd_ < 0) return;
+  if (len_ + kUnitLogLineMax > kLogBuffer) flush();
+  if (fd_ < 0) return;
+  len_ += format_unit_log_line(buf_.get() + len_, l);
+  ++pending_;
+}
+
+void UnitLog::flush() {
+  if (fd_ < 0 || len_ == 0) return;
+  // One write per buffer keeps each worker's lines whole in the shared file
+  // (O_APPEND); a short write (a full disk) continues where it stopped.
+  size_t off = 0;
+  while (off < len_) {
+    ssize_t n = ::write(fd_, buf_.get() + off, len_ - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error_ = errno_message("write", n < 0 ? errno : ENOSPC);
+      fd_ = -1;
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (fd_ >= 0) lines_ += pending_;
+  pending_ = 0;
+  len_ = 0;
+}
+
+}  // namespace tierlab::replay
