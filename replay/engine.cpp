@@ -66,6 +66,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -161,6 +162,7 @@ struct Shared {
   std::atomic<Nanos> start{0};        // when the last of them connected
   bool uring = false;                 // workers run the io_uring loop
   int log_fd = -1;                    // Options::log_path, -1 none
+  std::mutex log_lock;                // one worker writes to it at a time
   Nanos unix_offset = 0;              // CLOCK_REALTIME - CLOCK_MONOTONIC, for the log
 };
 
@@ -211,7 +213,7 @@ class Worker {
   Worker(Shared& sh, std::vector<uint32_t> sessions, Live& live)
       : sh_(sh), plan_(*sh.plan), slots_(sessions.size()),
         timers_(static_cast<uint32_t>(sessions.size())), stats_(sh.plan->fingerprints.size()),
-        live_(live), log_(sh.log_fd) {
+        live_(live), log_(sh.log_fd, &sh.log_lock) {
     for (size_t i = 0; i < sessions.size(); ++i) slots_[i].session = sessions[i];
     held_.reserve(sessions.size());
     started_ = !sh.sched.max_speed || sh.initial == 0;

@@ -63,7 +63,7 @@ int open_unit_log(const std::string& path) {
   return fd;
 }
 
-UnitLog::UnitLog(int fd) : fd_(fd) {
+UnitLog::UnitLog(int fd, std::mutex* write_lock) : fd_(fd), write_lock_(write_lock) {
   if (fd_ >= 0) buf_ = std::make_unique_for_overwrite<char[]>(kLogBuffer);
 }
 
@@ -79,8 +79,9 @@ void UnitLog::add(const UnitLogLine& l) {
 
 void UnitLog::flush() {
   if (fd_ < 0 || len_ == 0) return;
-  // One write per buffer keeps each worker's lines whole in the shared file
-  // (O_APPEND); a short write (a full disk) continues where it stopped.
+  // Whole buffers, one worker at a time: lines stay whole in a file or a
+  // pipe; a short write (a full disk, a pipe) continues where it stopped.
+  std::lock_guard<std::mutex> hold(*write_lock_);
   size_t off = 0;
   while (off < len_) {
     ssize_t n = ::write(fd_, buf_.get() + off, len_ - off);

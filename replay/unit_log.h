@@ -17,8 +17,9 @@
 //   result       ok, or the SQLSTATE of its first failed statement
 //
 // Each worker thread fills its own buffer and appends it to the file whole
-// (O_APPEND), so the file is in completion order per worker, not overall:
-// `sort -n -k5,5 -k6,6` orders it by time. Nothing is allocated per line.
+// (one writer at a time, so a pipe gets whole lines too), so the file is in
+// completion order per worker, not overall: `sort -n -k5,5 -k6,6` orders it
+// by time. Nothing is allocated per line.
 #pragma once
 
 #include "trace/record.h"
@@ -26,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 
 namespace tierlab::replay {
@@ -58,8 +60,9 @@ int open_unit_log(const std::string& path);
 // One worker's buffer in front of the shared log descriptor.
 class UnitLog {
  public:
-  // fd < 0: logging off (add() does nothing).
-  explicit UnitLog(int fd);
+  // fd < 0: logging off (add() does nothing). The workers sharing `fd`
+  // share `write_lock`.
+  UnitLog(int fd, std::mutex* write_lock);
   ~UnitLog();
   UnitLog(const UnitLog&) = delete;
   UnitLog& operator=(const UnitLog&) = delete;
@@ -74,6 +77,7 @@ class UnitLog {
 
  private:
   int fd_;
+  std::mutex* write_lock_;
   std::unique_ptr<char[]> buf_;
   size_t len_ = 0;
   uint64_t pending_ = 0;     // lines in buf_
