@@ -3,6 +3,7 @@
 #include "common/error.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <iostream>
 #include <stdexcept>
@@ -116,6 +117,28 @@ void print_writer_waits(uint64_t waits) {
   if (waits)
     std::printf("waits for the trace writer: %llu (back-pressure: forwarding paused, nothing lost)\n",
                 static_cast<unsigned long long>(waits));
+}
+
+OutputFile::OutputFile(const std::string& path, const char* option) : path_(path), option_(option) {
+  if (path.empty()) return;
+  f_ = std::fopen(path.c_str(), "w");
+  if (!f_) throw InputError(errno_message(option_ + " " + path_, errno));
+}
+
+OutputFile::~OutputFile() {
+  if (f_) std::fclose(f_);
+}
+
+void OutputFile::write(const std::string& text) {
+  if (!f_) return;
+  bool ok = std::fwrite(text.data(), 1, text.size(), f_) == text.size();
+  int err = errno;
+  if (std::fclose(f_) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  f_ = nullptr;
+  if (!ok) throw RuntimeError(errno_message("writing " + option_ + " " + path_, err));
 }
 
 }  // namespace tierlab::app

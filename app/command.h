@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <cstdio>
 
 #include <string>
 #include <vector>
@@ -54,5 +55,24 @@ CLI::Option* add_compress_level(CLI::App& cmd, int& level);
 // A proxy capture's summary line for the times its event loops waited for
 // the trace writer (back-pressure); nothing when there were none.
 void print_writer_waits(uint64_t waits);
+
+// A file a command writes when its work is done (--json), created when the
+// command starts, so that a path that cannot be written fails at once, in
+// one line naming `option` and the path (InputError), not after a long
+// replay or I/O run. "" means none (on() is false).
+class OutputFile {
+ public:
+  OutputFile(const std::string& path, const char* option);
+  ~OutputFile();
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  bool on() const { return f_ != nullptr; }
+  // Writes `text` and closes the file; RuntimeError if that fails.
+  void write(const std::string& text);
+
+ private:
+  std::FILE* f_ = nullptr;
+  std::string path_, option_;
+};
 
 }  // namespace tierlab::app

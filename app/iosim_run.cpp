@@ -162,6 +162,7 @@ void run_iosim(const RunOptions& o) {
     source = std::make_unique<PatternSource>(spec);
   }
 
+  OutputFile json(o.json == "-" ? "" : o.json, "--json");  // "-": stdout, at the end
   iosim::EngineResult r = iosim::run_engine(eo, *source);
 
   double secs = r.elapsed_ns > 0 ? r.elapsed_ns / 1e9 : 1e-9;
@@ -260,12 +261,8 @@ void run_iosim(const RunOptions& o) {
     }
     if (o.verify) j["verified_bytes"] = r.verified_bytes;
     std::string text = j.dump(2) + "\n";
-    if (o.json == "-") {
-      std::fwrite(text.data(), 1, text.size(), stdout);
-    } else {
-      std::ofstream f(o.json);
-      if (!(f << text)) throw InputError(errno_message("--json " + o.json, errno));
-    }
+    if (o.json == "-") std::fwrite(text.data(), 1, text.size(), stdout);
+    else json.write(text);
   }
 }
 

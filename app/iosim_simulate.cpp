@@ -224,6 +224,7 @@ void run_simulate(const SimulateOptions& o) {
   auto catalog = models::load_catalog(o.tiers_file);
   std::vector<const models::Tier*> tiers;
   for (const auto& name : o.tiers) tiers.push_back(&catalog.get(name));
+  OutputFile json(o.json_out == "-" ? "" : o.json_out, "--json");  // "-": stdout only, at the end
 
   iosim::SimOptions sopt;
   sopt.seed = o.seed;
@@ -312,12 +313,7 @@ void run_simulate(const SimulateOptions& o) {
     return;
   }
   print_table(heading, results);
-  if (!o.json_out.empty()) {
-    std::ofstream out(o.json_out);
-    if (!out) throw InputError(errno_message("--json: cannot write " + o.json_out, errno));
-    out << doc.dump(2) << "\n";
-    if (!out) throw RuntimeError(errno_message("--json: writing " + o.json_out, errno));
-  }
+  json.write(doc.dump(2) + "\n");
 }
 
 void setup_simulate(CLI::App& parent) {

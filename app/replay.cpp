@@ -108,14 +108,10 @@ void run_replay(const ReplayOptions& o) {
     replay::print_dry_run(std::cout, w.summary());
     return;
   }
+  OutputFile json(o.json, "--json");
   replay::Report r = replay::run(w, opts, &std::cerr);
   replay::print_report(std::cout, r);
-  if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    if (!out) throw InputError(errno_message("--json " + o.json, errno));
-    out << report_json(r).dump(2) << "\n";
-    if (!out) throw RuntimeError(errno_message("writing " + o.json, errno));
-  }
+  json.write(report_json(r).dump(2) + "\n");
   // The report is out; a log that could not be written fails the command.
   if (!r.log_error.empty())
     throw RuntimeError("--log " + r.log_path + ": " + r.log_error + " after " + std::to_string(r.log_lines) +

@@ -471,6 +471,15 @@ TEST_CASE("replay --log: one line per round trip, pgbench -l's columns, matching
     CHECK(std::fabs(static_cast<double>(max_lag_us) - j["lag_ms"]["max"].get<double>() * 1000) <= 1.0);
   }
 
+  // A --json file that cannot be created fails before anything runs too.
+  auto bad_json =
+      tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--json", dir.file("no/such/dir/r.json")});
+  CHECK(bad_json.status == 2);
+  CHECK(tierlab::test::count_lines(bad_json.err) == 1);
+  CHECK(bad_json.err.find("--json " + dir.file("no/such/dir/r.json") + ": No such file or directory") !=
+        std::string::npos);
+  CHECK(bad_json.out.empty());
+
   // A log that cannot be opened fails before anything runs; one that
   // fills up fails the command after the report, which is complete.
   auto bad = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--log", dir.file("no/such/dir/x.log")});

@@ -91,4 +91,11 @@ TEST_CASE("cli: iosim run rejects bad input with one line and exit 2", "[engine]
   CHECK(r.err.find("give --size") != std::string::npos);
   r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4q"});
   CHECK(r.status == 2);
+  // A --json path that cannot be written fails before any I/O runs.
+  r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--ios", "100", "--json",
+                   dir.file("no/such/dir/out.json")});
+  CHECK(r.status == 2);
+  CHECK(tierlab::test::count_lines(r.err) == 1);
+  CHECK(r.err.find("--json " + dir.file("no/such/dir/out.json") + ": No such file or directory") != std::string::npos);
+  CHECK(r.out.empty());
 }
