@@ -857,7 +857,7 @@ class Worker {
         if (!busy) return true;  // a FATAL while idle: the close follows
         char state[6];
         wire::error_sqlstate(body, len, state);
-        count_error(state);
+        count_error(s, state);
         answer(s, true, state, false, 0);
         return true;
       }
@@ -917,7 +917,7 @@ class Worker {
     out.has_rows = has_rows;
     out.rows = rows;
     s.aborted = error;
-    record(s, plan_.stmts[u.first_stmt + s.op++], out, now_ns() - s.sent_at);
+    record(plan_.stmts[u.first_stmt + s.op++], out, now_ns() - s.sent_at);
   }
 
   // ReadyForQuery of a directly driven unit: Executes left unanswered were
@@ -929,7 +929,7 @@ class Worker {
     if (u.kind == UnitKind::Extended) {
       Outcome skipped;
       skipped.status = Status::Skipped;
-      while (s.op < u.n_stmts) record(s, plan_.stmts[u.first_stmt + s.op++], skipped, now - s.sent_at);
+      while (s.op < u.n_stmts) record(plan_.stmts[u.first_stmt + s.op++], skipped, now - s.sent_at);
     }
     if (s.state == State::CopyOut) move(s, Event::CopyFinished);  // no CopyDone came
     // A COPY that failed while its data was still going out: the server
@@ -1018,16 +1018,22 @@ class Worker {
     }
   }
 
-  void count_error(PGresult* res, char out[6]) {
+  void count_error(Slot& s, PGresult* res, char out[6]) {
     const char* state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
     if (!state || std::strlen(state) != 5) state = "XX000";
     std::memcpy(out, state, 5);
     out[5] = 0;
-    count_error(out);
+    count_error(s, out);
   }
-  void count_error(const char* state) {
+  // Every error the target answers, of any message of the unit in flight
+  // (a Parse's too); the first one's SQLSTATE goes to the round-trip log.
+  void count_error(Slot& s, const char* state) {
     stats_.errors.add(state);
     live_.add(live_.errors, 1);
+    if (!s.unit_failed) {
+      s.unit_failed = true;
+      std::memcpy(s.unit_state, state, sizeof s.unit_state);
+    }
   }
 
   // Simple and Copy units: the answers of their statements folded into one.
@@ -1043,12 +1049,8 @@ class Worker {
     }
   }
 
-  void record(Slot& s, const Stmt& st, const Outcome& out, Nanos lat) {
+  void record(const Stmt& st, const Outcome& out, Nanos lat) {
     stats_.statement(st, out, lat);
-    if (out.status == Status::Error && !s.unit_failed) {
-      s.unit_failed = true;
-      std::memcpy(s.unit_state, out.sqlstate, sizeof s.unit_state);
-    }
     live_.add(live_.statements, 1);
     live_.add(live_.lat_sum_ns, static_cast<double>(lat));
     live_.add(live_.lat_sumsq_ns, static_cast<double>(lat) * static_cast<double>(lat));
@@ -1069,7 +1071,7 @@ class Worker {
       char state[6] = {};
       uint64_t rows = 0;
       bool has_rows = false;
-      if (error) count_error(res, state);
+      if (error) count_error(s, res, state);
       else has_rows = result_rows(res, &rows);
       return fold(s, error, state, has_rows, rows);
     }
@@ -1078,7 +1080,7 @@ class Worker {
     if (op.kind != OpKind::Execute) {
       if (error) {
         char state[6];
-        count_error(res, state);
+        count_error(s, res, state);
         if (!s.pending_error) {
           s.pending_error = true;
           std::memcpy(s.pending_state, state, 6);
@@ -1089,7 +1091,7 @@ class Worker {
     Outcome out;
     if (error) {
       out.status = Status::Error;
-      count_error(res, out.sqlstate);
+      count_error(s, res, out.sqlstate);
     } else if (st == PGRES_PIPELINE_ABORTED) {
       if (s.pending_error) {
         // The earlier error (Parse, Describe) is this statement's answer,
@@ -1104,7 +1106,7 @@ class Worker {
       out.status = Status::Ok;
       out.has_rows = result_rows(res, &out.rows);
     }
-    record(s, plan_.stmts[op.stmt], out, now_ns() - s.sent_at);
+    record(plan_.stmts[op.stmt], out, now_ns() - s.sent_at);
   }
 
   void unit_done(uint32_t slot, Nanos now) {
@@ -1112,7 +1114,7 @@ class Worker {
     const Unit& u = unit_of(s);
     if (u.kind != UnitKind::Extended && u.n_stmts) {
       if (s.agg.status != Status::Error) s.agg.status = Status::Ok;
-      record(s, plan_.stmts[u.first_stmt], s.agg, now - s.sent_at);
+      record(plan_.stmts[u.first_stmt], s.agg, now - s.sent_at);
     }
     s.stmts_since_idle += u.n_stmts;
     if (s.direct ? s.ready == 'I' : PQtransactionStatus(s.conn) == PQTRANS_IDLE) {

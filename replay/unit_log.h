@@ -14,7 +14,8 @@
 //   own_lag_us   the part of that lag spent in tierlab: from the later of
 //                the scheduled send and the session's previous answer
 //   captured_us  the same round trip's latency at capture; - when unknown
-//   result       ok, or the SQLSTATE of its first failed statement
+//   result       ok, or the SQLSTATE of the first error the target
+//                returned for it (a Parse's too)
 //
 // Each worker thread fills its own buffer and appends it to the file whole
 // (one writer at a time, so a pipe gets whole lines too), so the file is in
