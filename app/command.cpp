@@ -126,7 +126,9 @@ OutputFile::OutputFile(const std::string& path, const char* option) : path_(path
 }
 
 OutputFile::~OutputFile() {
-  if (f_) std::fclose(f_);
+  if (!f_) return;
+  std::fclose(f_);
+  std::remove(path_.c_str());  // never written: the command failed
 }
 
 void OutputFile::write(const std::string& text) {

@@ -59,14 +59,14 @@ void print_writer_waits(uint64_t waits);
 // A file a command writes when its work is done (--json), created when the
 // command starts, so that a path that cannot be written fails at once, in
 // one line naming `option` and the path (InputError), not after a long
-// replay or I/O run. "" means none (on() is false).
+// replay or I/O run. A command that fails before write() leaves no empty
+// file behind. "" means none.
 class OutputFile {
  public:
   OutputFile(const std::string& path, const char* option);
   ~OutputFile();
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
-  bool on() const { return f_ != nullptr; }
   // Writes `text` and closes the file; RuntimeError if that fails.
   void write(const std::string& text);
 

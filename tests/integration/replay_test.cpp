@@ -484,6 +484,13 @@ TEST_CASE("replay --log: one line per round trip, pgbench -l's columns, matching
   CHECK(bad_json.err.find("--json " + dir.file("no/such/dir/r.json") + ": No such file or directory") !=
         std::string::npos);
   CHECK(bad_json.out.empty());
+  // A replay that fails (an unreachable target) leaves no empty --json.
+  std::string unwritten = dir.file("unwritten.json");
+  auto down = tierlab::test::run_tierlab(
+      {"replay", path, "--db", "host=127.0.0.1 port=1 connect_timeout=2", "--json", unwritten});
+  CHECK(down.status == 1);
+  CHECK(tierlab::test::count_lines(down.err) == 1);
+  CHECK(access(unwritten.c_str(), F_OK) != 0);
 
   // A log that cannot be opened fails before anything runs; one that
   // fills up fails the command after the report, which is complete.
