@@ -2,6 +2,8 @@
 
 #include "common/error.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -123,12 +125,16 @@ OutputFile::OutputFile(const std::string& path, const char* option) : path_(path
   if (path.empty()) return;
   f_ = std::fopen(path.c_str(), "w");
   if (!f_) throw InputError(errno_message(option_ + " " + path_, errno));
+  struct stat st;
+  regular_ = fstat(fileno(f_), &st) == 0 && S_ISREG(st.st_mode);
 }
 
 OutputFile::~OutputFile() {
   if (!f_) return;
   std::fclose(f_);
-  std::remove(path_.c_str());  // never written: the command failed
+  // Never written: the command failed. Only a regular file goes (not
+  // /dev/stdout, a pipe or a device named as the output).
+  if (regular_) std::remove(path_.c_str());
 }
 
 void OutputFile::write(const std::string& text) {

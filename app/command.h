@@ -60,7 +60,7 @@ void print_writer_waits(uint64_t waits);
 // command starts, so that a path that cannot be written fails at once, in
 // one line naming `option` and the path (InputError), not after a long
 // replay or I/O run. A command that fails before write() leaves no empty
-// file behind. "" means none.
+// regular file behind. "" means none.
 class OutputFile {
  public:
   OutputFile(const std::string& path, const char* option);
@@ -72,6 +72,7 @@ class OutputFile {
 
  private:
   std::FILE* f_ = nullptr;
+  bool regular_ = false;
   std::string path_, option_;
 };
 

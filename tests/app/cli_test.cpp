@@ -4,6 +4,11 @@
 #include "support/support.h"
 
 #include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <fstream>
+#include <iterator>
+#include <sys/stat.h>
+#include <unistd.h>
 
 using tierlab::test::count_lines;
 using tierlab::test::run_tierlab;
@@ -64,4 +69,28 @@ TEST_CASE("cli: run_cli parses a vector of strings as the binary would", "[cli]"
   CHECK(run_cli({"sandbox", "--set", "no_equals_sign"}) == 2);
   CHECK(run_cli({"sandbox", "--bogus"}) == 2);
   CHECK(run_cli({"--help"}) == 0);
+}
+
+TEST_CASE("cli: an output file is removed when never written, unless it is not a regular file", "[cli]") {
+  tierlab::test::TempDir dir;
+  std::string file = dir.file("out.json");
+  { tierlab::app::OutputFile f(file, "--json"); }  // the command failed
+  CHECK(access(file.c_str(), F_OK) != 0);
+  {
+    tierlab::app::OutputFile f(file, "--json");
+    f.write("{}\n");
+  }
+  std::ifstream in(file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text == "{}\n");
+  // A FIFO (as /dev/stdout or a pipe would be) stays.
+  std::string fifo = dir.file("fifo");
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  int reader = open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // so opening it to write does not block
+  REQUIRE(reader >= 0);
+  { tierlab::app::OutputFile f(fifo, "--json"); }
+  close(reader);
+  CHECK(access(fifo.c_str(), F_OK) == 0);
+  CHECK_THROWS_WITH(tierlab::app::OutputFile(dir.file("no/such/dir/x"), "--json"),
+                    Catch::Contains("--json " + dir.file("no/such/dir/x") + ": No such file or directory"));
 }
