@@ -1,12 +1,12 @@
 #include "replay/unit_log.h"
 
 #include "common/error.h"
+#include "common/fd.h"
 
 #include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <fcntl.h>
-#include <unistd.h>
 
 namespace tierlab::replay {
 
@@ -80,20 +80,14 @@ void UnitLog::add(const UnitLogLine& l) {
 void UnitLog::flush() {
   if (fd_ < 0 || len_ == 0) return;
   // Whole buffers, one worker at a time: lines stay whole in a file or a
-  // pipe; a short write (a full disk, a pipe) continues where it stopped.
+  // pipe.
   std::lock_guard<std::mutex> hold(*write_lock_);
-  size_t off = 0;
-  while (off < len_) {
-    ssize_t n = ::write(fd_, buf_.get() + off, len_ - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error_ = errno_message("write", n < 0 ? errno : ENOSPC);
-      fd_ = -1;
-      break;
-    }
-    off += static_cast<size_t>(n);
+  if (int err = write_all(fd_, buf_.get(), len_)) {
+    error_ = errno_message("write", err);
+    fd_ = -1;
+  } else {
+    lines_ += pending_;
   }
-  if (fd_ >= 0) lines_ += pending_;
   pending_ = 0;
   len_ = 0;
 }

@@ -2,6 +2,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/fd.h"
 #include "trace/crc32c.h"
 #include "trace/format.h"
 
@@ -50,19 +51,9 @@ class FileSink : public Sink {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // One write() per call in the normal case; a short write (disk full, signal)
-  // is continued, EINTR retried.
+  // One write() per call in the normal case.
   void append(const void* data, size_t len) override {
-    const auto* p = static_cast<const uint8_t*>(data);
-    while (len > 0) {
-      ssize_t n = ::write(fd_, p, len);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw RuntimeError(errno_message(path_ + ": write", errno));
-      }
-      p += n;
-      len -= static_cast<size_t>(n);
-    }
+    if (int err = write_all(fd_, data, len)) throw RuntimeError(errno_message(path_ + ": write", err));
   }
 
   void sync() override {
