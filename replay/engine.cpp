@@ -186,8 +186,7 @@ struct Slot {
   char pending_state[6] = {0};
   Nanos sent_at = 0;
   Nanos lag = 0, own_lag = 0;        // of the unit in flight (timed replays)
-  bool unit_failed = false;          // a statement of the unit in flight failed
-  char unit_state[6] = {0};          // the first one's SQLSTATE
+  char unit_state[6] = {0};          // first error of the unit in flight; "" none
   Nanos free_at = 0;                 // when the session last became Idle
   uint64_t stmts_since_idle = 0;
   // Driven directly (a plaintext connection, libpq only connected it).
@@ -619,7 +618,7 @@ class Worker {
     // it is queued), not from when this pass of the loop started.
     now = now_ns();
     s.lag = s.own_lag = 0;
-    s.unit_failed = false;
+    s.unit_state[0] = 0;
     if (!sh_.sched.max_speed) {
       Nanos due = sh_.sched.at(u.ts);
       s.lag = std::max<Nanos>(0, now - due);
@@ -1030,10 +1029,7 @@ class Worker {
   void count_error(Slot& s, const char* state) {
     stats_.errors.add(state);
     live_.add(live_.errors, 1);
-    if (!s.unit_failed) {
-      s.unit_failed = true;
-      std::memcpy(s.unit_state, state, sizeof s.unit_state);
-    }
+    if (!s.unit_state[0]) std::memcpy(s.unit_state, state, sizeof s.unit_state);
   }
 
   // Simple and Copy units: the answers of their statements folded into one.
@@ -1133,7 +1129,7 @@ class Worker {
       l.lag = s.lag;
       l.own_lag = s.own_lag;
       l.captured = u.ready_ts > 0 ? u.ready_ts - u.ts : -1;
-      l.failed = s.unit_failed;
+      l.failed = s.unit_state[0] != 0;
       std::memcpy(l.sqlstate, s.unit_state, sizeof l.sqlstate);
       log_.add(l);
     }
