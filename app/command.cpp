@@ -3,10 +3,13 @@
 #include "common/error.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <stdexcept>
 #include <utility>
@@ -121,32 +124,99 @@ void print_writer_waits(uint64_t waits) {
                 static_cast<unsigned long long>(waits));
 }
 
+namespace {
+
+CLI::Validator number_check(bool zero_ok) {
+  return CLI::Validator(
+      [zero_ok](std::string& text) -> std::string {
+        const char* b = text.c_str();
+        char* end = nullptr;
+        errno = 0;
+        double v = std::strtod(b, &end);
+        bool ok = end != b && *end == 0 && errno == 0 && std::isfinite(v) && (zero_ok ? v >= 0 : v > 0);
+        if (ok) return "";
+        return text + " is not a number " + (zero_ok ? "of 0 or more" : "greater than 0");
+      },
+      zero_ok ? "NUMBER>=0" : "NUMBER>0");
+}
+
+}  // namespace
+
+CLI::Validator positive_number() { return number_check(false); }
+CLI::Validator non_negative_number() { return number_check(true); }
+
 OutputFile::OutputFile(const std::string& path, const char* option) : path_(path), option_(option) {
   if (path.empty()) return;
-  f_ = std::fopen(path.c_str(), "w");
-  if (!f_) throw InputError(errno_message(option_ + " " + path_, errno));
+  if (path == "-") {
+    f_ = stdout;
+    return;
+  }
   struct stat st;
-  regular_ = fstat(fileno(f_), &st) == 0 && S_ISREG(st.st_mode);
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  if (exists && !S_ISREG(st.st_mode)) {
+    f_ = std::fopen(path.c_str(), "w");
+    if (!f_) throw InputError(errno_message(option_ + " " + path_, errno));
+    return;
+  }
+  // A symbolic link keeps pointing where it did: the file it names is
+  // replaced.
+  final_ = path;
+  if (exists) {
+    if (char* real = ::realpath(path.c_str(), nullptr)) {
+      final_ = real;
+      std::free(real);
+    }
+    if (::access(final_.c_str(), W_OK) != 0) throw InputError(errno_message(option_ + " " + path_, errno));
+  }
+  const size_t slash = final_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : final_.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? final_ : final_.substr(slash + 1);
+  std::string tmp = dir + "." + base + ".tmp-XXXXXX";
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) {
+    // Name the directory's problem as the path's: that is what was asked.
+    int err = errno;
+    throw InputError(errno_message(option_ + " " + path_, err == EEXIST ? EACCES : err));
+  }
+  // The mode a new file gets from fopen, or the one the file had.
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, exists ? (st.st_mode & 07777) : (0666 & ~mask));
+  f_ = ::fdopen(fd, "w");
+  if (!f_) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw InputError(errno_message(option_ + " " + path_, err));
+  }
+  path_ = tmp;
 }
 
 OutputFile::~OutputFile() {
   if (!f_) return;
-  std::fclose(f_);
-  // Never written: the command failed. Only a regular file goes (not
-  // /dev/stdout, a pipe or a device named as the output).
-  if (regular_) std::remove(path_.c_str());
+  // Never written: the command failed. Only the temporary file goes.
+  if (f_ != stdout) std::fclose(f_);
+  if (!final_.empty()) ::unlink(path_.c_str());
 }
 
 void OutputFile::write(const std::string& text) {
   if (!f_) return;
   bool ok = std::fwrite(text.data(), 1, text.size(), f_) == text.size();
   int err = errno;
-  if (std::fclose(f_) != 0 && ok) {
+  if ((f_ == stdout ? std::fflush(f_) : std::fclose(f_)) != 0 && ok) {
     ok = false;
     err = errno;
   }
   f_ = nullptr;
-  if (!ok) throw RuntimeError(errno_message("writing " + option_ + " " + path_, err));
+  const std::string shown = final_.empty() ? path_ : final_;
+  if (ok && !final_.empty() && ::rename(path_.c_str(), final_.c_str()) != 0) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) {
+    if (!final_.empty()) ::unlink(path_.c_str());
+    throw RuntimeError(errno_message("writing " + option_ + " " + shown, err));
+  }
 }
 
 }  // namespace tierlab::app

@@ -49,6 +49,11 @@ namespace tierlab::app {
 // shared by several files this way, and their descriptions stand in one place.
 CLI::App& group(CLI::App& parent, const std::string& name);
 
+// Checks of a number option: finite and above 0, or at least 0. (CLI11's
+// PositiveNumber lets "nan" through and names its range up to DBL_MAX.)
+CLI::Validator positive_number();
+CLI::Validator non_negative_number();
+
 // Declares --compress-level (the trace's zstd level) on a capture command.
 CLI::Option* add_compress_level(CLI::App& cmd, int& level);
 
@@ -56,11 +61,14 @@ CLI::Option* add_compress_level(CLI::App& cmd, int& level);
 // the trace writer (back-pressure); nothing when there were none.
 void print_writer_waits(uint64_t waits);
 
-// A file a command writes when its work is done (--json), created when the
+// A file a command writes when its work is done (--json): checked when the
 // command starts, so that a path that cannot be written fails at once, in
 // one line naming `option` and the path (InputError), not after a long
-// replay or I/O run. A command that fails before write() leaves no empty
-// regular file behind. "" means none.
+// replay or I/O run. A file (new, or one that exists) is written as a
+// temporary file beside it, renamed over it by write(): a command that fails
+// before leaves an existing file as it was and no new one. Anything else
+// (a FIFO, /dev/stdout, a device) is opened at the start and written as it
+// is. "-" is standard output; "" means none.
 class OutputFile {
  public:
   OutputFile(const std::string& path, const char* option);
@@ -72,8 +80,8 @@ class OutputFile {
 
  private:
   std::FILE* f_ = nullptr;
-  bool regular_ = false;
   std::string path_, option_;
+  std::string final_;  // a file: where the temporary one `path_` goes
 };
 
 }  // namespace tierlab::app

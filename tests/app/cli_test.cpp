@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 #include <fcntl.h>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sys/stat.h>
@@ -71,18 +72,44 @@ TEST_CASE("cli: run_cli parses a vector of strings as the binary would", "[cli]"
   CHECK(run_cli({"--help"}) == 0);
 }
 
-TEST_CASE("cli: an output file is removed when never written, unless it is not a regular file", "[cli]") {
+TEST_CASE("cli: an output file appears only when written, and a failed command leaves an existing one as it was", "[cli]") {
   tierlab::test::TempDir dir;
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  auto entries = [&] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir.path())) ++n;
+    return n;
+  };
   std::string file = dir.file("out.json");
   { tierlab::app::OutputFile f(file, "--json"); }  // the command failed
   CHECK(access(file.c_str(), F_OK) != 0);
+  CHECK(entries() == 0);  // no temporary file left either
   {
     tierlab::app::OutputFile f(file, "--json");
     f.write("{}\n");
   }
-  std::ifstream in(file);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  CHECK(text == "{}\n");
+  CHECK(read(file) == "{}\n");
+  // An existing file: a failed command leaves it; a completed one replaces it.
+  { tierlab::app::OutputFile f(file, "--json"); }
+  CHECK(read(file) == "{}\n");
+  {
+    tierlab::app::OutputFile f(file, "--json");
+    f.write("{\"a\": 1}\n");
+  }
+  CHECK(read(file) == "{\"a\": 1}\n");
+  CHECK(entries() == 1);
+  // Through a symbolic link: the file it names is replaced, the link stays.
+  std::string link = dir.file("link.json");
+  REQUIRE(symlink(file.c_str(), link.c_str()) == 0);
+  {
+    tierlab::app::OutputFile f(link, "--json");
+    f.write("[]\n");
+  }
+  CHECK(std::filesystem::is_symlink(link));
+  CHECK(read(file) == "[]\n");
   // A FIFO (as /dev/stdout or a pipe would be) stays.
   std::string fifo = dir.file("fifo");
   REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
