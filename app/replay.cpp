@@ -1,5 +1,6 @@
 // tierlab replay: re-drive a captured transaction stream against PostgreSQL.
 #include "app/command.h"
+#include "app/stop_signals.h"
 #include "common/error.h"
 #include "common/units.h"
 #include "replay/replay.h"
@@ -48,6 +49,8 @@ nlohmann::json report_json(const replay::Report& r) {
   nlohmann::json j = {
       {"sessions", r.sessions},
       {"sessions_failed", r.sessions_failed},
+      {"sessions_stopped", r.sessions_stopped},
+      {"stopped", r.stopped.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.stopped)},
       {"sessions_direct", r.sessions_direct},
       {"first_session_error", r.first_session_error},
       {"threads", r.threads},
@@ -57,6 +60,7 @@ nlohmann::json report_json(const replay::Report& r) {
       {"cpu_latency_held", r.cpu_latency_held},
       {"speed", r.max_speed ? nlohmann::json("max") : nlohmann::json(r.speed)},
       {"transactions", r.transactions},
+      {"failed_transactions", r.failed_transactions},
       {"statements", r.statements},
       {"errors", r.errors},
       {"tps", r.tps},
@@ -80,6 +84,22 @@ nlohmann::json report_json(const replay::Report& r) {
   return j;
 }
 
+nlohmann::json dry_run_json(const replay::WorkloadSummary& s) {
+  return {
+      {"sessions", s.sessions},
+      {"statements", s.statements},
+      {"transactions", s.transactions},
+      {"round_trips", s.units},
+      {"captured_errors", s.captured_errors},
+      {"copy_bytes", s.copy_bytes},
+      {"duration_s", static_cast<double>(s.duration_ns) / 1e9},
+      {"max_concurrency", s.max_concurrency},
+      {"fingerprints", s.fingerprints},
+      {"unsupported", s.unsupported},
+      {"libpq_unsupported", s.libpq_unsupported},
+  };
+}
+
 void run_replay(const ReplayOptions& o) {
   replay::Window window;
   if (!o.begin.empty()) window.begin = parse_duration("--begin", o.begin);
@@ -101,20 +121,45 @@ void run_replay(const ReplayOptions& o) {
   opts.user = o.user;
   if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
 
+  OutputFile json(o.json, "--json");
+  // With the JSON on standard output, the text goes to standard error.
+  std::ostream& text = o.json == "-" ? std::cerr : std::cout;
   auto reader = trace::open_reader(o.file);
   replay::Workload w = replay::load(*reader, window);
   if (o.dry_run) {
-    replay::print_dry_run(std::cout, w.summary());
+    replay::print_dry_run(text, w.summary());
+    json.write(dry_run_json(w.summary()).dump(2) + "\n");
     return;
   }
-  OutputFile json(o.json, "--json");
+  if (w.summary().sessions == 0)
+    throw InputError(o.file + ": nothing to replay: " +
+                     (o.begin.empty() && o.end.empty()
+                          ? std::string("the trace holds no client session")
+                          : "no client session sends anything in the window (--begin " +
+                                (o.begin.empty() ? "0" : o.begin) + ", --end " + (o.end.empty() ? "none" : o.end) +
+                                ")"));
+  // SIGINT and SIGTERM stop the replay and leave its report (blocked here,
+  // before the replay's threads start, so that they inherit the mask).
+  StopSignals signals;
+  opts.wait_stop = [&signals](long timeout_ns) -> const char* {
+    switch (signals.wait(timeout_ns)) {
+      case SIGINT: return "SIGINT";
+      case SIGTERM: return "SIGTERM";
+      default: return nullptr;
+    }
+  };
   replay::Report r = replay::run(w, opts, &std::cerr);
-  replay::print_report(std::cout, r);
+  replay::print_report(text, r);
   json.write(report_json(r).dump(2) + "\n");
-  // The report is out; a log that could not be written fails the command.
+  // The report is out; what makes it incomplete fails the command.
   if (!r.log_error.empty())
     throw RuntimeError("--log " + r.log_path + ": " + r.log_error + " after " + std::to_string(r.log_lines) +
                        " lines; the rest of the round trips are not in it");
+  if (!r.stopped.empty())
+    throw RuntimeError("replay: stopped by " + r.stopped + "; the report covers what ran before it");
+  if (r.sessions_failed)
+    throw RuntimeError("replay: " + std::to_string(r.sessions_failed) + " of " + std::to_string(r.sessions) +
+                       " sessions failed (" + r.first_session_error + "); the results are incomplete");
 }
 
 void setup_replay(CLI::App& parent) {
@@ -123,8 +168,11 @@ void setup_replay(CLI::App& parent) {
       "replay", "replay a captured trace against a PostgreSQL server: one connection per captured session, "
                 "on the captured schedule or as fast as it goes");
   cmd->footer(
-      "Users and databases are the captured ones unless remapped; credentials come from --db,\n"
-      "libpq's environment (PGPASSWORD, ...) and ~/.pgpass.\n"
+      "Users and databases are the captured ones unless remapped: --user and --database send every\n"
+      "session there, --user-map renames users one by one (a user or dbname in --db is used only\n"
+      "where the capture has none; the replay says when sessions go elsewhere).\n"
+      "Credentials come from --db, libpq's environment (PGPASSWORD, ...) and ~/.pgpass.\n"
+      "SIGINT or SIGTERM stops the replay: the report and --json cover what ran (exit 1).\n"
       "libpq opens every connection; on a plaintext one tierlab then sends each captured request\n"
       "itself, a Query or the extended-protocol messages up to a Sync as the client sent them\n"
       "(statement and portal names, row limits, formats), and reads the answers. --wire libpq\n"
@@ -135,13 +183,13 @@ void setup_replay(CLI::App& parent) {
   cmd->add_option("file", o->file, "trace file (.tlt)")->required();
   cmd->add_option("--db", o->db, "target: libpq conninfo or URI");
   auto* speed = cmd->add_option("--speed", o->speed, "replay speed factor (2 = twice as fast)")
-                    ->check(CLI::PositiveNumber);
+                    ->check(positive_number());
   cmd->add_flag("--max-speed", o->max_speed, "no waits: as fast as the target allows")->excludes(speed);
   cmd->add_option("--threads", o->threads, "worker threads (default: number of cores)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("-P,--progress", o->progress_s, "print a progress line every SEC seconds")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--json", o->json, "write the report as JSON to OUT");
+      ->check(non_negative_number());
+  cmd->add_option("--json", o->json, "write the report (with --dry-run: the summary) as JSON to OUT ('-': stdout)");
   cmd->add_option("--log", o->log,
                   "write one line per round trip to FILE, in pgbench -l's columns (session, round trip, "
                   "latency us, 0, end time s and us, schedule lag us) then tierlab's share of the lag, the "

@@ -1,8 +1,11 @@
 // The replay engine: worker threads, each running many sessions over one
 // wait: an io_uring (Options::io) or epoll.
 //
-// libpq opens every connection (authentication, TLS, GSS). A session on a
-// plaintext connection is then driven directly: each unit's request is
+// libpq opens every connection (authentication, TLS, GSS), on the
+// connection thread (replay/connector.h), which hands each one to its
+// worker through the worker's inbox, an eventfd in its epoll set; the same
+// thread closes them. A session on a plaintext connection is then driven
+// directly: each unit's request is
 // the plan's protocol messages (a Query, or the extended-protocol messages
 // up to a Sync), written to the socket as they are, and the answers are
 // read into the session's buffer and acted on as they arrive (statement
@@ -15,7 +18,7 @@
 // requests go out as send submissions; every submission queued in a round
 // reaches the kernel with the wait for the next completion, in one
 // io_uring_enter, where epoll takes a system call per send, per receive
-// and per wait. Connecting sessions and libpq's stay on the epoll set, and
+// and per wait. libpq's sessions and the inbox stay on the epoll set, and
 // the ring polls the epoll descriptor. Lag and latency count from when a
 // unit's send is queued; it leaves in that round's io_uring_enter.
 //
@@ -40,6 +43,7 @@
 #include "common/error.h"
 #include "common/realtime.h"
 #include "common/uring.h"
+#include "replay/connector.h"
 #include "replay/plan.h"
 #include "replay/schedule.h"
 #include "replay/session.h"
@@ -85,8 +89,10 @@ constexpr int kMaxEvents = 256;
 // preempts anyway; the call leaves such a thread alone) nor at max speed
 // (no deadlines; there the preemptions cost throughput).
 constexpr uint64_t kWorkerSliceNs = kShortestSliceNs;
-// epoll data of the timeout's timerfd (slots are numbered from 0).
+// epoll data of the timeout's timerfd and of the worker's inbox of opened
+// connections (slots are numbered from 0).
 constexpr uint64_t kTimerTag = ~uint64_t{0};
+constexpr uint64_t kInboxTag = ~uint64_t{0} - 1;
 // io_uring user_data: a slot's operation (slot << 2 | kOpRecv or kOpSend),
 // or one of the tags below (their low bits are 3).
 constexpr uint64_t kOpRecv = 0, kOpSend = 1;
@@ -116,35 +122,6 @@ constexpr char kCopyDone[10] = {'c', 0, 0, 0, 4, 'S', 0, 0, 0, 4};
 
 Nanos now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
-// Connection parameters of one session, resolved before the run.
-struct ConnParams {
-  const char* user = nullptr;      // nullptr: from conninfo / environment
-  const char* database = nullptr;
-  const char* application_name = nullptr;
-};
-
-// libpq's keyword/value arrays for a session's connection: the target's
-// conninfo (expanded from "dbname"), then what the capture recorded for the
-// session, which overrides it. Points into `conninfo` and `p`.
-struct ConnKeywords {
-  const char* kw[5];
-  const char* val[5];
-
-  ConnKeywords(const std::string& conninfo, const ConnParams& p) {
-    int k = 0;
-    auto add = [&](const char* key, const char* value) {
-      kw[k] = key;
-      val[k++] = value;
-    };
-    add("dbname", conninfo.c_str());
-    if (p.user) add("user", p.user);
-    if (p.database) add("dbname", p.database);
-    if (p.application_name) add("application_name", p.application_name);
-    kw[k] = nullptr;
-    val[k] = nullptr;
-  }
-};
-
 // State shared by all workers.
 struct Shared {
   const Plan* plan = nullptr;
@@ -164,6 +141,8 @@ struct Shared {
   int log_fd = -1;                    // Options::log_path, -1 none
   std::mutex log_lock;                // one worker writes to it at a time
   Nanos unix_offset = 0;              // CLOCK_REALTIME - CLOCK_MONOTONIC, for the log
+  Connector* connector = nullptr;     // opens and closes the sessions' connections
+  std::atomic<bool> stop{false};      // stop every session now (SIGINT, SIGTERM)
 };
 
 // One session slot of a worker.
@@ -189,6 +168,7 @@ struct Slot {
   char unit_state[6] = {0};          // first error of the unit in flight; "" none
   Nanos free_at = 0;                 // when the session last became Idle
   uint64_t stmts_since_idle = 0;
+  bool txn_failed = false;           // an error since the session was last idle
   // Driven directly (a plaintext connection, libpq only connected it).
   bool direct = false;
   bool aborted = false;              // an ErrorResponse in this unit
@@ -209,15 +189,24 @@ struct Slot {
 
 class Worker {
  public:
-  Worker(Shared& sh, std::vector<uint32_t> sessions, Live& live)
-      : sh_(sh), plan_(*sh.plan), slots_(sessions.size()),
+  Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live)
+      : sh_(sh), plan_(*sh.plan), index_(index), slots_(sessions.size()),
         timers_(static_cast<uint32_t>(sessions.size())), stats_(sh.plan->fingerprints.size()),
         live_(live), log_(sh.log_fd, &sh.log_lock) {
     for (size_t i = 0; i < sessions.size(); ++i) slots_[i].session = sessions[i];
     held_.reserve(sessions.size());
+    opened_.reserve(sessions.size());
     started_ = !sh.sched.max_speed || sh.initial == 0;
     ep_ = epoll_create1(EPOLL_CLOEXEC);
     if (ep_ < 0) throw RuntimeError(errno_message("epoll_create1", errno));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = kInboxTag;
+    if (epoll_ctl(ep_, EPOLL_CTL_ADD, sh.connector->inbox_fd(index), &ev) != 0) {
+      int e = errno;
+      close(ep_);
+      throw RuntimeError(errno_message("epoll_ctl (inbox)", e));
+    }
   }
   ~Worker() {
     // Operations in flight point into the slots' buffers: end them first.
@@ -244,6 +233,10 @@ class Worker {
     epoll_event evs[kMaxEvents];
     while (active_ > 0) {
       now = now_ns();
+      if (sh_.stop.load(std::memory_order_relaxed)) {
+        stop_all(now);
+        break;
+      }
       if (!started_) release(now);
       while (gate_next_ < gated_.size() &&
              sh_.gate[slots_[gated_[gate_next_]].session] <= sh_.ended.load(std::memory_order_acquire)) {
@@ -324,13 +317,16 @@ class Worker {
   }
 
   void dispatch(const epoll_event* evs, int n) {
-    for (int i = 0; i < n; ++i)
-      if (evs[i].data.u64 != kTimerTag) on_event(static_cast<uint32_t>(evs[i].data.u64), evs[i].events);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t tag = evs[i].data.u64;
+      if (tag == kInboxTag) on_inbox();
+      else if (tag != kTimerTag) on_event(static_cast<uint32_t>(tag), evs[i].events);
+    }
   }
 
   // --- the io_uring loop --------------------------------------------------
   // Directly driven sessions send and receive through the ring; the epoll
-  // set (connecting sessions, libpq ones) is one poll on it. One
+  // set (libpq sessions, the inbox) is one poll on it. One
   // io_uring_enter per round submits every queued send and receive and
   // waits for the first completion or the timeout.
 
@@ -496,16 +492,33 @@ class Worker {
         io_uring_prep_cancel64(q, uint64_t{slot} << 2 | op, 0);
         io_uring_sqe_set_data64(q, kIgnoreTag);
       }
+      // The connection thread closes the socket, and may open another
+      // with its number at once: a receive or send still queued here
+      // names the socket by number, so it goes to the kernel first.
+      if (s.recv_armed || s.send_inflight) io_uring_submit(&ring_);
     } else if (s.fd >= 0) {
       epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
     }
     s.fd = -1;
-    if (s.conn) PQfinish(s.conn);
+    sh_.connector->close(s.conn);
     s.conn = nullptr;
     timers_.cancel(slot);
     --active_;
     last_end_ = std::max(last_end_, now);
     sh_.ended.fetch_add(1, std::memory_order_release);
+  }
+
+  // The replay is stopping: every session ends where it is. A unit in
+  // flight is not counted (no answer); a connection still being opened is
+  // closed by the connection thread when it stops.
+  void stop_all(Nanos now) {
+    for (uint32_t slot = 0; slot < slots_.size(); ++slot) {
+      Slot& s = slots_[slot];
+      if (s.state == State::Done) continue;
+      if (s.state != State::Pending) ++stats_.sessions_stopped;
+      move(s, Event::Stopped);
+      finish_slot(slot, now);
+    }
   }
 
   // Max speed: counts a session with gate 0 that connected or failed to.
@@ -544,45 +557,40 @@ class Worker {
     finish_slot(slot, now);
   }
 
-  void connect(uint32_t slot, Nanos now) {
+  // The connection thread opens it and hands it back (on_inbox).
+  void connect(uint32_t slot, Nanos) {
     Slot& s = slots_[slot];
     move(s, Event::Due);
-    ConnKeywords c(sh_.opts->conninfo, sh_.params[s.session]);
-    s.conn = PQconnectStartParams(c.kw, c.val, 1);
-    if (!s.conn || PQstatus(s.conn) == CONNECTION_BAD) return fail(slot, now);
-    // As if PQconnectPoll had returned PGRES_POLLING_WRITING.
-    watch(slot, true);
-    if (s.fd < 0) return fail(slot, now);
+    sh_.connector->open(index_, slot, s.session);
   }
 
-  void poll_connect(uint32_t slot, Nanos now) {
-    Slot& s = slots_[slot];
-    switch (PQconnectPoll(s.conn)) {
-      case PGRES_POLLING_READING:
-        watch(slot, false);
-        return;
-      case PGRES_POLLING_WRITING:
-        watch(slot, true);
-        return;
-      case PGRES_POLLING_OK:
-        if (PQsetnonblocking(s.conn, 1) != 0) return fail(slot, now);
-        s.direct = sh_.opts->direct && !PQsslInUse(s.conn) && !PQgssEncInUse(s.conn);
-        if (s.direct && !s.in) s.in = std::make_unique_for_overwrite<char[]>(kInBuf);  // pages touched as used
-        if (s.direct) ++stats_.sessions_direct;
-        move(s, Event::Connected);
-        s.free_at = now;
-        if (s.direct && ring_on_) to_ring(slot);
-        else watch(slot, false);
-        if (!started_) {
-          initial_settled(s);
-          held_.push_back(slot);
-          return release(now);
-        }
-        schedule_next(slot, now);
-        return;
-      default:
-        return fail(slot, now);
+  void on_inbox() {
+    sh_.connector->take(index_, opened_);
+    const Nanos now = now_ns();
+    for (const Connector::Opened& o : opened_) {
+      Slot& s = slots_[o.slot];
+      s.conn = o.conn;
+      if (o.why || !o.conn || PQstatus(o.conn) != CONNECTION_OK) fail(o.slot, now, o.why);
+      else connected(o.slot, now);
     }
+  }
+
+  void connected(uint32_t slot, Nanos now) {
+    Slot& s = slots_[slot];
+    if (PQsetnonblocking(s.conn, 1) != 0) return fail(slot, now);
+    s.direct = sh_.opts->direct && !PQsslInUse(s.conn) && !PQgssEncInUse(s.conn);
+    if (s.direct && !s.in) s.in = std::make_unique_for_overwrite<char[]>(kInBuf);  // pages touched as used
+    if (s.direct) ++stats_.sessions_direct;
+    move(s, Event::Connected);
+    s.free_at = now;
+    if (s.direct && ring_on_) to_ring(slot);
+    else watch(slot, false);
+    if (!started_) {
+      initial_settled(s);
+      held_.push_back(slot);
+      return release(now);
+    }
+    schedule_next(slot, now);
   }
 
   // From Idle: arm the timer for the next unit or for the session's end
@@ -698,7 +706,6 @@ class Worker {
     Slot& s = slots_[slot];
     PGconn* const c = s.conn;
     Nanos now = now_ns();
-    if (s.state == State::Connecting) return poll_connect(slot, now);
     if (s.state == State::Done || !s.conn) return;
     if (s.direct) {
       // Answers first: one may end the unit before its request has left
@@ -1030,6 +1037,7 @@ class Worker {
     stats_.errors.add(state);
     live_.add(live_.errors, 1);
     if (!s.unit_state[0]) std::memcpy(s.unit_state, state, sizeof s.unit_state);
+    s.txn_failed = true;
   }
 
   // Simple and Copy units: the answers of their statements folded into one.
@@ -1114,11 +1122,17 @@ class Worker {
     }
     s.stmts_since_idle += u.n_stmts;
     if (s.direct ? s.ready == 'I' : PQtransactionStatus(s.conn) == PQTRANS_IDLE) {
-      if (s.stmts_since_idle > 0) {
+      // A transaction that met an error (rolled back, or a failed
+      // statement of its own in autocommit) is a failed one, as pgbench
+      // counts them: not processed, not in tps.
+      if (s.stmts_since_idle > 0 && s.txn_failed) {
+        ++stats_.failed_transactions;
+      } else if (s.stmts_since_idle > 0) {
         ++stats_.transactions;
         live_.add(live_.transactions, 1);
       }
       s.stmts_since_idle = 0;
+      s.txn_failed = false;
     }
     if (log_.on()) {
       UnitLogLine l;
@@ -1142,12 +1156,14 @@ class Worker {
 
   Shared& sh_;
   const Plan& plan_;
+  const int index_;                  // the worker's number, for the connection thread
   std::vector<Slot> slots_;
   TimerHeap timers_;
   Stats stats_;
   Live& live_;
   std::vector<uint32_t> gated_;
   std::vector<uint32_t> held_;       // max speed: connected, waiting for the start
+  std::vector<Connector::Opened> opened_;  // taken from the inbox
   bool started_ = true;
   size_t gate_next_ = 0;
   size_t active_ = 0;
@@ -1211,18 +1227,42 @@ std::string describe_target(const std::string& conninfo) {
   return out.empty() ? "the default target (libpq environment)" : out;
 }
 
-// The first session's connection, made synchronously: an unreachable target
-// or a rejected user fails the replay at once with libpq's message.
+// The first session's connection, made before anything starts: an
+// unreachable target or a rejected user fails the replay at once with
+// libpq's message. A target that does not answer is given up on after
+// connect_timeout (libpq's, by default none), or with a stop
+// (Options::wait_stop).
 void preflight(const Options& opts, const ConnParams& p) {
+  const Nanos timeout = connect_timeout_ns(opts.conninfo);
+  const Nanos deadline = timeout ? now_ns() + timeout : 0;
   ConnKeywords k(opts.conninfo, p);
-  PGconn* c = PQconnectdbParams(k.kw, k.val, 1);
+  PGconn* c = PQconnectStartParams(k.kw, k.val, 1);
   if (!c) throw RuntimeError("replay: cannot connect to the target: out of memory");
-  if (PQstatus(c) != CONNECTION_OK) {
-    std::string msg = one_line(PQerrorMessage(c));
-    PQfinish(c);
-    throw RuntimeError("replay: cannot connect to " + describe_target(opts.conninfo) + ": " + msg);
+  struct Finish {
+    PGconn* c;
+    ~Finish() { PQfinish(c); }
+  } finish{c};
+  PostgresPollingStatusType st = PQstatus(c) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
+  while (st == PGRES_POLLING_READING || st == PGRES_POLLING_WRITING) {
+    pollfd pf{PQsocket(c), static_cast<short>(st == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
+    int n = ::poll(&pf, 1, opts.wait_stop || deadline ? 50 : -1);
+    if (n < 0 && errno != EINTR) throw RuntimeError(errno_message("replay: poll (connecting)", errno));
+    if (n > 0) {
+      st = PQconnectPoll(c);
+      continue;
+    }
+    if (deadline && now_ns() >= deadline)
+      throw RuntimeError("replay: cannot connect to " + describe_target(opts.conninfo) +
+                         ": timeout expired (connect_timeout)");
+    if (opts.wait_stop) {
+      if (const char* why = opts.wait_stop(0))
+        throw RuntimeError(std::string("replay: stopped by ") + why + " while connecting to " +
+                           describe_target(opts.conninfo) + "; nothing was replayed");
+    }
   }
-  PQfinish(c);
+  if (st != PGRES_POLLING_OK)
+    throw RuntimeError("replay: cannot connect to " + describe_target(opts.conninfo) + ": " +
+                       one_line(PQerrorMessage(c)));
 }
 
 }  // namespace
@@ -1248,6 +1288,17 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   const Plan& plan = w.plan();
   if (!opts.max_speed && !(opts.speed > 0))
     throw InputError("--speed must be greater than 0");
+  if (!opts.max_speed) {
+    // The schedule must fit the clock: 2^62 ns is 146 years.
+    Nanos last = plan.t0;
+    for (const Session& s : plan.sessions) last = std::max(last, s.end);
+    if (static_cast<double>(last - plan.t0) / opts.speed >= 0x1p62) {
+      char msg[160];
+      std::snprintf(msg, sizeof msg, "--speed %g: the captured %.3f s would take more than 146 years", opts.speed,
+                    static_cast<double>(last - plan.t0) / 1e9);
+      throw InputError(msg);
+    }
+  }
   Shared sh;
   sh.plan = &plan;
   sh.opts = &opts;
@@ -1257,18 +1308,49 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   // auto: only directly driven sessions use the ring.
   sh.uring = use_uring(opts.io, "TIERLAB_REPLAY_IO", "replay", opts.direct, &uring_unsupported);
 
-  // Who connects where.
+  // Who connects where: --user / --database, --user-map, else the captured
+  // ones. A user or database the conninfo names is the default only for a
+  // session that has none captured; when sessions go elsewhere, say so.
+  const std::string conn_user = conninfo_value(opts.conninfo, "user");
+  const std::string conn_database = conninfo_value(opts.conninfo, "dbname");
+  std::vector<std::string> other_users, other_databases;  // a few, for the note
+  auto note_other = [](std::vector<std::string>& v, const char* name) {
+    if (v.size() < 3 && std::find(v.begin(), v.end(), name) == v.end()) v.emplace_back(name);
+  };
   sh.params.resize(plan.sessions.size());
   for (size_t i = 0; i < plan.sessions.size(); ++i) {
     const Session& s = plan.sessions[i];
     ConnParams& p = sh.params[i];
-    if (!opts.user.empty()) p.user = opts.user.c_str();
-    else if (const std::string* m = opts.user_map.find(s.user)) p.user = m->c_str();
-    else if (*s.user) p.user = s.user;
-    if (!opts.database.empty()) p.database = opts.database.c_str();
-    else if (*s.database) p.database = s.database;
+    if (!opts.user.empty()) {
+      p.user = opts.user.c_str();
+    } else if (const std::string* m = opts.user_map.find(s.user)) {
+      p.user = m->c_str();
+    } else if (*s.user) {
+      p.user = s.user;
+      if (!conn_user.empty() && conn_user != s.user) note_other(other_users, s.user);
+    }
+    if (!opts.database.empty()) {
+      p.database = opts.database.c_str();
+    } else if (*s.database) {
+      p.database = s.database;
+      if (!conn_database.empty() && conn_database != s.database) note_other(other_databases, s.database);
+    }
     if (*s.application_name) p.application_name = s.application_name;
   }
+  if (progress) {
+    auto note = [&](const char* key, const std::string& value, const std::vector<std::string>& others,
+                    const char* what, const char* flag) {
+      if (others.empty()) return;
+      std::string list;
+      for (const std::string& o : others) list += (list.empty() ? "" : ", ") + o;
+      *progress << "tierlab: replay: --db names " << key << "=" << value << ", but sessions connect " << what
+                << " (" << list << (others.size() == 3 ? ", ..." : "") << "); " << flag << " " << value
+                << " sends every session there\n";
+    };
+    note("user", conn_user, other_users, "as their captured users", "--user");
+    note("dbname", conn_database, other_databases, "to their captured databases", "--database");
+  }
+
   // Max speed: a session waits for as many sessions to end as had ended in
   // the capture when it started, which keeps the captured concurrency.
   std::vector<uint32_t> order(plan.sessions.size());
@@ -1315,8 +1397,15 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   std::vector<std::vector<uint32_t>> per(threads);
   for (size_t i = 0; i < order.size(); ++i) per[i % threads].push_back(order[i]);
   std::vector<Live> live(threads);
+  std::vector<size_t> per_size(threads);
+  for (int t = 0; t < threads; ++t) per_size[t] = per[t].size();
+  // Started before the workers, at the normal priority (not --rt's): its
+  // work is not on the schedule.
+  Connector connector(opts.conninfo, sh.params, per_size);
+  sh.connector = &connector;
+  connector.start();
   std::vector<std::unique_ptr<Worker>> workers;
-  for (int t = 0; t < threads; ++t) workers.push_back(std::make_unique<Worker>(sh, per[t], live[t]));
+  for (int t = 0; t < threads; ++t) workers.push_back(std::make_unique<Worker>(sh, t, per[t], live[t]));
 
   std::atomic<int> running{threads};
   std::vector<std::exception_ptr> errors(threads);
@@ -1347,11 +1436,20 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   Nanos next_tick = sh.sched.epoch + period;
   uint64_t p_txn = 0, p_stmt = 0, p_err = 0, p_lag_n = 0;
   double p_lat = 0, p_latsq = 0, p_lag = 0;
-  // Without progress lines it just waits for the workers (no wake-ups
-  // taking CPU time from a target on the same machine).
-  while (progress && period > 0 && running.load() > 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (now_ns() < next_tick) continue;
+  // Without progress lines or a stop to wait for it just waits for the
+  // workers (no wake-ups taking CPU time from a target on the same machine).
+  const bool ticking = progress && period > 0;
+  const char* stopped = nullptr;
+  while ((ticking || opts.wait_stop) && running.load() > 0) {
+    const long step = ticking ? 5'000'000 : 50'000'000;
+    if (!opts.wait_stop) {
+      std::this_thread::sleep_for(std::chrono::nanoseconds(step));
+    } else if ((stopped = opts.wait_stop(step))) {
+      sh.stop.store(true);
+      for (int t = 0; t < threads; ++t) connector.poke(t);
+      break;
+    }
+    if (!ticking || now_ns() < next_tick) continue;
     uint64_t txn = 0, stmt = 0, err = 0, lag_n = 0;
     double lat = 0, latsq = 0, lag = 0;
     for (const Live& l : live) {
@@ -1380,6 +1478,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
     next_tick += period;
   }
   for (auto& th : pool) th.join();
+  connector.stop();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
 
@@ -1393,6 +1492,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
     if (r.log_error.empty()) r.log_error = wk->log().error();
   }
   r.log_path = opts.log_path;
+  if (stopped) r.stopped = stopped;
   r.speed = opts.speed;
   r.max_speed = opts.max_speed;
   r.threads = threads;
@@ -1401,6 +1501,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   r.slice_ms = static_cast<double>(*std::min_element(slice_ns.begin(), slice_ns.end())) / 1e6;
   r.io = sh.uring ? "io_uring" : "epoll";
   for (Nanos c : cpu_ns) r.cpu_s += static_cast<double>(c) / 1e9;
+  r.cpu_s += static_cast<double>(connector.cpu_ns()) / 1e9;
   // Max speed counts from the start (every initial session connected), as
   // pgbench's tps "without initial connection time"; timed replays from
   // the schedule's epoch.

@@ -22,6 +22,7 @@
 #include "trace/reader.h"
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <ostream>
@@ -125,7 +126,7 @@ struct Options {
   bool direct = true;
   // The workers' event loop: "io_uring" (directly driven sessions send and
   // receive through a ring, one io_uring_enter per round for all of them;
-  // connecting and libpq sessions stay on epoll, polled through the ring),
+  // libpq sessions stay on epoll, polled through the ring),
   // "epoll", or "auto": io_uring where the kernel has what the loop needs,
   // else epoll. The environment variable TIERLAB_REPLAY_IO, when set,
   // overrides it (tests run on either loop).
@@ -133,6 +134,12 @@ struct Options {
   // --log: one line per round trip (unit) to this file, as pgbench -l
   // writes one per transaction; empty: none. See Report::log_*.
   std::string log_path;
+  // Waits up to `timeout_ns` for a request to stop (a SIGINT, say); returns
+  // its name, or nullptr when none came. While it is set, run() calls it
+  // from its own thread while the workers run; on a stop every session ends
+  // where it is and the report covers what ran (Report::stopped). Unset:
+  // the replay runs to its end.
+  std::function<const char*(long timeout_ns)> wait_stop;
 };
 
 struct FingerprintDelta {
@@ -145,9 +152,13 @@ struct FingerprintDelta {
 struct Report {
   uint64_t sessions = 0;
   uint64_t sessions_failed = 0;     // could not connect or lost the connection
+  uint64_t sessions_stopped = 0;    // cut short by a stop (Options::wait_stop)
   uint64_t sessions_direct = 0;     // driven directly (Options::direct), not by libpq
   std::string first_session_error;  // libpq's message for the first of those
+  // Transactions that ended without an error (pgbench's "actually
+  // processed", which tps counts), and those that met one.
   uint64_t transactions = 0;
+  uint64_t failed_transactions = 0;
   uint64_t statements = 0;
   uint64_t errors = 0;
   std::vector<std::pair<std::string, uint64_t>> errors_by_sqlstate;  // sorted
@@ -165,8 +176,8 @@ struct Report {
   bool max_speed = false;
   int threads = 0;
   bool cpu_latency_held = false;    // see Options::hold_cpu_latency
-  // CPU time (user + system) of the worker threads over the whole replay,
-  // connecting included: the replayer's own cost, which on a target on the
+  // CPU time (user + system) of the worker threads and the connection
+  // thread over the whole replay: the replayer's own cost, which on a target on the
   // same machine is taken from the server (reading the trace and building
   // the plan come before and are not in it).
   double cpu_s = 0;
@@ -187,6 +198,7 @@ struct Report {
   std::string log_path;
   uint64_t log_lines = 0;
   std::string log_error;
+  std::string stopped;  // what stopped the replay early (Options::wait_stop); "" ran to its end
   std::vector<FingerprintDelta> slowed;   // at most 10, most slowed first
   std::vector<FingerprintDelta> sped_up;  // at most 10, most sped up first
 };

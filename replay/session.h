@@ -10,10 +10,12 @@
 namespace tierlab::replay {
 
 enum class State : uint8_t {
+  // Every state but Done also exits on Stopped -> Done (the replay was
+  // asked to stop: SIGINT, SIGTERM).
   // Before its captured start, or (max speed) until enough earlier sessions
   // ended. A timer is armed. Exits: Due -> Connecting; Failed -> Done.
   Pending,
-  // PQconnectStartParams issued, PQconnectPoll in progress on the socket.
+  // The connection thread is opening the connection.
   // Exits: Connected -> Idle; Failed -> Done.
   Connecting,
   // Connected, no unit in flight; a timer is armed for the next unit's
@@ -38,10 +40,11 @@ enum class State : uint8_t {
 
 enum class Event : uint8_t {
   Due, Connected, UnitSent, UnitDone, CopyInStarted, CopyOutStarted,
-  CopyFinished, Ended, Failed,
+  CopyFinished, Ended, Failed, Stopped,
 };
 
 constexpr State transition(State s, Event e) {
+  if (e == Event::Stopped) return s == State::Done || s == State::Invalid ? State::Invalid : State::Done;
   switch (s) {
     case State::Pending:
       if (e == Event::Due) return State::Connecting;

@@ -100,9 +100,11 @@ void Stats::merge(const Stats& o) {
   own_lag.merge(o.own_lag);
   statements += o.statements;
   transactions += o.transactions;
+  failed_transactions += o.failed_transactions;
   div_error_status += o.div_error_status;
   div_row_count += o.div_row_count;
   sessions_failed += o.sessions_failed;
+  sessions_stopped += o.sessions_stopped;
   sessions_direct += o.sessions_direct;
   unsupported += o.unsupported;
   if (first_session_error.empty()) first_session_error = o.first_session_error;
@@ -120,9 +122,11 @@ void fill_report(Report& r, const Stats& s, const Plan& plan, Nanos duration_ns)
   auto ms = [](double ns) { return ns / 1e6; };
   r.sessions = plan.sessions.size();
   r.sessions_failed = s.sessions_failed;
+  r.sessions_stopped = s.sessions_stopped;
   r.sessions_direct = s.sessions_direct;
   r.first_session_error = s.first_session_error;
   r.transactions = s.transactions;
+  r.failed_transactions = s.failed_transactions;
   r.statements = s.statements;
   r.errors = s.errors.total();
   r.errors_by_sqlstate = s.errors.sorted();
@@ -190,8 +194,17 @@ void print_deltas(std::ostream& out, const char* title, const std::vector<Finger
 
 void print_report(std::ostream& out, const Report& r) {
   out << "replay mode: " << (r.max_speed ? std::string("max speed") : fmt("speed %g", r.speed)) << "\n";
+  if (!r.stopped.empty())
+    out << "stopped by " << r.stopped << " after " << fmt("%.3f", r.duration_s)
+        << " s: the figures below cover what ran\n";
   out << "number of sessions: " << r.sessions;
-  if (r.sessions_failed) out << " (" << r.sessions_failed << " failed: " << r.first_session_error << ")";
+  if (r.sessions_failed || r.sessions_stopped) {
+    out << " (";
+    if (r.sessions_failed) out << r.sessions_failed << " failed: " << r.first_session_error;
+    if (r.sessions_failed && r.sessions_stopped) out << "; ";
+    if (r.sessions_stopped) out << r.sessions_stopped << " cut short by " << r.stopped;
+    out << ")";
+  }
   out << "\n";
   out << "sessions driven directly: " << r.sessions_direct << " of " << r.sessions
       << (r.sessions_direct < r.sessions ? " (the others: through libpq (TLS, GSS encryption, --wire libpq) or not connected)" : "")
@@ -200,6 +213,10 @@ void print_report(std::ostream& out, const Report& r) {
       << (r.realtime ? " (SCHED_FIFO)" : r.slice_ms > 0 ? fmt(" (scheduler slice %g ms)", r.slice_ms) : "")
       << ", event loop: " << r.io << "\n";
   out << "number of transactions actually processed: " << r.transactions << "\n";
+  const uint64_t ended = r.transactions + r.failed_transactions;
+  out << "number of failed transactions: " << r.failed_transactions << " ("
+      << fmt("%.3f", ended ? 100.0 * static_cast<double>(r.failed_transactions) / static_cast<double>(ended) : 0.0)
+      << "%)\n";
   out << "number of statements: " << r.statements << "\n";
   out << "number of failed statements: " << r.errors << "\n";
   out << "duration: " << fmt("%.3f", r.duration_s) << " s (captured " << fmt("%.3f", r.captured_duration_s)
@@ -220,7 +237,7 @@ void print_report(std::ostream& out, const Report& r) {
         << (r.cpu_latency_held ? "held at 0 us (/dev/cpu_dma_latency)" : "not held (--no-pm-qos, or not root)")
         << "\n";
   out << "tps = " << fmt("%.6f", r.tps) << (r.max_speed ? " (without initial connection time)" : "") << "\n";
-  out << "replayer CPU = " << fmt("%.3f", r.cpu_s) << " s in the worker threads";
+  out << "replayer CPU = " << fmt("%.3f", r.cpu_s) << " s in the worker and connection threads";
   if (r.transactions) out << " (" << fmt("%.1f", r.cpu_s * 1e6 / static_cast<double>(r.transactions)) << " us per transaction)";
   out << "\n";
   if (!r.log_path.empty())

@@ -57,10 +57,12 @@ struct Stats {
   Histogram lag;   // schedule lag, ns
   Histogram own_lag;  // the part of each lag spent in tierlab, ns
   uint64_t statements = 0;
-  uint64_t transactions = 0;
+  uint64_t transactions = 0;         // ended without an error
+  uint64_t failed_transactions = 0;  // ended after an error
   uint64_t div_error_status = 0;
   uint64_t div_row_count = 0;
   uint64_t sessions_failed = 0;
+  uint64_t sessions_stopped = 0;  // connecting or connected when the replay stopped
   uint64_t sessions_direct = 0;
   uint64_t unsupported = 0;  // messages of units sent through libpq it could not send
   std::string first_session_error;

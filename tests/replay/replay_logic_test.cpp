@@ -116,11 +116,13 @@ TEST_CASE("session state machine allows only the documented exits", "[replay][st
   s = transition(s, Event::Ended);
   CHECK(s == State::Done);
 
-  // Every state but Done can fail; Done has no exits.
+  // Every state but Done can fail or be stopped; Done has no exits.
   for (State st : {State::Pending, State::Connecting, State::Idle, State::Busy, State::CopyIn,
-                   State::CopyOut})
+                   State::CopyOut}) {
     CHECK(transition(st, Event::Failed) == State::Done);
-  for (int e = 0; e <= static_cast<int>(Event::Failed); ++e)
+    CHECK(transition(st, Event::Stopped) == State::Done);
+  }
+  for (int e = 0; e <= static_cast<int>(Event::Stopped); ++e)
     CHECK(transition(State::Done, static_cast<Event>(e)) == State::Invalid);
   // Things that must not happen.
   CHECK(transition(State::Pending, Event::UnitSent) == State::Invalid);

@@ -1,0 +1,302 @@
+// tierlab replay from the command line: how a replay ends short of its
+// trace (a stop, sessions that fail, a target that does not answer), how
+// failed transactions count, where sessions connect, and input it refuses.
+#include "support/background.h"
+#include "support/support.h"
+#include "tests/integration/replay_traces.h"
+
+#include <catch2/catch.hpp>
+#include <netinet/in.h>
+#include <nlohmann/json.hpp>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <fstream>
+
+using namespace tierlab;
+using namespace replay_test;
+using tierlab::test::TempDir;
+
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// A TCP listener on 127.0.0.1 that accepts connections into its backlog
+// and never answers: a target that hangs.
+struct SilentListener {
+  int fd = -1;
+  int port = 0;
+  SilentListener() {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(listen(fd, 16) == 0);
+    socklen_t len = sizeof a;
+    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port = ntohs(a.sin_port);
+  }
+  ~SilentListener() { close(fd); }
+};
+
+}  // namespace
+
+TEST_CASE("SIGINT or SIGTERM stops a replay: the report and JSON cover what ran, exit 1",
+          "[replay][pg][cli][stop]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("long.tlt");
+  {
+    // Two sessions, a statement every 50 ms for 20 s each.
+    TraceBuilder b(path);
+    for (uint64_t s = 1; s <= 2; ++s) {
+      b.begin(0, s, pg.superuser());
+      for (int i = 0; i < 400; ++i)
+        b.query((i + 1) * 50 * kMs, s, "SELECT " + std::to_string(i), "SELECT", true, 1);
+      b.end(20100 * kMs, s);
+    }
+    b.close();
+  }
+  for (int sig : {SIGINT, SIGTERM}) {
+    const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    INFO(name);
+    std::string json = dir.file("stop.json");
+    std::ofstream(json) << "{\"earlier\": true}\n";
+    tierlab::test::Background bg({TIERLAB_BINARY, "replay", path, "--db", pg.conninfo(), "-P", "0.2", "--json",
+                                  json},
+                                 dir.file("stop.out"));
+    REQUIRE(bg.wait_for("progress: 0.4 s"));
+    auto t0 = std::chrono::steady_clock::now();
+    int status = bg.stop(sig);
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::string out = bg.out();
+    INFO(out << bg.err());
+    CHECK(status == 1);
+    CHECK(took < 3);
+    CHECK(out.find("stopped by " + name + " after ") != std::string::npos);
+    CHECK(out.find("number of sessions: 2 (2 cut short by " + name + ")") != std::string::npos);
+    CHECK(out.find("errors by SQLSTATE: none") != std::string::npos);
+    CHECK(bg.err().find("tierlab: replay: stopped by " + name + "; the report covers what ran before it") !=
+          std::string::npos);
+    auto j = read_json(json);
+    CHECK(j["stopped"] == name);
+    CHECK(j["sessions_stopped"] == 2);
+    CHECK(j["transactions"].get<uint64_t>() >= 12);   // at least 0.4 s of two sessions at 20 per second
+    CHECK(j["transactions"].get<uint64_t>() < 400);   // well short of 800
+    CHECK(j["duration_s"].get<double>() < 10);
+    CHECK(j["errors"] == 0);
+  }
+  // The sessions' connections are closed, not left behind.
+  std::string left;
+  for (int i = 0; i < 50; ++i) {
+    left = pg.sql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'replay-test'");
+    while (!left.empty() && (left.back() == '\n' || left.back() == ' ')) left.pop_back();
+    if (left == "0") break;
+    usleep(100 * 1000);
+  }
+  CHECK(left == "0");
+}
+
+TEST_CASE("a replay whose sessions failed reports them and exits 1", "[replay][pg][cli][stop]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("roles.tlt");
+  {
+    TraceBuilder b(path);
+    b.begin(0, 1, pg.superuser());
+    b.begin(5 * kMs, 2, "captured_other");
+    for (uint64_t s = 1; s <= 2; ++s) {
+      for (int i = 0; i < 5; ++i)
+        b.query((10 + i * 5) * kMs, s, "SELECT " + std::to_string(i), "SELECT", true, 1);
+      b.end(60 * kMs, s);
+    }
+    b.close();
+  }
+  std::string map = dir.file("users.map");
+  std::ofstream(map) << "captured_other = tierlab_no_such_role\n";
+  std::string json = dir.file("r.json");
+  auto r = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--user-map", map, "--json", json});
+  INFO(r.out << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("number of sessions: 2 (1 failed: ") != std::string::npos);
+  CHECK(r.out.find("number of transactions actually processed: 5\n") != std::string::npos);
+  CHECK(r.err.find("tierlab: replay: 1 of 2 sessions failed (") != std::string::npos);
+  CHECK(r.err.find("tierlab_no_such_role") != std::string::npos);
+  CHECK(r.err.find("; the results are incomplete") != std::string::npos);
+  CHECK(tierlab::test::count_lines(r.err) == 1);
+  auto j = read_json(json);
+  CHECK(j["sessions_failed"] == 1);
+  CHECK(j["transactions"] == 5);
+}
+
+TEST_CASE("failed transactions are counted apart, as pgbench does, and tps counts the others",
+          "[replay][pg][cli]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  std::string path = dir.file("failed.tlt");
+  {
+    TraceBuilder b(path);
+    b.begin(0, 1, pg.superuser());
+    Nanos t = 10 * kMs;
+    for (int i = 0; i < 6; ++i, t += 5 * kMs) b.query(t, 1, "SELECT " + std::to_string(i), "SELECT", true, 1);
+    // An autocommit statement that fails: a failed transaction.
+    b.query_error(t, 1, "SELECT * FROM tierlab_missing_table", "42P01");
+    t += 5 * kMs;
+    // BEGIN; a failing statement; a skipped one; ROLLBACK: one failed transaction.
+    b.query(t, 1, "BEGIN", "BEGIN", false, 0, kMs, 'T');
+    t += 5 * kMs;
+    b.query_error(t, 1, "SELECT * FROM tierlab_missing_table", "42P01");
+    t += 5 * kMs;
+    b.query_error(t, 1, "SELECT 1", "25P02");
+    t += 5 * kMs;
+    b.query(t, 1, "ROLLBACK", "ROLLBACK", false, 0);
+    t += 5 * kMs;
+    // BEGIN; SELECT; COMMIT: processed.
+    b.query(t, 1, "BEGIN", "BEGIN", false, 0, kMs, 'T');
+    b.query(t + 5 * kMs, 1, "SELECT 7", "SELECT", true, 1, kMs, 'T');
+    b.query(t + 10 * kMs, 1, "COMMIT", "COMMIT", false, 0);
+    b.end(t + 20 * kMs, 1);
+    b.close();
+  }
+  std::string json = dir.file("r.json");
+  auto r = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--json", json});
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("number of transactions actually processed: 7\n") != std::string::npos);
+  CHECK(r.out.find("number of failed transactions: 2 (22.222%)\n") != std::string::npos);
+  CHECK(r.out.find("divergence: 0 error status") != std::string::npos);
+  auto j = read_json(json);
+  CHECK(j["transactions"] == 7);
+  CHECK(j["failed_transactions"] == 2);
+  CHECK(j["tps"].get<double>() == Approx(7 / j["duration_s"].get<double>()).epsilon(0.001));
+}
+
+TEST_CASE("a target that does not answer: connect_timeout gives up, a stop ends the wait", "[replay][cli][stop]") {
+  SilentListener target;
+  TempDir dir;
+  std::string path = dir.file("one.tlt");
+  {
+    TraceBuilder b(path);
+    b.begin(0, 1, "postgres");
+    b.query(10 * kMs, 1, "SELECT 1", "SELECT", true, 1);
+    b.end(20 * kMs, 1);
+    b.close();
+  }
+  const std::string db = "host=127.0.0.1 port=" + std::to_string(target.port) + " sslmode=disable gssencmode=disable";
+  auto t0 = std::chrono::steady_clock::now();
+  auto r = tierlab::test::run_tierlab({"replay", path, "--db", db + " connect_timeout=2"});
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.out << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.err.find("timeout expired (connect_timeout)") != std::string::npos);
+  CHECK(took >= 1.9);
+  CHECK(took < 6);
+  // From the environment too; a value that is not a number is refused.
+  r = tierlab::test::run_tierlab({"replay", path, "--db", db}, std::nullopt, {"PGCONNECT_TIMEOUT=x"});
+  CHECK(r.status == 2);
+  CHECK(r.err == "tierlab: connect_timeout x: not a whole number of seconds\n");
+
+  tierlab::test::Background bg({TIERLAB_BINARY, "replay", path, "--db", db}, dir.file("hang.out"));
+  usleep(500 * 1000);
+  int status = bg.stop(SIGINT);
+  INFO(bg.err());
+  CHECK(status == 1);
+  CHECK(bg.err().find("tierlab: replay: stopped by SIGINT while connecting to ") != std::string::npos);
+  CHECK(bg.err().find("nothing was replayed") != std::string::npos);
+}
+
+TEST_CASE("sessions connect to their captured databases, --database moves them, and a dbname in --db is noted",
+          "[replay][pg][cli]") {
+  auto& pg = tierlab::test::shared_server();
+  pg.sql("DROP DATABASE IF EXISTS tierlab_dbx");
+  pg.sql("CREATE DATABASE tierlab_dbx");
+  pg.sql("CREATE TABLE dbx_t (x int)", "tierlab_dbx");
+  TempDir dir;
+  std::string path = dir.file("db.tlt");
+  {
+    // Captured on database postgres, where dbx_t does not exist.
+    TraceBuilder b(path);
+    b.begin(0, 1, pg.superuser(), "postgres");
+    b.query(5 * kMs, 1, "INSERT INTO dbx_t VALUES (1)", "INSERT 0 1", false, 1);
+    b.end(10 * kMs, 1);
+    b.close();
+  }
+  auto r = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo("tierlab_dbx")});
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("errors by SQLSTATE: 42P01=1") != std::string::npos);
+  CHECK(r.err.find("tierlab: replay: --db names dbname=tierlab_dbx, but sessions connect to their captured "
+                   "databases (postgres); --database tierlab_dbx sends every session there\n") != std::string::npos);
+  r = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo("tierlab_dbx"), "--database", "tierlab_dbx"});
+  CHECK(r.status == 0);
+  CHECK(r.out.find("errors by SQLSTATE: none") != std::string::npos);
+  CHECK(r.err.find("--db names") == std::string::npos);
+  CHECK(pg.sql("SELECT count(*) FROM dbx_t", "tierlab_dbx") == "1");
+  pg.sql("DROP DATABASE tierlab_dbx");
+}
+
+TEST_CASE("replay refuses bad numbers, an unschedulable speed and a trace with nothing to replay",
+          "[replay][cli]") {
+  TempDir dir;
+  std::string path = dir.file("one.tlt");
+  {
+    TraceBuilder b(path);
+    b.begin(0, 1, "postgres");
+    b.query(10 * kMs, 1, "SELECT 1", "SELECT", true, 1);
+    b.end(2000 * kMs, 1);
+    b.close();
+  }
+  const std::string down = "host=127.0.0.1 port=1";
+  struct Case {
+    std::vector<std::string> args;
+    std::string err;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--speed", "0"}, "tierlab: --speed: 0 is not a number greater than 0\n"},
+           {{"--speed", "-2"}, "tierlab: --speed: -2 is not a number greater than 0\n"},
+           {{"--speed", "nan"}, "tierlab: --speed: nan is not a number greater than 0\n"},
+           {{"--speed", "fast"}, "tierlab: --speed: fast is not a number greater than 0\n"},
+           {{"-P", "nan"}, "tierlab: --progress: nan is not a number of 0 or more\n"},
+           {{"--speed", "1e-12"}, "tierlab: --speed 1e-12: the captured 2.000 s would take more than 146 years\n"},
+           {{"--begin", "1h"}, "tierlab: " + path + ": nothing to replay: no client session sends anything in the "
+                                                    "window (--begin 1h, --end none)\n"},
+       }) {
+    std::vector<std::string> args{"replay", path, "--db", down};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = tierlab::test::run_tierlab(args);
+    INFO(c.args[0] << " " << c.args[1]);
+    CHECK(r.status == 2);
+    CHECK(r.err == c.err);
+    CHECK(r.out.empty());
+  }
+  // A trace of no session at all (block I/O only, say).
+  std::string empty = dir.file("empty.tlt");
+  TraceBuilder(empty).close();
+  auto r = tierlab::test::run_tierlab({"replay", empty, "--db", down});
+  CHECK(r.status == 2);
+  CHECK(r.err == "tierlab: " + empty + ": nothing to replay: the trace holds no client session\n");
+
+  // --dry-run --json writes the summary.
+  std::string json = dir.file("dry.json");
+  r = tierlab::test::run_tierlab({"replay", path, "--dry-run", "--json", json});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  auto j = read_json(json);
+  CHECK(j["sessions"] == 1);
+  CHECK(j["statements"] == 1);
+  CHECK(j["transactions"] == 1);
+  CHECK(j["round_trips"] == 1);
+  CHECK(j["duration_s"].get<double>() == Approx(2.0));
+  // And '-' is standard output, alone: the text goes to standard error.
+  r = tierlab::test::run_tierlab({"replay", path, "--dry-run", "--json", "-"});
+  CHECK(r.status == 0);
+  CHECK(nlohmann::json::parse(r.out)["round_trips"] == 1);
+  CHECK(r.err.find("round trips: 1\n") != std::string::npos);
+}
