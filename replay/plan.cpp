@@ -101,8 +101,7 @@ struct PlanBuilder::Impl {
   std::unordered_map<std::string_view, uint32_t> sql_fp;    // interned SQL -> fp
   std::unordered_map<std::string_view, const char*> sql_intern;
   std::unordered_map<uint64_t, uint32_t> hash_fp;
-  bool have_origin = false;
-  Nanos origin = 0;
+  Nanos origin = 0;  // the trace start: Window times are from here
 
   const char* intern_sql(std::string_view sql, uint32_t* fp_out) {
     auto it = sql_intern.find(sql);
@@ -126,9 +125,12 @@ struct PlanBuilder::Impl {
     return fp;
   }
 
+  // Time from the trace start; a record stamped before it (a clock the
+  // capture did not share exactly) counts as at the start.
+  Nanos rel(Nanos ts) const { return std::max<Nanos>(ts - origin, 0); }
   bool in_window(Nanos ts) const {
-    Nanos rel = ts - origin;
-    return rel >= window.begin && rel < window.end;
+    Nanos r = rel(ts);
+    return r >= window.begin && r < window.end;
   }
 
   SessionBuild& session(uint64_t id, Nanos ts) {
@@ -322,10 +324,6 @@ struct PlanBuilder::Impl {
 
   void add(const trace::Record& r) {
     if (r.session == 0) return;
-    if (!have_origin) {
-      have_origin = true;
-      origin = r.ts;
-    }
     SessionBuild& sb = session(r.session, r.ts);
     Session& s = plan->sessions[sb.index];
     s.end = std::max(s.end, r.ts);
@@ -535,16 +533,13 @@ struct PlanBuilder::Impl {
     for (const Unit& u : p.units)
       if (u.in_window) ++counts[u.session];
     std::vector<Session> kept;
-    Nanos wb = origin + window.begin;
-    Nanos we = window.end == std::numeric_limits<Nanos>::max()
-                   ? std::numeric_limits<Nanos>::max()
-                   : origin + window.end;
+    const bool open_end = window.end == std::numeric_limits<Nanos>::max();
     for (size_t i = 0; i < p.sessions.size(); ++i) {
       Session s = p.sessions[i];
-      bool overlaps = s.begin < we && s.end >= wb;
+      bool overlaps = rel(s.begin) < window.end && rel(s.end) >= window.begin;
       if (counts[i] == 0 && !overlaps) continue;
-      s.begin = std::max(s.begin, wb);
-      s.end = std::min(s.end, we);
+      if (rel(s.begin) < window.begin) s.begin = origin + window.begin;
+      if (!open_end && rel(s.end) > window.end) s.end = origin + window.end;
       remap[i] = static_cast<uint32_t>(kept.size());
       kept.push_back(s);
     }
@@ -608,8 +603,9 @@ struct PlanBuilder::Impl {
   }
 };
 
-PlanBuilder::PlanBuilder(const Window& window) : impl_(std::make_unique<Impl>()) {
+PlanBuilder::PlanBuilder(const Window& window, Nanos trace_start) : impl_(std::make_unique<Impl>()) {
   impl_->window = window;
+  impl_->origin = trace_start;
 }
 PlanBuilder::~PlanBuilder() = default;
 void PlanBuilder::add(const trace::Record& r) { impl_->add(r); }
@@ -619,7 +615,7 @@ Workload::Workload(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
 const WorkloadSummary& Workload::summary() const { return plan_->summary; }
 
 Workload load(trace::Reader& reader, const Window& window) {
-  PlanBuilder b(window);
+  PlanBuilder b(window, reader.header().start_mono_ns);
   trace::Record r;
   while (reader.next(r)) b.add(r);
   return Workload(b.finish());

@@ -56,10 +56,12 @@ uint64_t fingerprint(std::string_view sql);  // 64-bit hash of normalize_sql
 
 // --- the workload --------------------------------------------------------------
 
-// Which part of the trace to replay, in nanoseconds from the first session
-// record of the trace. Units sent outside [begin, end) are not replayed;
-// statements a session prepared before `begin` are prepared again (not
-// counted) so that later Executes still find them.
+// Which part of the trace to replay, in nanoseconds from the trace start:
+// the clock origin in the trace header, from which `tierlab trace dump`
+// prints its times (records stamped before it count as at 0). Units sent
+// outside [begin, end) are not replayed; statements a session prepared
+// before `begin` are prepared again (not counted) so that later Executes
+// still find them.
 struct Window {
   Nanos begin = 0;
   Nanos end = std::numeric_limits<Nanos>::max();

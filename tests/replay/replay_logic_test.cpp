@@ -8,6 +8,8 @@
 #include "replay/session.h"
 #include "replay/stats.h"
 #include "replay/unit_log.h"
+#include "trace/reader.h"
+#include "trace/writer.h"
 
 #include <catch2/catch.hpp>
 
@@ -475,8 +477,8 @@ TEST_CASE("plan: window drops units, re-prepares statements, concurrency counted
   CHECK(all->summary.max_concurrency == 3);
   CHECK(all->summary.duration_ns == 1499 * kMs);
 
-  // From 0.5 s to 0.8 s after the first record (t = 1 ms): units at 600,
-  // 700 and 800 ms fall in [501, 801).
+  // From 0.5 s to 0.8 s after the trace start (0 here): units at 500, 600
+  // and 700 ms fall in [500, 800).
   Window w;
   w.begin = 500 * kMs;
   w.end = 800 * kMs;
@@ -490,7 +492,88 @@ TEST_CASE("plan: window drops units, re-prepares statements, concurrency counted
   CHECK(part->ops[restore.first_op].kind == OpKind::Prepare);
   CHECK(std::string(part->ops[restore.first_op].name) == "q");
   CHECK(restore.n_stmts == 0);
-  CHECK(s.begin == 501 * kMs);
+  CHECK(s.begin == 500 * kMs);
+}
+
+namespace {
+
+// `recs` written to a trace in memory whose clock starts at `start`, then
+// loaded as the replay command loads a file.
+Workload load_memory(const std::vector<Record>& recs, Nanos start, const Window& w) {
+  auto sink = std::make_unique<trace::MemorySink>();
+  trace::MemorySink* raw = sink.get();
+  trace::WriterOptions o;
+  o.start_mono_ns = start;
+  std::vector<uint8_t> bytes;
+  {
+    trace::Writer wr(std::move(sink), o);
+    for (const auto& r : recs) wr.write(r);
+    wr.close();
+    bytes = raw->bytes();
+  }
+  trace::Reader rd(trace::memory_source(std::move(bytes)));
+  return load(rd, w);
+}
+
+}  // namespace
+
+TEST_CASE("plan: the window counts from the trace start, idle time before the first session included",
+          "[replay][plan]") {
+  // A proxy started at 1000 s (its clock), idle for 3 s, then two psql
+  // sessions: 'a' at 3.1 s and 'b' at 5.2 s after the start, as `trace
+  // dump` prints them.
+  const Nanos start = 1000'000 * kMs;
+  Trace t;
+  t.add(start + 3000 * kMs, 1, trace::SessionBegin{"u", "d", "psql", "", 0, 0});
+  t.add(start + 3000 * kMs, 1, trace::Ready{'I'});
+  t.add(start + 3100 * kMs, 1, trace::Query{"select 'a'"});
+  t.add(start + 3101 * kMs, 1, result("SELECT", 1));
+  t.add(start + 3101 * kMs, 1, trace::Ready{'I'});
+  t.add(start + 3102 * kMs, 1, trace::SessionEnd{});
+  t.add(start + 5100 * kMs, 2, trace::SessionBegin{"u", "d", "psql", "", 0, 0});
+  t.add(start + 5100 * kMs, 2, trace::Ready{'I'});
+  t.add(start + 5200 * kMs, 2, trace::Query{"select 'b'"});
+  t.add(start + 5201 * kMs, 2, result("SELECT", 1));
+  t.add(start + 5201 * kMs, 2, trace::Ready{'I'});
+  t.add(start + 5202 * kMs, 2, trace::SessionEnd{});
+
+  auto sql_of = [](const Workload& w) {
+    std::vector<std::string> v;
+    const Plan& p = w.plan();
+    for (uint32_t i : p.session_units) v.push_back(p.units[i].sql);
+    return v;
+  };
+  Window until4;
+  until4.end = 4000 * kMs;
+  Workload a = load_memory(t.recs, start, until4);
+  CHECK(a.summary().statements == 1);
+  CHECK(a.summary().sessions == 1);
+  CHECK(sql_of(a) == std::vector<std::string>{"select 'a'"});
+  Window from4;
+  from4.begin = 4000 * kMs;
+  Workload b = load_memory(t.recs, start, from4);
+  CHECK(b.summary().statements == 1);
+  CHECK(b.summary().sessions == 1);
+  CHECK(sql_of(b) == std::vector<std::string>{"select 'b'"});
+  // [3 s, 3.1 s) holds session 1's start but none of its statements.
+  Window before_a;
+  before_a.begin = 3000 * kMs;
+  before_a.end = 3100 * kMs;
+  CHECK(load_memory(t.recs, start, before_a).summary().statements == 0);
+
+  // A record stamped before the trace start (a clock the capture did not
+  // share exactly) counts as at 0: the whole trace still replays, and a
+  // window from 0 keeps it.
+  Trace early;
+  early.add(start - 5 * kMs, 3, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  early.add(start - 4 * kMs, 3, trace::Query{"select 'early'"});
+  early.add(start - 3 * kMs, 3, result("SELECT", 1));
+  early.add(start - 3 * kMs, 3, trace::Ready{'I'});
+  early.recs.insert(early.recs.end(), t.recs.begin(), t.recs.end());
+  CHECK(load_memory(early.recs, start, Window{}).summary().statements == 3);
+  Window first_ms;
+  first_ms.end = 1 * kMs;
+  CHECK(load_memory(early.recs, start, first_ms).summary().statements == 1);
 }
 
 TEST_CASE("round-trip log lines: pgbench -l's columns, then tierlab's share of the lag, the captured latency and the result",
