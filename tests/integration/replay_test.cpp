@@ -165,6 +165,34 @@ TEST_CASE("replay of a pgbench run in each protocol mode: same statements and tr
   }
   // Every history insert landed: 3 modes x 4 clients x 50 transactions.
   CHECK(pg.sql("SELECT count(*) FROM pgbench_history") == "600");
+
+  // A window that cuts the clients' transactions at both ends (a client's
+  // transaction takes 2.1 ms, and they run 1 ms out of step): each session
+  // joins at its next idle point, so the replay ends exactly the
+  // transactions the dry run counts, each committing its one history row,
+  // and a transaction cut by the end (its INSERT sent, its END not) is
+  // rolled back when its session closes.
+  replay::Window win;
+  win.begin = 5030 * kMs;
+  win.end = 5070 * kMs;
+  long rows = 600;
+  for (std::string mode : {"simple", "extended", "prepared"}) {
+    replay::Workload part = load_file(dir.file(mode + ".tlt"), win);
+    INFO("mode " << mode << ", window [5.03 s, 5.07 s): " << part.summary().transactions << " transactions, "
+                 << part.summary().statements << " statements");
+    REQUIRE(part.summary().transactions > 0);
+    replay::Options o = opts_for(pg);
+    o.max_speed = true;
+    replay_both_ways(part, o, [&](bool, const replay::Report& r) {
+      CHECK(r.sessions_failed == 0);
+      CHECK(r.errors == 0);
+      CHECK(r.transactions == part.summary().transactions);
+      CHECK(r.statements == part.summary().statements);
+      long now = std::stol(pg.sql("SELECT count(*) FROM pgbench_history"));
+      CHECK(now - rows == static_cast<long>(r.transactions));
+      rows = now;
+    });
+  }
 }
 
 TEST_CASE("a statement that failed at capture fails the same way and is not divergence", "[replay][pg]") {
