@@ -630,6 +630,30 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
   // [0.5 s, 1 s): the statements at 0.54 .. 0.96 s, 8 per session.
   CHECK(window.out.find("statements: 24") != std::string::npos);
 
+  // --begin and --end count from the trace start, as trace dump prints
+  // times: with 3 s idle before the first session, 'a' at 3.1 s and 'b' at
+  // 5.2 s fall on either side of 4 s.
+  std::string idle = dir.file("idle.tlt");
+  {
+    TraceBuilder b(idle);
+    b.begin(3000 * kMs, 1, "captured_user");
+    b.query(3100 * kMs, 1, "select 'a'", "SELECT", true, 1);
+    b.end(3150 * kMs, 1);
+    b.begin(5100 * kMs, 2, "captured_user");
+    b.query(5200 * kMs, 2, "select 'b'", "SELECT", true, 1);
+    b.end(5250 * kMs, 2);
+    b.close();
+  }
+  auto dump = tierlab::test::run_tierlab({"trace", "dump", idle});
+  CHECK(dump.out.find("3.100000 s=1 query") != std::string::npos);
+  CHECK(dump.out.find("5.200000 s=2 query") != std::string::npos);
+  auto until4 = tierlab::test::run_tierlab({"replay", idle, "--dry-run", "--end", "4"});
+  CHECK(until4.out.find("statements: 1\n") != std::string::npos);
+  CHECK(until4.out.find("sessions: 1\n") != std::string::npos);
+  auto from4 = tierlab::test::run_tierlab({"replay", idle, "--dry-run", "--begin", "4"});
+  CHECK(from4.out.find("statements: 1\n") != std::string::npos);
+  CHECK(from4.out.find("sessions: 1\n") != std::string::npos);
+
   auto unreachable = tierlab::test::run_tierlab({"replay", path, "--db", "host=127.0.0.1 port=1 connect_timeout=2"});
   CHECK(unreachable.status == 1);
   CHECK(tierlab::test::count_lines(unreachable.err) == 1);
