@@ -195,8 +195,12 @@ void setup_replay(CLI::App& parent) {
                   "latency us, 0, end time s and us, schedule lag us) then tierlab's share of the lag, the "
                   "captured latency and ok or the SQLSTATE");
   cmd->add_flag("--dry-run", o->dry_run, "print what would be replayed; do not connect");
-  cmd->add_option("--begin", o->begin, "replay from this time (seconds or 30s, 2m) after the trace start");
-  cmd->add_option("--end", o->end, "replay until this time after the trace start");
+  cmd->add_option("--begin", o->begin,
+                  "replay from this time (seconds or 30s, 2m) after the trace start, as trace dump prints "
+                  "times; a session then inside a captured transaction joins when it ends");
+  cmd->add_option("--end", o->end,
+                  "replay until this time after the trace start; a transaction still open then is rolled "
+                  "back as its session closes");
   cmd->add_option("--database", o->database, "connect every session to this database");
   cmd->add_option("--user", o->user, "connect every session as this user");
   cmd->add_option("--user-map", o->user_map,

@@ -7,6 +7,13 @@
 // with the COPY data that follows when it starts a COPY FROM STDIN. Server
 // answers (Result, Error, Suspended, EmptyQuery) belong to the oldest unit
 // of the session still waiting for its ReadyForQuery.
+//
+// The window (Window) is applied in two steps: each unit is marked by its
+// send time as it is made, and finish() then passes over a session's
+// leading units in the window that ran inside a transaction begun before
+// it (known only once every ReadyForQuery is in), re-prepares what the
+// session's earlier units left prepared, and counts transactions over the
+// units kept, as the replay will.
 #include "replay/plan.h"
 
 #include "common/error.h"
@@ -85,9 +92,6 @@ struct SessionBuild {
   uint32_t last_unit = kNone;
   std::vector<CopyChunk> copy_tmp;
   std::unordered_map<std::string, Prepared> prepared;
-  bool dropped_before = false;  // units before the window were left out
-  bool restored = false;        // prepared statements were re-created
-  uint64_t stmts_since_idle = 0;
 };
 
 }  // namespace
@@ -101,8 +105,7 @@ struct PlanBuilder::Impl {
   std::unordered_map<std::string_view, uint32_t> sql_fp;    // interned SQL -> fp
   std::unordered_map<std::string_view, const char*> sql_intern;
   std::unordered_map<uint64_t, uint32_t> hash_fp;
-  bool have_origin = false;
-  Nanos origin = 0;
+  Nanos origin = 0;  // the trace start: Window times are from here
 
   const char* intern_sql(std::string_view sql, uint32_t* fp_out) {
     auto it = sql_intern.find(sql);
@@ -126,9 +129,12 @@ struct PlanBuilder::Impl {
     return fp;
   }
 
+  // Time from the trace start; a record stamped before it (a clock the
+  // capture did not share exactly) counts as at the start.
+  Nanos rel(Nanos ts) const { return std::max<Nanos>(ts - origin, 0); }
   bool in_window(Nanos ts) const {
-    Nanos rel = ts - origin;
-    return rel >= window.begin && rel < window.end;
+    Nanos r = rel(ts);
+    return r >= window.begin && r < window.end;
   }
 
   SessionBuild& session(uint64_t id, Nanos ts) {
@@ -151,7 +157,6 @@ struct PlanBuilder::Impl {
     u.session = sb.index;
     u.ts = ts;
     u.in_window = in_window(ts);
-    if (!u.in_window && !sb.restored) sb.dropped_before = true;
     plan->units.push_back(u);
     unit_tmp.emplace_back();
     return static_cast<uint32_t>(plan->units.size() - 1);
@@ -171,36 +176,88 @@ struct PlanBuilder::Impl {
     u.wire_len = static_cast<uint32_t>(scratch.size());
   }
 
-  // Before the first replayed unit of a session whose earlier units fall
-  // before the window: a unit that prepares the statements still open then.
-  void restore_prepared(SessionBuild& sb, Nanos ts, const std::vector<Op>* about_to_parse) {
-    if (!sb.dropped_before || sb.restored || !in_window(ts)) return;
-    sb.restored = true;
-    std::vector<Op> ops;
-    for (const auto& [name, p] : sb.prepared) {
+  // The unit that re-prepares, before `first` (a session's first replayed
+  // unit), the statements its session left prepared by the units it sent
+  // before (`open`: their Parse ops by name), but for those `first` parses
+  // itself. kNone when there are none.
+  uint32_t restore_prepared(uint32_t first,
+                            const std::unordered_map<std::string_view, uint32_t>& open) {
+    const Unit& f = plan->units[first];
+    std::vector<uint32_t> ops;
+    for (const auto& [name, op] : open) {
       bool reparsed = false;
-      if (about_to_parse)
-        for (const Op& o : *about_to_parse)
-          if (o.kind == OpKind::Prepare && name == o.name) reparsed = true;
-      if (reparsed) continue;
-      Op op;
-      op.kind = OpKind::Prepare;
-      op.name = plan->arena.copy(name);
-      op.sql = p.sql;
-      op.types = p.types;
-      op.nparams = p.ntypes;
-      ops.push_back(op);
+      for (uint32_t i = 0; i < f.n_ops; ++i) {
+        const Op& o = plan->ops[f.first_op + i];
+        if (o.kind == OpKind::Prepare && name == o.name) reparsed = true;
+      }
+      if (!reparsed) ops.push_back(op);
     }
-    if (ops.empty()) return;
-    uint32_t u = new_unit(sb, UnitKind::Extended, ts);
-    Unit& unit = plan->units[u];
-    unit.first_op = static_cast<uint32_t>(plan->ops.size());
-    unit.n_ops = static_cast<uint32_t>(ops.size());
-    unit.first_stmt = static_cast<uint32_t>(plan->stmts.size());
-    plan->ops.insert(plan->ops.end(), ops.begin(), ops.end());
-    encode_restore(u);
-    // Not awaited: the capture holds no answers for it.
-    sb.last_unit = u;
+    if (ops.empty()) return kNone;
+    std::sort(ops.begin(), ops.end());  // in the order the client parsed them
+    Unit u;
+    u.kind = UnitKind::Extended;
+    u.session = f.session;
+    u.ts = f.ts;
+    u.first_op = static_cast<uint32_t>(plan->ops.size());
+    u.n_ops = static_cast<uint32_t>(ops.size());
+    u.first_stmt = static_cast<uint32_t>(plan->stmts.size());
+    for (uint32_t op : ops) {
+      Op o;
+      o.kind = OpKind::Prepare;
+      o.name = plan->ops[op].name;
+      o.sql = plan->ops[op].sql;
+      o.types = plan->ops[op].types;
+      o.nparams = plan->ops[op].nparams;
+      plan->ops.push_back(o);
+    }
+    plan->units.push_back(u);
+    uint32_t ui = static_cast<uint32_t>(plan->units.size() - 1);
+    encode_restore(ui);
+    return ui;
+  }
+
+  // Which units of each session replay: those sent in the window, less the
+  // leading ones the capture ran inside a transaction opened before the
+  // window (the session's previous ReadyForQuery said 'T' or 'E'): a
+  // session joins at its first idle point in the window, so that no
+  // transaction's tail runs on its own, in autocommit. Clears in_window of
+  // the units passed over, and returns, per session (by index), the unit
+  // that re-prepares its statements ahead of its first replayed unit, or
+  // kNone.
+  std::vector<uint32_t> start_sessions_idle() {
+    Plan& p = *plan;
+    const size_t n = p.sessions.size();
+    enum class Lead : uint8_t { Before, Started };
+    std::vector<Lead> lead(n, Lead::Before);
+    std::vector<char> status(n, 0);      // after the session's last unit; 0 unknown
+    std::vector<bool> passed(n, false);  // units before its first replayed one
+    std::vector<uint32_t> first(n, kNone);
+    // Per session: the statements prepared (Parse) and not closed before its
+    // first replayed unit, by name.
+    std::vector<std::unordered_map<std::string_view, uint32_t>> open(n);
+    const uint32_t captured = static_cast<uint32_t>(p.units.size());
+    for (uint32_t i = 0; i < captured; ++i) {
+      Unit& u = p.units[i];
+      const uint32_t s = u.session;
+      if (lead[s] == Lead::Started) continue;
+      if (u.in_window && status[s] != 'T' && status[s] != 'E') {
+        lead[s] = Lead::Started;
+        first[s] = i;
+        continue;
+      }
+      u.in_window = false;
+      passed[s] = true;
+      status[s] = u.ready;
+      for (uint32_t k = 0; k < u.n_ops; ++k) {
+        const Op& o = p.ops[u.first_op + k];
+        if (o.kind == OpKind::Prepare) open[s][o.name] = u.first_op + k;
+        if (o.kind == OpKind::Deallocate) open[s].erase(o.name);
+      }
+    }
+    std::vector<uint32_t> restore(n, kNone);
+    for (size_t s = 0; s < n; ++s)
+      if (first[s] != kNone && passed[s]) restore[s] = restore_prepared(first[s], open[s]);
+    return restore;
   }
 
   void finish_ext(SessionBuild& sb) {
@@ -209,7 +266,6 @@ struct PlanBuilder::Impl {
       ++sb.libpq_unsupported;  // a Bind never executed
       sb.bind_pending = false;
     }
-    restore_prepared(sb, sb.ext_ts, &sb.ops);
     uint32_t u = new_unit(sb, UnitKind::Extended, sb.ext_ts);
     Unit& unit = plan->units[u];
     unit.first_op = static_cast<uint32_t>(plan->ops.size());
@@ -287,14 +343,6 @@ struct PlanBuilder::Impl {
   }
 
   void on_ready(SessionBuild& sb, Nanos ts, char status) {
-    if (status == 'I') {
-      if (sb.stmts_since_idle > 0 && !sb.awaiting.empty() &&
-          plan->units[sb.awaiting.front()].in_window) {
-        ++plan->summary.transactions;
-        ++plan->sessions[sb.index].captured_transactions;
-      }
-      sb.stmts_since_idle = 0;
-    }
     if (sb.awaiting.empty()) return;
     uint32_t ui = sb.awaiting.front();
     sb.awaiting.pop_front();
@@ -322,10 +370,6 @@ struct PlanBuilder::Impl {
 
   void add(const trace::Record& r) {
     if (r.session == 0) return;
-    if (!have_origin) {
-      have_origin = true;
-      origin = r.ts;
-    }
     SessionBuild& sb = session(r.session, r.ts);
     Session& s = plan->sessions[sb.index];
     s.end = std::max(s.end, r.ts);
@@ -346,7 +390,6 @@ struct PlanBuilder::Impl {
   }
   void on(SessionBuild& sb, Nanos ts, const trace::Query& q) {
     finish_ext(sb);  // a Query after unsynced extended messages ends them
-    restore_prepared(sb, ts, nullptr);
     uint32_t fp;
     const char* sql = intern_sql(q.sql, &fp);
     uint32_t u = new_unit(sb, UnitKind::Simple, ts);
@@ -365,7 +408,6 @@ struct PlanBuilder::Impl {
     plan->stmts.push_back(st);
     sb.awaiting.push_back(u);
     sb.last_unit = u;
-    ++sb.stmts_since_idle;
   }
   void on(SessionBuild& sb, Nanos ts, const trace::Parse& p) {
     open_ext(sb, ts);
@@ -411,7 +453,6 @@ struct PlanBuilder::Impl {
   void on(SessionBuild& sb, Nanos ts, const trace::Execute& e) {
     open_ext(sb, ts);
     wire::execute(sb.wire, e.portal, e.max_rows);
-    ++sb.stmts_since_idle;
     if (!sb.bind_pending) {
       // Execute of a portal already run once (max_rows): libpq has no call
       // that resumes a portal; a directly driven session sends it.
@@ -529,26 +570,26 @@ struct PlanBuilder::Impl {
   std::shared_ptr<const Plan> finish() {
     for (auto& [id, sb] : sessions) finish_ext(sb);
     Plan& p = *plan;
+    const uint32_t captured = static_cast<uint32_t>(p.units.size());
+    const std::vector<uint32_t> restore = start_sessions_idle();  // appends to p.units
     // Which sessions take part, and their replay interval.
     std::vector<uint32_t> remap(p.sessions.size(), kNone);
     std::vector<uint32_t> counts(p.sessions.size(), 0);
     for (const Unit& u : p.units)
       if (u.in_window) ++counts[u.session];
     std::vector<Session> kept;
-    Nanos wb = origin + window.begin;
-    Nanos we = window.end == std::numeric_limits<Nanos>::max()
-                   ? std::numeric_limits<Nanos>::max()
-                   : origin + window.end;
+    const bool open_end = window.end == std::numeric_limits<Nanos>::max();
     for (size_t i = 0; i < p.sessions.size(); ++i) {
       Session s = p.sessions[i];
-      bool overlaps = s.begin < we && s.end >= wb;
+      bool overlaps = rel(s.begin) < window.end && rel(s.end) >= window.begin;
       if (counts[i] == 0 && !overlaps) continue;
-      s.begin = std::max(s.begin, wb);
-      s.end = std::min(s.end, we);
+      if (rel(s.begin) < window.begin) s.begin = origin + window.begin;
+      if (!open_end && rel(s.end) > window.end) s.end = origin + window.end;
       remap[i] = static_cast<uint32_t>(kept.size());
       kept.push_back(s);
     }
-    // Group unit indices by session, in creation order (= send order).
+    // Group unit indices by session: a session's re-prepare unit, then its
+    // captured units in creation order (= send order).
     std::vector<uint32_t> start(kept.size() + 1, 0);
     for (const Unit& u : p.units)
       if (u.in_window && remap[u.session] != kNone) ++start[remap[u.session] + 1];
@@ -556,13 +597,30 @@ struct PlanBuilder::Impl {
     p.session_units.assign(start.back(), 0);
     std::vector<uint32_t> fill(start.begin(), start.end() - 1);
     uint64_t stmts = 0, units = 0;
-    for (uint32_t i = 0; i < p.units.size(); ++i) {
+    auto place = [&](uint32_t i) {
       Unit& u = p.units[i];
-      if (!u.in_window || remap[u.session] == kNone) continue;
+      if (!u.in_window || remap[u.session] == kNone) return;
       u.session = remap[u.session];
       p.session_units[fill[u.session]++] = i;
       stmts += u.n_stmts;
       ++units;
+    };
+    for (uint32_t r : restore)
+      if (r != kNone) place(r);
+    for (uint32_t i = 0; i < captured; ++i) place(i);
+    // Transactions as the replay counts them (engine.cpp): a unit whose
+    // ReadyForQuery says idle closes one if statements ran since the last.
+    uint64_t txns = 0;
+    for (size_t i = 0; i < kept.size(); ++i) {
+      uint64_t since_idle = 0;
+      for (uint32_t k = start[i]; k < start[i + 1]; ++k) {
+        const Unit& u = p.units[p.session_units[k]];
+        since_idle += u.n_stmts;
+        if (u.ready != 'I') continue;
+        if (since_idle > 0) ++kept[i].captured_transactions;
+        since_idle = 0;
+      }
+      txns += kept[i].captured_transactions;
     }
     for (size_t i = 0; i < kept.size(); ++i) {
       kept[i].first_unit = start[i];
@@ -599,6 +657,7 @@ struct PlanBuilder::Impl {
     sum.sessions = p.sessions.size();
     sum.units = units;
     sum.statements = stmts;
+    sum.transactions = txns;
     sum.max_concurrency = static_cast<uint64_t>(most);
     sum.fingerprints = p.fingerprints.size();
     sum.duration_ns = p.sessions.empty() ? 0 : last - p.t0;
@@ -608,8 +667,9 @@ struct PlanBuilder::Impl {
   }
 };
 
-PlanBuilder::PlanBuilder(const Window& window) : impl_(std::make_unique<Impl>()) {
+PlanBuilder::PlanBuilder(const Window& window, Nanos trace_start) : impl_(std::make_unique<Impl>()) {
   impl_->window = window;
+  impl_->origin = trace_start;
 }
 PlanBuilder::~PlanBuilder() = default;
 void PlanBuilder::add(const trace::Record& r) { impl_->add(r); }
@@ -619,7 +679,7 @@ Workload::Workload(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
 const WorkloadSummary& Workload::summary() const { return plan_->summary; }
 
 Workload load(trace::Reader& reader, const Window& window) {
-  PlanBuilder b(window);
+  PlanBuilder b(window, reader.header().start_mono_ns);
   trace::Record r;
   while (reader.next(r)) b.add(r);
   return Workload(b.finish());

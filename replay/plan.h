@@ -144,10 +144,12 @@ struct Plan {
 uint64_t hash_text(std::string_view s);
 
 // Builds a plan from records in trace order. Exposed for tests that feed
-// in-memory record sequences.
+// in-memory record sequences. `trace_start` is the trace header's clock
+// origin (Header::start_mono_ns, what `tierlab trace dump` prints times
+// from): the window's times are measured from it.
 class PlanBuilder {
  public:
-  explicit PlanBuilder(const Window& window = {});
+  explicit PlanBuilder(const Window& window = {}, Nanos trace_start = 0);
   ~PlanBuilder();
   void add(const trace::Record& r);
   std::shared_ptr<const Plan> finish();

@@ -57,10 +57,16 @@ uint64_t fingerprint(std::string_view sql);  // 64-bit hash of normalize_sql
 
 // --- the workload --------------------------------------------------------------
 
-// Which part of the trace to replay, in nanoseconds from the first session
-// record of the trace. Units sent outside [begin, end) are not replayed;
-// statements a session prepared before `begin` are prepared again (not
-// counted) so that later Executes still find them.
+// Which part of the trace to replay, in nanoseconds from the trace start:
+// the clock origin in the trace header, from which `tierlab trace dump`
+// prints its times (records stamped before it count as at 0). Units sent
+// outside [begin, end) are not replayed. A session the capture had inside a
+// transaction at `begin` joins at its next idle point (ReadyForQuery 'I'):
+// the rest of that transaction is neither replayed nor counted. A
+// transaction still open at `end` is left unfinished: its session closes,
+// and the target rolls it back. Statements a session prepared before its
+// first replayed unit are prepared again (not counted) so that later
+// Executes still find them.
 struct Window {
   Nanos begin = 0;
   Nanos end = std::numeric_limits<Nanos>::max();
@@ -72,7 +78,9 @@ struct WorkloadSummary {
   uint64_t sessions = 0;
   uint64_t units = 0;         // client round trips (Query, Sync group, COPY)
   uint64_t statements = 0;    // Query + Execute
-  uint64_t transactions = 0;  // ReadyForQuery 'I' closing a unit with statements
+  // ReadyForQuery 'I' after replayed statements, counted per session as
+  // the replay counts them.
+  uint64_t transactions = 0;
   uint64_t captured_errors = 0;
   uint64_t copy_bytes = 0;
   uint64_t max_concurrency = 0;  // most sessions open at once in the capture

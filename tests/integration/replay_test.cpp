@@ -165,6 +165,34 @@ TEST_CASE("replay of a pgbench run in each protocol mode: same statements and tr
   }
   // Every history insert landed: 3 modes x 4 clients x 50 transactions.
   CHECK(pg.sql("SELECT count(*) FROM pgbench_history") == "600");
+
+  // A window that cuts the clients' transactions at both ends (a client's
+  // transaction takes 2.1 ms, and they run 1 ms out of step): each session
+  // joins at its next idle point, so the replay ends exactly the
+  // transactions the dry run counts, each committing its one history row,
+  // and a transaction cut by the end (its INSERT sent, its END not) is
+  // rolled back when its session closes.
+  replay::Window win;
+  win.begin = 5030 * kMs;
+  win.end = 5070 * kMs;
+  long rows = 600;
+  for (std::string mode : {"simple", "extended", "prepared"}) {
+    replay::Workload part = load_file(dir.file(mode + ".tlt"), win);
+    INFO("mode " << mode << ", window [5.03 s, 5.07 s): " << part.summary().transactions << " transactions, "
+                 << part.summary().statements << " statements");
+    REQUIRE(part.summary().transactions > 0);
+    replay::Options o = opts_for(pg);
+    o.max_speed = true;
+    replay_both_ways(part, o, [&](bool, const replay::Report& r) {
+      CHECK(r.sessions_failed == 0);
+      CHECK(r.errors == 0);
+      CHECK(r.transactions == part.summary().transactions);
+      CHECK(r.statements == part.summary().statements);
+      long now = std::stol(pg.sql("SELECT count(*) FROM pgbench_history"));
+      CHECK(now - rows == static_cast<long>(r.transactions));
+      rows = now;
+    });
+  }
 }
 
 TEST_CASE("a statement that failed at capture fails the same way and is not divergence", "[replay][pg]") {
@@ -604,6 +632,30 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
   CHECK(window.status == 0);
   // [0.5 s, 1 s): the statements at 0.54 .. 0.96 s, 8 per session.
   CHECK(window.out.find("statements: 24") != std::string::npos);
+
+  // --begin and --end count from the trace start, as trace dump prints
+  // times: with 3 s idle before the first session, 'a' at 3.1 s and 'b' at
+  // 5.2 s fall on either side of 4 s.
+  std::string idle = dir.file("idle.tlt");
+  {
+    TraceBuilder b(idle);
+    b.begin(3000 * kMs, 1, "captured_user");
+    b.query(3100 * kMs, 1, "select 'a'", "SELECT", true, 1);
+    b.end(3150 * kMs, 1);
+    b.begin(5100 * kMs, 2, "captured_user");
+    b.query(5200 * kMs, 2, "select 'b'", "SELECT", true, 1);
+    b.end(5250 * kMs, 2);
+    b.close();
+  }
+  auto dump = tierlab::test::run_tierlab({"trace", "dump", idle});
+  CHECK(dump.out.find("3.100000 s=1 query") != std::string::npos);
+  CHECK(dump.out.find("5.200000 s=2 query") != std::string::npos);
+  auto until4 = tierlab::test::run_tierlab({"replay", idle, "--dry-run", "--end", "4"});
+  CHECK(until4.out.find("statements: 1\n") != std::string::npos);
+  CHECK(until4.out.find("sessions: 1\n") != std::string::npos);
+  auto from4 = tierlab::test::run_tierlab({"replay", idle, "--dry-run", "--begin", "4"});
+  CHECK(from4.out.find("statements: 1\n") != std::string::npos);
+  CHECK(from4.out.find("sessions: 1\n") != std::string::npos);
 
   auto unreachable = tierlab::test::run_tierlab({"replay", path, "--db", "host=127.0.0.1 port=1 connect_timeout=2"});
   CHECK(unreachable.status == 1);

@@ -18,9 +18,18 @@ namespace trace = tierlab::trace;
 
 constexpr Nanos kMs = 1000000;
 
+// Synthetic traces start their clock at 0, so their records, like a
+// capture's, come after the trace start (replay --begin and --end count
+// from it).
+inline std::unique_ptr<trace::Writer> open_at_zero(const std::string& path) {
+  trace::WriterOptions o;
+  o.start_mono_ns = 0;
+  return trace::open_writer(path, o);
+}
+
 class TraceBuilder {
  public:
-  explicit TraceBuilder(const std::string& path) : w_(trace::open_writer(path)) {}
+  explicit TraceBuilder(const std::string& path) : w_(open_at_zero(path)) {}
 
   void begin(Nanos ts, uint64_t s, const std::string& user, const std::string& db = "postgres") {
     w_->write(ts, s, trace::SessionBegin{user, db, "replay-test", "127.0.0.1:1", 0, 0});
@@ -83,7 +92,7 @@ class TraceBuilder {
 // that need records TraceBuilder does not shape (portals, COPY out, ...).
 class Script {
  public:
-  Script(const std::string& path, uint64_t session) : w_(trace::open_writer(path)), s_(session) {}
+  Script(const std::string& path, uint64_t session) : w_(open_at_zero(path)), s_(session) {}
   Nanos at() { return t_ += kMs; }
   void send(const trace::Body& body) { w_->write(at(), s_, body); }
   // CommandComplete and ReadyForQuery at one time.

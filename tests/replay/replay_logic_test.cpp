@@ -8,6 +8,8 @@
 #include "replay/session.h"
 #include "replay/stats.h"
 #include "replay/unit_log.h"
+#include "trace/reader.h"
+#include "trace/writer.h"
 
 #include <catch2/catch.hpp>
 
@@ -477,8 +479,8 @@ TEST_CASE("plan: window drops units, re-prepares statements, concurrency counted
   CHECK(all->summary.max_concurrency == 3);
   CHECK(all->summary.duration_ns == 1499 * kMs);
 
-  // From 0.5 s to 0.8 s after the first record (t = 1 ms): units at 600,
-  // 700 and 800 ms fall in [501, 801).
+  // From 0.5 s to 0.8 s after the trace start (0 here): units at 500, 600
+  // and 700 ms fall in [500, 800).
   Window w;
   w.begin = 500 * kMs;
   w.end = 800 * kMs;
@@ -492,7 +494,319 @@ TEST_CASE("plan: window drops units, re-prepares statements, concurrency counted
   CHECK(part->ops[restore.first_op].kind == OpKind::Prepare);
   CHECK(std::string(part->ops[restore.first_op].name) == "q");
   CHECK(restore.n_stmts == 0);
-  CHECK(s.begin == 501 * kMs);
+  CHECK(s.begin == 500 * kMs);
+}
+
+namespace {
+
+// `recs` written to a trace in memory whose clock starts at `start`, then
+// loaded as the replay command loads a file.
+Workload load_memory(const std::vector<Record>& recs, Nanos start, const Window& w) {
+  auto sink = std::make_unique<trace::MemorySink>();
+  trace::MemorySink* raw = sink.get();
+  trace::WriterOptions o;
+  o.start_mono_ns = start;
+  std::vector<uint8_t> bytes;
+  {
+    trace::Writer wr(std::move(sink), o);
+    for (const auto& r : recs) wr.write(r);
+    wr.close();
+    bytes = raw->bytes();
+  }
+  trace::Reader rd(trace::memory_source(std::move(bytes)));
+  return load(rd, w);
+}
+
+}  // namespace
+
+TEST_CASE("plan: the window counts from the trace start, idle time before the first session included",
+          "[replay][plan]") {
+  // A proxy started at 1000 s (its clock), idle for 3 s, then two psql
+  // sessions: 'a' at 3.1 s and 'b' at 5.2 s after the start, as `trace
+  // dump` prints them.
+  const Nanos start = 1000'000 * kMs;
+  Trace t;
+  t.add(start + 3000 * kMs, 1, trace::SessionBegin{"u", "d", "psql", "", 0, 0});
+  t.add(start + 3000 * kMs, 1, trace::Ready{'I'});
+  t.add(start + 3100 * kMs, 1, trace::Query{"select 'a'"});
+  t.add(start + 3101 * kMs, 1, result("SELECT", 1));
+  t.add(start + 3101 * kMs, 1, trace::Ready{'I'});
+  t.add(start + 3102 * kMs, 1, trace::SessionEnd{});
+  t.add(start + 5100 * kMs, 2, trace::SessionBegin{"u", "d", "psql", "", 0, 0});
+  t.add(start + 5100 * kMs, 2, trace::Ready{'I'});
+  t.add(start + 5200 * kMs, 2, trace::Query{"select 'b'"});
+  t.add(start + 5201 * kMs, 2, result("SELECT", 1));
+  t.add(start + 5201 * kMs, 2, trace::Ready{'I'});
+  t.add(start + 5202 * kMs, 2, trace::SessionEnd{});
+
+  auto sql_of = [](const Workload& w) {
+    std::vector<std::string> v;
+    const Plan& p = w.plan();
+    for (uint32_t i : p.session_units) v.push_back(p.units[i].sql);
+    return v;
+  };
+  Window until4;
+  until4.end = 4000 * kMs;
+  Workload a = load_memory(t.recs, start, until4);
+  CHECK(a.summary().statements == 1);
+  CHECK(a.summary().sessions == 1);
+  CHECK(sql_of(a) == std::vector<std::string>{"select 'a'"});
+  Window from4;
+  from4.begin = 4000 * kMs;
+  Workload b = load_memory(t.recs, start, from4);
+  CHECK(b.summary().statements == 1);
+  CHECK(b.summary().sessions == 1);
+  CHECK(sql_of(b) == std::vector<std::string>{"select 'b'"});
+  // [3 s, 3.1 s) holds session 1's start but none of its statements.
+  Window before_a;
+  before_a.begin = 3000 * kMs;
+  before_a.end = 3100 * kMs;
+  CHECK(load_memory(t.recs, start, before_a).summary().statements == 0);
+
+  // A record stamped before the trace start (a clock the capture did not
+  // share exactly) counts as at 0: the whole trace still replays, and a
+  // window from 0 keeps it.
+  Trace early;
+  early.add(start - 5 * kMs, 3, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  early.add(start - 4 * kMs, 3, trace::Query{"select 'early'"});
+  early.add(start - 3 * kMs, 3, result("SELECT", 1));
+  early.add(start - 3 * kMs, 3, trace::Ready{'I'});
+  early.recs.insert(early.recs.end(), t.recs.begin(), t.recs.end());
+  CHECK(load_memory(early.recs, start, Window{}).summary().statements == 3);
+  Window first_ms;
+  first_ms.end = 1 * kMs;
+  CHECK(load_memory(early.recs, start, first_ms).summary().statements == 1);
+}
+
+namespace {
+
+// A simple Query answered 1 ms later with `ready`.
+void query(Trace& t, Nanos ts, uint64_t s, const char* sql, char ready) {
+  t.add(ts, s, trace::Query{sql});
+  t.add(ts + kMs, s, trace::Result{"X", false, 0});
+  t.add(ts + kMs, s, trace::Ready{ready});
+}
+
+// The SQL of session `i`'s replayed units with statements, in order.
+std::vector<std::string> replayed_sql(const Plan& p, size_t i) {
+  std::vector<std::string> v;
+  const Session& s = p.sessions[i];
+  for (uint32_t k = 0; k < s.n_units; ++k) {
+    const Unit& u = p.units[p.session_units[s.first_unit + k]];
+    if (u.n_stmts) v.push_back(u.sql ? u.sql : "(extended)");
+  }
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("plan: a window that starts inside a captured transaction joins the session at its next idle point",
+          "[replay][plan]") {
+  Trace t;
+  for (uint64_t s = 1; s <= 3; ++s) {
+    t.add(0, s, trace::SessionBegin{"u", "d", "", "", 0, 0});
+    t.add(0, s, trace::Ready{'I'});
+  }
+  // Session 1 is inside BEGIN ... ROLLBACK at 1 s, then runs a statement on
+  // its own and a whole transaction.
+  query(t, 100 * kMs, 1, "BEGIN", 'T');
+  query(t, 200 * kMs, 1, "INSERT INTO t VALUES (1)", 'T');
+  t.add(300 * kMs, 1, trace::Query{"SELECT pg_sleep(1)"});
+  t.add(1300 * kMs, 1, result("SELECT", 1));
+  t.add(1300 * kMs, 1, trace::Ready{'T'});
+  query(t, 1400 * kMs, 1, "INSERT INTO t VALUES (2)", 'T');
+  query(t, 1500 * kMs, 1, "ROLLBACK", 'I');
+  query(t, 1600 * kMs, 1, "SELECT 'after'", 'I');
+  query(t, 1700 * kMs, 1, "BEGIN", 'T');
+  query(t, 1800 * kMs, 1, "UPDATE t SET v = 1", 'T');
+  query(t, 1900 * kMs, 1, "COMMIT", 'I');
+  // Session 2 is idle at 1 s.
+  query(t, 1450 * kMs, 2, "SELECT 2", 'I');
+  // Session 3 is in a failed transaction at 1 s ('E').
+  query(t, 800 * kMs, 3, "BEGIN", 'T');
+  t.add(900 * kMs, 3, trace::Query{"SELECT * FROM missing"});
+  t.add(901 * kMs, 3, trace::Error{"42P01", "ERROR", "relation does not exist"});
+  t.add(901 * kMs, 3, trace::Ready{'E'});
+  query(t, 1100 * kMs, 3, "ROLLBACK", 'I');
+  query(t, 1200 * kMs, 3, "SELECT 3", 'I');
+
+  auto all = t.build();
+  CHECK(all->summary.statements == 14);
+  CHECK(all->summary.transactions == 6);
+
+  Window from1;
+  from1.begin = 1000 * kMs;
+  auto p = t.build(from1);
+  REQUIRE(p->sessions.size() == 3);
+  // INSERT (2) and ROLLBACK ran inside the transaction begun at 0.1 s:
+  // neither is replayed; the session joins after the ROLLBACK.
+  CHECK(replayed_sql(*p, 0) == std::vector<std::string>{"SELECT 'after'", "BEGIN", "UPDATE t SET v = 1", "COMMIT"});
+  CHECK(replayed_sql(*p, 1) == std::vector<std::string>{"SELECT 2"});
+  CHECK(replayed_sql(*p, 2) == std::vector<std::string>{"SELECT 3"});
+  CHECK(p->summary.statements == 6);
+  CHECK(p->summary.units == 6);
+  CHECK(p->summary.transactions == 4);  // 'after', BEGIN..COMMIT, SELECT 2, SELECT 3
+  CHECK(p->sessions[0].captured_transactions == 2);
+  // The session still opens at the window's start.
+  CHECK(p->sessions[0].begin == 1000 * kMs);
+
+  // A transaction cut by the window's end: its head is sent (and, the
+  // session closing, rolled back by the target), not counted as a
+  // transaction.
+  Window cut;
+  cut.begin = 1000 * kMs;
+  cut.end = 1750 * kMs;
+  auto c = t.build(cut);
+  REQUIRE(c->sessions.size() == 3);
+  CHECK(replayed_sql(*c, 0) == std::vector<std::string>{"SELECT 'after'", "BEGIN"});
+  CHECK(c->summary.statements == 4);
+  CHECK(c->summary.transactions == 3);
+
+  // A window inside one transaction replays nothing of it.
+  Window inside;
+  inside.begin = 1000 * kMs;
+  inside.end = 1450 * kMs;
+  auto in = t.build(inside);
+  CHECK(in->summary.statements == 1);  // SELECT 3
+  CHECK(in->summary.transactions == 1);
+}
+
+TEST_CASE("plan: statements prepared in the transaction tail a window passes over are prepared again",
+          "[replay][plan]") {
+  Trace t;
+  std::vector<trace::Param> none;
+  std::vector<int16_t> fmts;
+  auto prepare = [&](Nanos at, const char* name, const char* sql, char ready) {
+    t.add(at, 1, trace::Parse{name, sql, {}});
+    t.add(at, 1, trace::Sync{});
+    t.add(at + kMs, 1, trace::Ready{ready});
+  };
+  auto exec = [&](Nanos at, const char* name, char ready) {
+    t.add(at, 1, trace::Bind{"", name, none, fmts});
+    t.add(at, 1, trace::Execute{"", 0});
+    t.add(at, 1, trace::Sync{});
+    t.add(at + kMs, 1, result("SELECT", 1));
+    t.add(at + kMs, 1, trace::Ready{ready});
+  };
+  t.add(0, 1, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  t.add(0, 1, trace::Ready{'I'});
+  prepare(10 * kMs, "q", "SELECT 1", 'I');
+  prepare(20 * kMs, "gone", "SELECT 0", 'I');
+  query(t, 100 * kMs, 1, "BEGIN", 'T');
+  // In the window, still inside the transaction: passed over.
+  prepare(600 * kMs, "r", "SELECT 2", 'T');
+  t.add(700 * kMs, 1, trace::Close{'S', "gone"});
+  t.add(700 * kMs, 1, trace::Sync{});
+  t.add(701 * kMs, 1, trace::Ready{'T'});
+  exec(750 * kMs, "q", 'T');
+  query(t, 800 * kMs, 1, "COMMIT", 'I');
+  // Idle again: replayed.
+  exec(900 * kMs, "r", 'I');
+  exec(950 * kMs, "q", 'I');
+
+  Window w;
+  w.begin = 500 * kMs;
+  auto p = t.build(w);
+  REQUIRE(p->sessions.size() == 1);
+  const Session& s = p->sessions[0];
+  REQUIRE(s.n_units == 3);  // re-prepare, then the two Executes
+  const Unit& restore = p->units[p->session_units[s.first_unit]];
+  CHECK(restore.n_stmts == 0);
+  CHECK(restore.ts == 900 * kMs);
+  std::vector<std::string> names;
+  for (uint32_t i = 0; i < restore.n_ops; ++i) {
+    CHECK(p->ops[restore.first_op + i].kind == OpKind::Prepare);
+    names.push_back(p->ops[restore.first_op + i].name);
+  }
+  // In the order they were parsed; "gone" was closed before.
+  CHECK(names == std::vector<std::string>{"q", "r"});
+  REQUIRE(restore.wire_len > 0);
+  CHECK(restore.wire[0] == 'P');
+  CHECK(restore.wire[restore.wire_len - 5] == 'S');
+  CHECK(p->summary.statements == 2);
+  CHECK(p->summary.transactions == 2);
+  CHECK(p->summary.units == 3);
+}
+
+TEST_CASE("plan: for any window over a TPC-B-like trace the counted transactions are those the replay ends",
+          "[replay][plan]") {
+  // pgbench's built-in script, simple protocol: BEGIN; 5 statements; END,
+  // ReadyForQuery 'T' inside, 'I' after END; 3 clients, out of step.
+  const char* script[] = {"BEGIN;", "UPDATE a", "SELECT a", "UPDATE t", "UPDATE b", "INSERT h", "END;"};
+  Trace t;
+  const Nanos start = 7000 * kMs;  // the first client connects 7 s after the trace start
+  for (uint64_t c = 1; c <= 3; ++c) {
+    Nanos ts = start + static_cast<Nanos>(c) * 3 * kMs;
+    t.add(ts, c, trace::SessionBegin{"u", "d", "", "", 0, 0});
+    t.add(ts, c, trace::Ready{'I'});
+    for (int x = 0; x < 20; ++x)
+      for (int k = 0; k < 7; ++k) {
+        ts += static_cast<Nanos>(1 + c) * kMs;
+        query(t, ts, c, script[k], k == 6 ? 'I' : 'T');
+      }
+    t.add(ts + 2 * kMs, c, trace::SessionEnd{});
+  }
+  // What the target does with the units kept: statements outside
+  // BEGIN ... END run on their own (autocommit), and the replay counts a
+  // transaction at each idle ReadyForQuery after statements.
+  auto replayed_transactions = [](const Plan& p) {
+    uint64_t n = 0;
+    for (const Session& s : p.sessions) {
+      bool in_txn = false;
+      uint64_t since_idle = 0;
+      for (uint32_t k = 0; k < s.n_units; ++k) {
+        const Unit& u = p.units[p.session_units[s.first_unit + k]];
+        if (!u.n_stmts) continue;
+        std::string sql = u.sql;
+        if (sql == "BEGIN;") in_txn = true;
+        if (sql == "END;") in_txn = false;
+        since_idle += u.n_stmts;
+        if (!in_txn) {
+          if (since_idle) ++n;
+          since_idle = 0;
+        }
+      }
+    }
+    return n;
+  };
+  auto whole = t.build();
+  uint64_t windows = 0, cut_at_begin = 0;
+  for (Nanos b = 6990 * kMs; b < 7200 * kMs; b += 7 * kMs)
+    for (Nanos len : {20 * kMs, 55 * kMs, 1000 * kMs}) {
+      Window w;
+      w.begin = b;
+      w.end = b + len;
+      auto p = t.build(w);
+      INFO("window [" << b / kMs << " ms, " << (b + len) / kMs << " ms)");
+      ++windows;
+      CHECK(p->summary.transactions == replayed_transactions(*p));
+      // Every session replays from an idle point: its first statement is a
+      // BEGIN, and it is never inside a transaction it did not begin.
+      for (size_t i = 0; i < p->sessions.size(); ++i) {
+        auto sql = replayed_sql(*p, i);
+        if (sql.empty()) continue;
+        CHECK(sql.front() == "BEGIN;");
+      }
+      // Statements: whole transactions, and at most one cut by the end per
+      // session.
+      uint64_t ends = 0;
+      for (size_t i = 0; i < p->sessions.size(); ++i)
+        for (const auto& q : replayed_sql(*p, i)) ends += q == "END;";
+      CHECK(ends == p->summary.transactions);
+      CHECK(p->summary.statements >= 7 * ends);
+      CHECK(p->summary.statements < 7 * ends + 7 * p->sessions.size());
+      // Windows whose begin falls inside some client's transaction: a
+      // session's first unit sent from then on is not a BEGIN.
+      for (const Session& s : whole->sessions)
+        for (uint32_t k = 0; k < s.n_units; ++k) {
+          const Unit& u = whole->units[whole->session_units[s.first_unit + k]];
+          if (u.ts < b) continue;
+          if (std::string(u.sql) != "BEGIN;") ++cut_at_begin;
+          break;
+        }
+    }
+  CHECK(windows > 50);
+  CHECK(cut_at_begin > 20);  // the case this test is about does occur
 }
 
 TEST_CASE("round-trip log lines: pgbench -l's columns, then tierlab's share of the lag, the captured latency and the result",
