@@ -1,0 +1,131 @@
+// The capture commands through the tierlab binary: bad flags are refused
+// before the output is touched, a failed import leaves the trace it would
+// have replaced, the proxy never takes over a live server's socket.
+#include "support/support.h"
+#include "trace/reader.h"
+#include "trace/writer.h"
+
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
+using tierlab::test::run_tierlab;
+using tierlab::test::TempDir;
+
+namespace {
+
+void spit(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+}
+
+void require_refused(const tierlab::test::RunResult& r, const std::string& flag) {
+  INFO("stderr: " << r.err << "\nstdout: " << r.out);
+  CHECK(r.status == 2);
+  CHECK(tierlab::test::count_lines(r.err) == 1);
+  CHECK(r.err.find(flag) != std::string::npos);
+}
+
+// A unix stream socket listening at `path`; -1 on failure.
+int listen_unix(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  std::strncpy(un.sun_path, path.c_str(), sizeof un.sun_path - 1);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&un), sizeof un) != 0 || ::listen(fd, 8) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool connects(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  std::strncpy(un.sun_path, path.c_str(), sizeof un.sun_path - 1);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&un), sizeof un) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A TCP port nothing listens on, for --listen (bound and released).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("capture proxy --listen-unix leaves a live server's socket and refuses", "[proxy][cli]") {
+  TempDir dir;
+  const int port = free_port();
+  const std::string sock = dir.file(".s.PGSQL." + std::to_string(port));
+  int server = listen_unix(sock);
+  REQUIRE(server >= 0);
+  const std::string out = dir.file("x.tlt");
+  auto r = run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:" + std::to_string(port), "--listen-unix",
+                        dir.path(), "--upstream", "127.0.0.1:1", "--out", out, "--duration", "1s"});
+  require_refused(r, "--listen-unix");
+  CHECK(r.err.find("in use") != std::string::npos);
+  CHECK(connects(sock));  // the server's socket is still there and still its own
+  CHECK_FALSE(std::filesystem::exists(out));
+  ::close(server);
+}
+
+TEST_CASE("capture proxy --listen-unix refuses a socket whose lock file names a live process",
+          "[proxy][cli]") {
+  TempDir dir;
+  const int port = free_port();
+  const std::string sock = dir.file(".s.PGSQL." + std::to_string(port));
+  // A socket nobody accepts on, as PostgreSQL's would look to a proxy that
+  // cannot connect to it, and PostgreSQL's lock file beside it: its first
+  // line is the postmaster's pid (here the test's own, alive).
+  int s = listen_unix(sock);
+  REQUIRE(s >= 0);
+  ::close(s);
+  spit(sock + ".lock", std::to_string(::getpid()) + "\n/data\n");
+  auto r = run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:" + std::to_string(port), "--listen-unix",
+                        dir.path(), "--upstream", "127.0.0.1:1", "--out", dir.file("x.tlt"), "--duration", "1s"});
+  require_refused(r, "--listen-unix");
+  CHECK(r.err.find(std::to_string(::getpid())) != std::string::npos);
+  struct stat st;
+  CHECK(::lstat(sock.c_str(), &st) == 0);
+}
+
+TEST_CASE("capture proxy --listen-unix replaces a stale socket and removes only its own", "[proxy][cli]") {
+  TempDir dir;
+  const int port = free_port();
+  const std::string sock = dir.file(".s.PGSQL." + std::to_string(port));
+  int s = listen_unix(sock);
+  REQUIRE(s >= 0);
+  ::close(s);  // stale: connecting is refused
+  auto r = run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:" + std::to_string(port), "--listen-unix",
+                        dir.path(), "--upstream", "127.0.0.1:1", "--out", dir.file("x.tlt"), "--duration",
+                        "300ms"});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  struct stat st;
+  CHECK(::lstat(sock.c_str(), &st) != 0);  // the proxy's socket went with it
+}
