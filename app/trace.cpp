@@ -46,7 +46,9 @@ class Output {
     } else {
       int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
       if (fd < 0) throw InputError(errno_message(path + ": cannot create", errno));
-      if (::fchmod(fd, 0600) != 0) {
+      // A device or FIFO named as the output keeps its mode.
+      struct stat st;
+      if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::fchmod(fd, 0600) != 0) {
         int err = errno;
         ::close(fd);
         throw InputError(errno_message(path + ": chmod 0600", err));

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -128,4 +129,34 @@ TEST_CASE("capture proxy --listen-unix replaces a stale socket and removes only 
   CHECK(r.status == 0);
   struct stat st;
   CHECK(::lstat(sock.c_str(), &st) != 0);  // the proxy's socket went with it
+}
+
+TEST_CASE("a capture written to a device completes: /dev/null is not synced", "[import][cli]") {
+  TempDir dir;
+  spit(dir.file("one.log"), "fio version 3 iolog\n5 /dev/x read 0 4096\n");
+  struct stat before, after;
+  REQUIRE(::stat("/dev/null", &before) == 0);
+  auto r = run_tierlab({"capture", "import", "--fio-iolog", dir.file("one.log"), "--out", "/dev/null"});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("1 I/Os") != std::string::npos);
+  REQUIRE(::stat("/dev/null", &after) == 0);
+  CHECK(S_ISCHR(after.st_mode));           // still the device, not a file renamed over it
+  CHECK(after.st_mode == before.st_mode);  // and its mode left alone
+  // A null device of mode 0666 of our own (as /dev/null should be): written,
+  // its mode kept.
+  const std::string dev = dir.file("null");
+  if (::mknod(dev.c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0) {
+    ::chmod(dev.c_str(), 0666);
+    auto d = run_tierlab({"capture", "import", "--fio-iolog", dir.file("one.log"), "--out", dev});
+    CHECK(d.status == 0);
+    REQUIRE(::stat(dev.c_str(), &after) == 0);
+    CHECK(S_ISCHR(after.st_mode));
+    CHECK((after.st_mode & 0777) == 0666);
+  }
+  auto p = run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1", "--out",
+                        "/dev/null", "--duration", "200ms"});
+  INFO(p.err);
+  CHECK(p.status == 0);
+  CHECK(p.out.find("trace: /dev/null") != std::string::npos);
 }
