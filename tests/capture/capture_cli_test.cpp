@@ -29,9 +29,24 @@ using tierlab::test::TempDir;
 
 namespace {
 
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 void spit(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
+}
+
+// A good, closed trace at `path` (one Meta record); returns its bytes.
+std::string good_trace(const std::string& path) {
+  auto w = tierlab::trace::open_writer(path);
+  w->write(tierlab::trace::monotonic_now(), 0, tierlab::trace::Meta{"kept", "yes"});
+  w->close();
+  return slurp(path);
 }
 
 void require_refused(const tierlab::test::RunResult& r, const std::string& flag) {
@@ -129,6 +144,73 @@ TEST_CASE("capture proxy --listen-unix replaces a stale socket and removes only 
   CHECK(r.status == 0);
   struct stat st;
   CHECK(::lstat(sock.c_str(), &st) != 0);  // the proxy's socket went with it
+}
+
+TEST_CASE("a failed capture import leaves the existing trace as it was", "[import][cli]") {
+  TempDir dir;
+  const std::string keep = dir.file("keep.tlt");
+  const std::string before = good_trace(keep);
+  SECTION("fio iolog") {
+    spit(dir.file("f2.log"), "fio version 2 iolog\n/dev/x add\n/dev/x open\n/dev/x read abc 4096\n");
+    auto r = run_tierlab({"capture", "import", "--fio-iolog", dir.file("f2.log"), "--out", keep});
+    require_refused(r, "f2.log:4");
+  }
+  SECTION("blkparse") {
+    spit(dir.file("b.txt"),
+         "  8,0    3       11     0.009507758   697  D   W 223490 + 8 [kjournald]\n"
+         "  8,0    3       12     0.0x9520542   697  C   W 223490 + 8 [0]\n");
+    auto r = run_tierlab({"capture", "import", "--blkparse", dir.file("b.txt"), "--out", keep});
+    require_refused(r, "b.txt:2");
+  }
+  CHECK(slurp(keep) == before);
+  // Nothing left beside it either.
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    (void)e;
+    ++files;
+  }
+  CHECK(files == 2);
+}
+
+TEST_CASE("capture import replaces the existing trace once the import is whole", "[import][cli]") {
+  TempDir dir;
+  const std::string keep = dir.file("keep.tlt");
+  const std::string before = good_trace(keep);
+  spit(dir.file("one.log"), "fio version 3 iolog\n5 /dev/x read 0 4096\n");
+  auto r = run_tierlab({"capture", "import", "--fio-iolog", dir.file("one.log"), "--out", keep});
+  REQUIRE(r.status == 0);
+  CHECK(slurp(keep) != before);
+  struct stat st;
+  REQUIRE(::stat(keep.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+}
+
+TEST_CASE("an imported trace starts at 0 and its wall clock at the import", "[import][cli]") {
+  TempDir dir;
+  spit(dir.file("one.log"), "fio version 3 iolog\n5 /dev/x read 0 4096\n");
+  spit(dir.file("b.txt"),
+       "  8,0    3       11  7200.009507758   697  D   W 223490 + 8 [kjournald]\n"
+       "  8,0    3       12  7200.009520542   697  C   W 223490 + 8 [0]\n");
+  const time_t now = ::time(nullptr);
+  for (const auto& [flag, in, first] : {std::tuple<std::string, std::string, int64_t>{"--fio-iolog", "one.log", 5000},
+                                        {"--blkparse", "b.txt", 7200009507758}}) {
+    INFO(flag);
+    const std::string out = dir.file(in + ".tlt");
+    REQUIRE(run_tierlab({"capture", "import", flag, dir.file(in), "--out", out}).status == 0);
+    auto rd = tierlab::trace::open_reader(out);
+    CHECK(rd->header().start_mono_ns == 0);
+    int64_t start_rt = rd->header().start_mono_ns + rd->header().realtime_offset_ns;
+    CHECK(std::llabs(start_rt / 1'000'000'000 - now) < 60);
+    auto dump = run_tierlab({"trace", "dump", out});
+    REQUIRE(dump.status == 0);
+    // No negative times: every record is shown at its time in the log.
+    CHECK(dump.out.find("\n-") == std::string::npos);
+    CHECK(dump.out.rfind("-", 0) != 0);
+    char want[64];
+    std::snprintf(want, sizeof want, "%lld.%06lld ", static_cast<long long>(first / 1'000'000'000),
+                  static_cast<long long>(first % 1'000'000'000 / 1000));
+    CHECK(dump.out.find(want) != std::string::npos);
+  }
 }
 
 TEST_CASE("a capture written to a device completes: /dev/null is not synced", "[import][cli]") {
