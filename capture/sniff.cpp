@@ -351,6 +351,9 @@ void ignore_loopback_echo(pcap_t* p, const std::string& interface) {
 // and libpcap takes the size as an int.
 constexpr uint64_t kMinRingBytes = 64ull << 10;
 constexpr uint64_t kMaxRingBytes = 1ull << 30;
+// Connections tracked at once: each takes a slot of reassembly and decoder
+// state, allocated when the capture starts.
+constexpr uint32_t kMaxConnections = 1u << 20;
 
 PcapPtr open_live(const SniffOptions& o, bool* nano, std::ostream& log) {
   char err[PCAP_ERRBUF_SIZE] = {};
@@ -419,6 +422,11 @@ void check_sniff_options(const SniffOptions& o, const std::string& who) {
         who + ": unix-domain socket traffic never reaches a network interface and cannot "
         "be sniffed; use `tierlab capture proxy --listen-unix` for it");
   if (o.port == 0) throw InputError(who + ": --port must be 1-65535");
+  if (o.max_connections == 0 || o.max_connections > kMaxConnections)
+    throw InputError(who + ": --max-connections " + std::to_string(o.max_connections) + ": must be 1 to " +
+                     std::to_string(kMaxConnections));
+  if (!o.interface.empty() && o.interface != "any" && ::if_nametoindex(o.interface.c_str()) == 0)
+    throw InputError(who + ": --interface " + o.interface + ": no such interface");
   if (o.snaplen < 128) throw InputError(who + ": --snaplen must be at least 128");
   if (!o.interface.empty() && (o.buffer_bytes < kMinRingBytes || o.buffer_bytes > kMaxRingBytes))
     throw InputError(who + ": --buffer-size " +

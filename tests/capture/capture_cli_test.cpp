@@ -213,6 +213,60 @@ TEST_CASE("an imported trace starts at 0 and its wall clock at the import", "[im
   }
 }
 
+TEST_CASE("capture flags checked late no longer overwrite an existing trace", "[cli]") {
+  TempDir dir;
+  const std::string keep = dir.file("keep.tlt");
+  const std::string before = good_trace(keep);
+  SECTION("sniff --max-connections 0") {
+    auto r = run_tierlab({"capture", "sniff", "-i", "lo", "-p", "5432", "--max-connections", "0", "-T", "1s",
+                          "--out", keep});
+    require_refused(r, "--max-connections");
+  }
+  SECTION("sniff --interface that does not exist") {
+    auto r = run_tierlab({"capture", "sniff", "-i", "nosuchif9", "-p", "5432", "-T", "1s", "--out", keep});
+    require_refused(r, "--interface nosuchif9");
+  }
+  SECTION("block --buffer-kb 0") {
+    auto r = run_tierlab({"capture", "block", "--device", "/", "--buffer-kb", "0", "--duration", "1s", "--out", keep});
+    require_refused(r, "--buffer-kb");
+  }
+  SECTION("block --buffer-kb larger than memory") {
+    auto r = run_tierlab(
+        {"capture", "block", "--device", "/", "--buffer-kb", "1048576000", "--duration", "1s", "--out", keep});
+    require_refused(r, "--buffer-kb");
+  }
+  SECTION("block --pid -5, as capture run refuses it") {
+    auto r = run_tierlab({"capture", "block", "--device", "/", "--pid", "-5", "--duration", "1s", "--out", keep});
+    require_refused(r, "--pid -5: must be a process id");
+  }
+  SECTION("run --listen that cannot be bound") {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    auto r = run_tierlab({"capture", "run", "--listen", "127.0.0.1:" + std::to_string(ntohs(a.sin_port)),
+                          "--upstream", "127.0.0.1:1", "--duration", "1s", "--out", keep});
+    ::close(fd);
+    require_refused(r, "--listen");
+    CHECK(r.err.find("Address already in use") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(keep + ".proxy.part"));
+    CHECK_FALSE(std::filesystem::exists(keep + ".samples.part"));
+  }
+  CHECK(slurp(keep) == before);
+}
+
+TEST_CASE("capture run --pid and capture block --pid refuse a negative pid alike", "[cli]") {
+  TempDir dir;
+  auto run = run_tierlab({"capture", "run", "--upstream", "127.0.0.1:1", "--pid", "-3", "--out", dir.file("r.tlt")});
+  auto block = run_tierlab({"capture", "block", "--device", "/", "--pid", "-3", "--out", dir.file("b.tlt")});
+  require_refused(run, "--pid -3: must be a process id");
+  CHECK(run.err == block.err);
+}
+
 TEST_CASE("a capture written to a device completes: /dev/null is not synced", "[import][cli]") {
   TempDir dir;
   spit(dir.file("one.log"), "fio version 3 iolog\n5 /dev/x read 0 4096\n");
