@@ -29,6 +29,7 @@ void run_block(const BlockOptions& o) {
   co.pids = o.pids;
   co.buffer_kb = o.buffer_kb;
   if (!o.duration.empty()) co.duration_ns = parse_positive_duration("--duration", o.duration);
+  capture::check_block_capture_options(co);  // every flag before --out is created
   capture::BlockDevice dev = capture::resolve_block_device(o.device);
   capture::require_block_capture_privileges();  // before creating --out
   if (dev.from_partition)

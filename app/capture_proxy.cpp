@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "common/units.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -62,12 +63,8 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   clock_gettime(CLOCK_MONOTONIC, &start);
   const char* why = "stopped";
   for (;;) {
-    int sig = signals.wait(200'000'000);
-    if (sig == SIGINT || sig == SIGTERM) {
-      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      break;
-    }
-    if (proxy.failed()) break;
+    // Wake at the deadline itself, not at the next tick after it.
+    long tick = 200'000'000;
     if (duration > 0) {
       timespec now;
       clock_gettime(CLOCK_MONOTONIC, &now);
@@ -76,7 +73,14 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
         why = "duration reached";
         break;
       }
+      tick = static_cast<long>(std::min<int64_t>(tick, duration - el));
     }
+    int sig = signals.wait(tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      break;
+    }
+    if (proxy.failed()) break;
   }
   proxy.stop();
   auto s = proxy.summary();

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -341,7 +342,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   int64_t duration = o.duration.empty() ? 0 : parse_positive_duration("--duration", o.duration);
   int64_t interval = parse_positive_duration("--sample-interval", o.sample_interval);
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
-  if (o.pid < 0) throw InputError("--pid " + std::to_string(o.pid) + ": must be a process id");
+  capture::check_pid("--pid", o.pid);
   if (!o.device.empty()) capture::resolve_block_device(o.device);  // bad name -> exit 2 now
   capture::SniffOptions so;
   if (passive) {
@@ -358,6 +359,20 @@ void run_capture_run(const CaptureRunOptions& o) {
     capture::check_sniff_options(so, "capture run");  // before the server checks print their warnings
   }
   std::vector<std::string> parts{part_tx, part_samples};
+  // The part files go when the run fails before they are merged.
+  struct PartsGuard {
+    const std::vector<std::string>* parts;
+    bool keep = false;
+    ~PartsGuard() {
+      if (!keep)
+        for (const auto& p : *parts) ::unlink(p.c_str());
+    }
+  } parts_guard{&parts};
+
+  // The proxy binds --listen and checks --upstream, --io and --threads now,
+  // before anything else starts; its loops start with the capture.
+  std::unique_ptr<TxCapture> tx;
+  if (!passive) tx = std::make_unique<ProxyCapture>(o, part_tx);
 
   // What the server is: version, shared_buffers, postmaster pid, memory.
   std::string server = o.upstream;
@@ -498,13 +513,8 @@ void run_capture_run(const CaptureRunOptions& o) {
     }
   });
 
-  std::unique_ptr<TxCapture> tx;
   try {
-    if (passive) {
-      tx = std::make_unique<SniffCapture>(so);
-    } else {
-      tx = std::make_unique<ProxyCapture>(o, part_tx);
-    }
+    if (passive) tx = std::make_unique<SniffCapture>(so);
     tx->start();
   } catch (...) {
     {
@@ -525,15 +535,8 @@ void run_capture_run(const CaptureRunOptions& o) {
   clock_gettime(CLOCK_MONOTONIC, &start);
   const char* why = "stopped";
   for (;;) {
-    int sig = signals.wait(200'000'000);
-    if (sig == SIGINT || sig == SIGTERM) {
-      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      break;
-    }
-    if (tx->failed()) {
-      why = "transaction capture failed";
-      break;
-    }
+    // Wake at the deadline itself, not at the next tick after it.
+    long tick = 200'000'000;
     if (duration > 0) {
       timespec now;
       clock_gettime(CLOCK_MONOTONIC, &now);
@@ -542,6 +545,16 @@ void run_capture_run(const CaptureRunOptions& o) {
         why = "duration reached";
         break;
       }
+      tick = static_cast<long>(std::min<int64_t>(tick, duration - el));
+    }
+    int sig = signals.wait(tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      break;
+    }
+    if (tx->failed()) {
+      why = "transaction capture failed";
+      break;
     }
   }
   std::exception_ptr tx_error;
@@ -563,6 +576,7 @@ void run_capture_run(const CaptureRunOptions& o) {
       std::rethrow_exception(*e);
     }
 
+  parts_guard.keep = true;  // a failed merge leaves them: nothing recorded is lost
   uint64_t records = capture::merge_traces(parts, o.out);
   for (const auto& p : parts) ::unlink(p.c_str());
   tx->print_summary(why);

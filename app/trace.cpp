@@ -14,7 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdarg>
 #include <charconv>
 #include <cinttypes>
 #include <cmath>
@@ -46,7 +48,9 @@ class Output {
     } else {
       int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
       if (fd < 0) throw InputError(errno_message(path + ": cannot create", errno));
-      if (::fchmod(fd, 0600) != 0) {
+      // A device or FIFO named as the output keeps its mode.
+      struct stat st;
+      if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ::fchmod(fd, 0600) != 0) {
         int err = errno;
         ::close(fd);
         throw InputError(errno_message(path + ": chmod 0600", err));
@@ -824,9 +828,26 @@ const std::vector<ExportFormat>& export_formats() {
 
 // --- info ------------------------------------------------------------------------
 
-void print_info_text(const std::string& path, const Header& h, const Summary& s) {
+// printf into `out`.
+[[gnu::format(printf, 2, 3)]] void appendf(std::string& out, const char* fmt, ...) {
+  va_list ap, ap2;
+  va_start(ap, fmt);
+  va_copy(ap2, ap);
+  int n = std::vsnprintf(nullptr, 0, fmt, ap);
+  va_end(ap);
+  if (n > 0) {
+    size_t at = out.size();
+    out.resize(at + static_cast<size_t>(n) + 1);
+    std::vsnprintf(out.data() + at, static_cast<size_t>(n) + 1, fmt, ap2);
+    out.resize(at + static_cast<size_t>(n));
+  }
+  va_end(ap2);
+}
+
+std::string info_text(const std::string& path, const Header& h, const Summary& s) {
+  std::string out;
   const ReadStats& rs = s.read;
-  auto line = [](const char* k, const std::string& v) { std::printf("%-22s %s\n", k, v.c_str()); };
+  auto line = [&](const char* k, const std::string& v) { appendf(out, "%-22s %s\n", k, v.c_str()); };
   auto count = [&](const char* k, uint64_t v) { line(k, std::to_string(v)); };
   double secs = static_cast<double>(s.duration_ns) / 1e9;
   char buf[256];
@@ -880,18 +901,19 @@ void print_info_text(const std::string& path, const Header& h, const Summary& s)
     line("recovered tail:", "0 bytes");
   }
   line("terminated:", rs.terminated ? "yes" : "no (no end record: the writer did not close the trace)");
-  if (!s.records) return;
-  std::printf("\n%-15s %12s %14s %10s %7s\n", "kind", "records", "bytes", "bytes/rec", "share");
+  if (!s.records) return out;
+  appendf(out, "\n%-15s %12s %14s %10s %7s\n", "kind", "records", "bytes", "bytes/rec", "share");
   for (size_t k = 0; k < rs.kind_records.size(); ++k) {
     if (!rs.kind_records[k]) continue;
-    std::printf("%-15s %12" PRIu64 " %14" PRIu64 " %10.2f %6.1f%%\n",
+    appendf(out, "%-15s %12" PRIu64 " %14" PRIu64 " %10.2f %6.1f%%\n",
                 std::string(kind_name(static_cast<Kind>(k))).c_str(), rs.kind_records[k], rs.kind_bytes[k],
                 static_cast<double>(rs.kind_bytes[k]) / static_cast<double>(rs.kind_records[k]),
                 raw ? 100.0 * static_cast<double>(rs.kind_bytes[k]) / static_cast<double>(raw) : 0.0);
   }
-  std::printf("(bytes per kind are before compression, the strings each kind introduced included;\n"
+  appendf(out, "(bytes per kind are before compression, the strings each kind introduced included;\n"
               " %" PRIu64 " bytes in all, stored as %" PRIu64 ")\n",
               raw, rs.bytes);
+  return out;
 }
 
 nlohmann::json info_json(const std::string& path, const Header& h, const Summary& s) {
@@ -938,11 +960,12 @@ struct InfoOptions {
 void run_info(const InfoOptions& o) {
   auto r = open_reader(o.file);
   Summary s = summarize(*r);
+  Output out("");
   if (o.json)
-    std::printf("%s\n", info_json(o.file, r->header(), s).dump(2).c_str());
+    out.write(info_json(o.file, r->header(), s).dump(2) + "\n");
   else
-    print_info_text(o.file, r->header(), s);
-  std::fflush(stdout);
+    out.write(info_text(o.file, r->header(), s));
+  out.finish();
 }
 
 struct DumpOptions {

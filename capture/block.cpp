@@ -2,6 +2,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/units.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -419,8 +420,32 @@ BlockDevice resolve_block_device(const std::string& spec) {
   return d;
 }
 
+void check_pid(const std::string& flag, int64_t pid) {
+  if (pid < 0) throw InputError(flag + " " + std::to_string(pid) + ": must be a process id");
+}
+
+void check_block_capture_options(const BlockCaptureOptions& opts) {
+  for (int32_t pid : opts.pids) check_pid("--pid", pid);
+  // tracefs refuses 0; the kernel allocates the ring on every CPU at once.
+  constexpr uint32_t kMaxBufferKb = 1u << 20;
+  if (opts.buffer_kb == 0 || opts.buffer_kb > kMaxBufferKb)
+    throw InputError("--buffer-kb " + std::to_string(opts.buffer_kb) + ": must be 1 to " +
+                     std::to_string(kMaxBufferKb) + " (KiB per CPU)");
+  long cpus = ::sysconf(_SC_NPROCESSORS_CONF);
+  long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (cpus > 0 && pages > 0 && page > 0) {
+    uint64_t want = uint64_t(opts.buffer_kb) * 1024 * uint64_t(cpus);
+    uint64_t mem = uint64_t(pages) * uint64_t(page);
+    if (want > mem / 2)
+      throw InputError("--buffer-kb " + std::to_string(opts.buffer_kb) + ": " + std::to_string(cpus) +
+                       " CPUs would take " + format_bytes(double(want)) + ", more than half of memory (" +
+                       format_bytes(double(mem)) + ")");
+  }
+}
+
 BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& out,
                                 const std::atomic<bool>* stop, const std::function<void()>& ready) {
+  check_block_capture_options(opts);
   BlockDevice dev = resolve_block_device(opts.device);
   require_block_capture_privileges();
   std::string tracefs = find_tracefs(opts.tracefs);

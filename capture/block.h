@@ -57,6 +57,16 @@ struct BlockCaptureOptions {
   std::string tracefs;            // "" = /sys/kernel/tracing (mounted if needed)
 };
 
+// Throws InputError "FLAG PID: must be a process id" when `pid` is
+// negative: the check of every --pid flag of the capture commands (0 keeps
+// the meaning the command gives it).
+void check_pid(const std::string& flag, int64_t pid);
+
+// Throws InputError, one line naming the flag (--pid, --buffer-kb), for
+// options capture_block() would refuse; callers check before creating the
+// trace. capture_block() calls it too.
+void check_block_capture_options(const BlockCaptureOptions& opts);
+
 struct BlockCaptureStats {
   uint64_t ios = 0;          // BlockIo records written (complete ones)
   uint64_t flushes = 0;      // of all BlockIo records, the flush requests

@@ -16,7 +16,9 @@
 //   - Meta "fio.file.N" = name, when file N is first seen (before its first
 //     record), so the exporter can name it again.
 // Timestamps: fio writes microseconds since the start of the job; the trace
-// holds them as nanoseconds (t * 1000). Version 2 has no timestamps except
+// holds them as nanoseconds (t * 1000). blkparse's are seconds since the
+// start of the block trace. Either way times count from 0, so the writer
+// should be opened with start_mono_ns 0 (as `capture import` does). Version 2 has no timestamps except
 // its "wait" lines, whose argument fio's reader treats as milliseconds since
 // the start; they advance the clock of the following lines.
 //

@@ -24,7 +24,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <csignal>
 #include <ctime>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -188,6 +190,47 @@ Addr parse_upstream(const std::string& value) {
   return resolve("--upstream", value, false);
 }
 
+// Makes the socket path of `a` free to bind, or refuses with InputError
+// naming `flag` and `dir`: a socket something accepts connections on (a
+// PostgreSQL sharing the directory and port) or one whose PostgreSQL lock
+// file (PATH.lock, the postmaster's pid on its first line) names a live
+// process is in use and stays. A socket that refuses connections is stale
+// (its server was killed) and is removed, as PostgreSQL itself does; a path
+// that is not a socket is never removed.
+void claim_unix_path(const Addr& a, const std::string& flag, const std::string& dir) {
+  const std::string name = a.text.substr(a.text.rfind('/') + 1);
+  const std::string where = flag + " " + dir + ": " + name;
+  const std::string choose = "; choose another directory or --listen port";
+  {
+    std::ifstream lock(a.text + ".lock");
+    long pid = 0;
+    if (lock >> pid) {
+      if (pid < 0) pid = -pid;  // a standalone backend writes its pid negated
+      if (pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM))
+        throw InputError(where + " is in use by process " + std::to_string(pid) + " (named in " + name +
+                         ".lock, a PostgreSQL's)" + choose);
+    }
+  }
+  struct stat st;
+  if (::lstat(a.text.c_str(), &st) != 0) {
+    if (errno == ENOENT) return;
+    throw InputError(errno_message(where, errno));
+  }
+  if (!S_ISSOCK(st.st_mode)) throw InputError(where + " exists and is not a socket");
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw RuntimeError(errno_message("socket", errno));
+  int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.ss), a.len);
+  int err = rc == 0 ? 0 : errno;
+  ::close(fd);
+  // Connected, or the listener's backlog is full: something accepts there.
+  if (rc == 0 || err == EAGAIN || err == EINPROGRESS)
+    throw InputError(where + " is in use (a server accepts connections on it)" + choose);
+  if (err != ECONNREFUSED)
+    throw InputError(errno_message(where + ": cannot tell whether the socket is in use", err));
+  if (::unlink(a.text.c_str()) != 0 && errno != ENOENT)
+    throw InputError(errno_message(where + ": cannot remove the stale socket", errno));
+}
+
 int listen_socket(const Addr& a, bool reuseport, const std::string& flag) {
   int fd = ::socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) throw RuntimeError(errno_message("socket", errno));
@@ -228,7 +271,11 @@ struct Proxy::Impl : detail::Shared {
       if (fd >= 0) ::close(fd);
     if (unix_fd >= 0) {
       ::close(unix_fd);
-      ::unlink(unix_listen.text.c_str());
+      // Only the socket this proxy bound: never one another process has
+      // put at the path since.
+      struct stat st;
+      if (::lstat(unix_listen.text.c_str(), &st) == 0 && st.st_dev == unix_dev && st.st_ino == unix_ino)
+        ::unlink(unix_listen.text.c_str());
     }
     if (stop_fd >= 0) ::close(stop_fd);
   }
@@ -237,6 +284,8 @@ struct Proxy::Impl : detail::Shared {
   Addr listen_addr;
   bool has_tcp = false;
   Addr unix_listen;
+  dev_t unix_dev = 0;  // the socket file this proxy created
+  ino_t unix_ino = 0;
   bool uring = false;
   std::unique_ptr<detail::Recorder> recorder;
   std::vector<std::unique_ptr<detail::EventLoop>> loops;
@@ -307,8 +356,13 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   }
   if (!opts.listen_unix.empty()) {
     px.unix_listen = unix_addr("--listen-unix", opts.listen_unix, px.has_tcp ? px.listen_addr.port : 5432);
-    ::unlink(px.unix_listen.text.c_str());
+    claim_unix_path(px.unix_listen, "--listen-unix", opts.listen_unix);
     px.unix_fd = listen_socket(px.unix_listen, false, "--listen-unix");
+    struct stat st;
+    if (::lstat(px.unix_listen.text.c_str(), &st) == 0) {
+      px.unix_dev = st.st_dev;
+      px.unix_ino = st.st_ino;
+    }
     ::chmod(px.unix_listen.text.c_str(), 0777);
   }
   px.stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

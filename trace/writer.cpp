@@ -39,9 +39,18 @@ class FileSink : public Sink {
   explicit FileSink(const std::string& path) : path_(path) {
     fd_ = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
     if (fd_ < 0) throw InputError(errno_message(path + ": cannot create trace", errno));
-    // The file may have existed with a wider mode: traces hold SQL and
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) {
+      int err = errno;
+      ::close(fd_);
+      throw InputError(errno_message(path + ": stat", err));
+    }
+    // A device or a FIFO (/dev/null, a pipe to another program) is written
+    // as it is: its mode is the system's, and it has nothing to sync.
+    regular_ = S_ISREG(st.st_mode);
+    // A regular file may have existed with a wider mode: traces hold SQL and
     // parameter values.
-    if (::fchmod(fd_, 0600) != 0) {
+    if (regular_ && ::fchmod(fd_, 0600) != 0) {
       int err = errno;
       ::close(fd_);
       throw InputError(errno_message(path + ": chmod 0600", err));
@@ -57,12 +66,13 @@ class FileSink : public Sink {
   }
 
   void sync() override {
-    if (::fdatasync(fd_) != 0) throw RuntimeError(errno_message(path_ + ": fdatasync", errno));
+    if (regular_ && ::fdatasync(fd_) != 0) throw RuntimeError(errno_message(path_ + ": fdatasync", errno));
   }
 
  private:
   std::string path_;
   int fd_ = -1;
+  bool regular_ = true;
 };
 
 // Byte equality; short strings compared inline.

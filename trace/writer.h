@@ -31,7 +31,9 @@ class Sink {
   virtual void sync() {}
 };
 
-// A file created with mode 0600 (traces hold SQL and parameter values).
+// A file created with mode 0600 (traces hold SQL and parameter values; an
+// existing regular file is narrowed to 0600). A device or FIFO (/dev/null, a
+// named pipe) is written as it is, its mode left alone and sync() a no-op.
 // Throws InputError if the path cannot be created.
 std::unique_ptr<Sink> file_sink(const std::string& path);
 

@@ -9,8 +9,10 @@
 
 #include <sys/stat.h>
 
+#include <fstream>
 #include <set>
 #include <sstream>
+#include <vector>
 
 using namespace tierlab;
 using namespace tierlab::trace;
@@ -191,4 +193,22 @@ TEST_CASE("trace export writes every record as jsonl or csv", "[trace][cli]") {
 
   auto help = run_tierlab({"trace", "export", "--help"});
   CHECK(help.out.find("csv columns: ts_ns,session,kind") != std::string::npos);
+}
+
+TEST_CASE("trace info, dump and export report a full stdout in one line, exit 1", "[trace][cli]") {
+  test::TempDir dir;
+  const std::string path = write_every_kind(dir.file("t.tlt"));
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"info"}, {"info", "--json"}, {"dump"}, {"export", "--format", "jsonl"}}) {
+    std::string cmd = std::string(TIERLAB_BINARY) + " trace";
+    for (const auto& a : args) cmd += " " + a;
+    cmd += " " + path + " >/dev/full 2>" + dir.file("err") + "; echo $?";
+    INFO(cmd);
+    std::string status = test::shell_output(cmd);
+    std::ifstream f(dir.file("err"));
+    std::stringstream err;
+    err << f.rdbuf();
+    CHECK(status == "1");
+    CHECK(err.str() == "tierlab: stdout: write: No space left on device\n");
+  }
 }

@@ -1,0 +1,307 @@
+// The capture commands through the tierlab binary: bad flags are refused
+// before the output is touched, a failed import leaves the trace it would
+// have replaced, the proxy never takes over a live server's socket.
+#include "support/support.h"
+#include "trace/reader.h"
+#include "trace/writer.h"
+
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <tuple>
+
+using tierlab::test::run_tierlab;
+using tierlab::test::TempDir;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void spit(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  f << text;
+}
+
+// A good, closed trace at `path` (one Meta record); returns its bytes.
+std::string good_trace(const std::string& path) {
+  auto w = tierlab::trace::open_writer(path);
+  w->write(tierlab::trace::monotonic_now(), 0, tierlab::trace::Meta{"kept", "yes"});
+  w->close();
+  return slurp(path);
+}
+
+void require_refused(const tierlab::test::RunResult& r, const std::string& flag) {
+  INFO("stderr: " << r.err << "\nstdout: " << r.out);
+  CHECK(r.status == 2);
+  CHECK(tierlab::test::count_lines(r.err) == 1);
+  CHECK(r.err.find(flag) != std::string::npos);
+}
+
+// A unix stream socket listening at `path`; -1 on failure.
+int listen_unix(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  std::strncpy(un.sun_path, path.c_str(), sizeof un.sun_path - 1);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&un), sizeof un) != 0 || ::listen(fd, 8) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool connects(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  std::strncpy(un.sun_path, path.c_str(), sizeof un.sun_path - 1);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&un), sizeof un) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// A TCP port nothing listens on, for --listen (bound and released).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("capture proxy --listen-unix leaves a live server's socket and refuses", "[proxy][cli]") {
+  TempDir dir;
+  const int port = free_port();
+  const std::string sock = dir.file(".s.PGSQL." + std::to_string(port));
+  int server = listen_unix(sock);
+  REQUIRE(server >= 0);
+  const std::string out = dir.file("x.tlt");
+  auto r = run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:" + std::to_string(port), "--listen-unix",
+                        dir.path(), "--upstream", "127.0.0.1:1", "--out", out, "--duration", "1s"});
+  require_refused(r, "--listen-unix");
+  CHECK(r.err.find("in use") != std::string::npos);
+  CHECK(connects(sock));  // the server's socket is still there and still its own
+  CHECK_FALSE(std::filesystem::exists(out));
+  ::close(server);
+}
+
+TEST_CASE("capture proxy --listen-unix refuses a socket whose lock file names a live process",
+          "[proxy][cli]") {
+  TempDir dir;
+  const int port = free_port();
+  const std::string sock = dir.file(".s.PGSQL." + std::to_string(port));
+  // A socket nobody accepts on, as PostgreSQL's would look to a proxy that
+  // cannot connect to it, and PostgreSQL's lock file beside it: its first
+  // line is the postmaster's pid (here the test's own, alive).
+  int s = listen_unix(sock);
+  REQUIRE(s >= 0);
+  ::close(s);
+  spit(sock + ".lock", std::to_string(::getpid()) + "\n/data\n");
+  auto r = run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:" + std::to_string(port), "--listen-unix",
+                        dir.path(), "--upstream", "127.0.0.1:1", "--out", dir.file("x.tlt"), "--duration", "1s"});
+  require_refused(r, "--listen-unix");
+  CHECK(r.err.find(std::to_string(::getpid())) != std::string::npos);
+  struct stat st;
+  CHECK(::lstat(sock.c_str(), &st) == 0);
+}
+
+TEST_CASE("capture proxy --listen-unix replaces a stale socket and removes only its own", "[proxy][cli]") {
+  TempDir dir;
+  const int port = free_port();
+  const std::string sock = dir.file(".s.PGSQL." + std::to_string(port));
+  int s = listen_unix(sock);
+  REQUIRE(s >= 0);
+  ::close(s);  // stale: connecting is refused
+  auto r = run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:" + std::to_string(port), "--listen-unix",
+                        dir.path(), "--upstream", "127.0.0.1:1", "--out", dir.file("x.tlt"), "--duration",
+                        "300ms"});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  struct stat st;
+  CHECK(::lstat(sock.c_str(), &st) != 0);  // the proxy's socket went with it
+}
+
+TEST_CASE("capture proxy --duration stops at the deadline, not at a later tick", "[proxy][cli]") {
+  TempDir dir;
+  auto r = run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1", "--out",
+                        dir.file("x.tlt"), "--duration", "0.5s"});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("duration reached after 0.5 s\n") != std::string::npos);
+}
+
+TEST_CASE("a failed capture import leaves the existing trace as it was", "[import][cli]") {
+  TempDir dir;
+  const std::string keep = dir.file("keep.tlt");
+  const std::string before = good_trace(keep);
+  SECTION("fio iolog") {
+    spit(dir.file("f2.log"), "fio version 2 iolog\n/dev/x add\n/dev/x open\n/dev/x read abc 4096\n");
+    auto r = run_tierlab({"capture", "import", "--fio-iolog", dir.file("f2.log"), "--out", keep});
+    require_refused(r, "f2.log:4");
+  }
+  SECTION("blkparse") {
+    spit(dir.file("b.txt"),
+         "  8,0    3       11     0.009507758   697  D   W 223490 + 8 [kjournald]\n"
+         "  8,0    3       12     0.0x9520542   697  C   W 223490 + 8 [0]\n");
+    auto r = run_tierlab({"capture", "import", "--blkparse", dir.file("b.txt"), "--out", keep});
+    require_refused(r, "b.txt:2");
+  }
+  CHECK(slurp(keep) == before);
+  // Nothing left beside it either.
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    (void)e;
+    ++files;
+  }
+  CHECK(files == 2);
+}
+
+TEST_CASE("capture import replaces the existing trace once the import is whole", "[import][cli]") {
+  TempDir dir;
+  const std::string keep = dir.file("keep.tlt");
+  const std::string before = good_trace(keep);
+  spit(dir.file("one.log"), "fio version 3 iolog\n5 /dev/x read 0 4096\n");
+  auto r = run_tierlab({"capture", "import", "--fio-iolog", dir.file("one.log"), "--out", keep});
+  REQUIRE(r.status == 0);
+  CHECK(slurp(keep) != before);
+  struct stat st;
+  REQUIRE(::stat(keep.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+}
+
+TEST_CASE("an imported trace starts at 0 and its wall clock at the import", "[import][cli]") {
+  TempDir dir;
+  spit(dir.file("one.log"), "fio version 3 iolog\n5 /dev/x read 0 4096\n");
+  spit(dir.file("b.txt"),
+       "  8,0    3       11  7200.009507758   697  D   W 223490 + 8 [kjournald]\n"
+       "  8,0    3       12  7200.009520542   697  C   W 223490 + 8 [0]\n");
+  const time_t now = ::time(nullptr);
+  for (const auto& [flag, in, first] : {std::tuple<std::string, std::string, int64_t>{"--fio-iolog", "one.log", 5000},
+                                        {"--blkparse", "b.txt", 7200009507758}}) {
+    INFO(flag);
+    const std::string out = dir.file(in + ".tlt");
+    REQUIRE(run_tierlab({"capture", "import", flag, dir.file(in), "--out", out}).status == 0);
+    auto rd = tierlab::trace::open_reader(out);
+    CHECK(rd->header().start_mono_ns == 0);
+    int64_t start_rt = rd->header().start_mono_ns + rd->header().realtime_offset_ns;
+    CHECK(std::llabs(start_rt / 1'000'000'000 - now) < 60);
+    auto dump = run_tierlab({"trace", "dump", out});
+    REQUIRE(dump.status == 0);
+    // No negative times: every record is shown at its time in the log.
+    CHECK(dump.out.find("\n-") == std::string::npos);
+    CHECK(dump.out.rfind("-", 0) != 0);
+    char want[64];
+    std::snprintf(want, sizeof want, "%lld.%06lld ", static_cast<long long>(first / 1'000'000'000),
+                  static_cast<long long>(first % 1'000'000'000 / 1000));
+    CHECK(dump.out.find(want) != std::string::npos);
+  }
+}
+
+TEST_CASE("capture flags checked late no longer overwrite an existing trace", "[cli]") {
+  TempDir dir;
+  const std::string keep = dir.file("keep.tlt");
+  const std::string before = good_trace(keep);
+  SECTION("sniff --max-connections 0") {
+    auto r = run_tierlab({"capture", "sniff", "-i", "lo", "-p", "5432", "--max-connections", "0", "-T", "1s",
+                          "--out", keep});
+    require_refused(r, "--max-connections");
+  }
+  SECTION("sniff --interface that does not exist") {
+    auto r = run_tierlab({"capture", "sniff", "-i", "nosuchif9", "-p", "5432", "-T", "1s", "--out", keep});
+    require_refused(r, "--interface nosuchif9");
+  }
+  SECTION("block --buffer-kb 0") {
+    auto r = run_tierlab({"capture", "block", "--device", "/", "--buffer-kb", "0", "--duration", "1s", "--out", keep});
+    require_refused(r, "--buffer-kb");
+  }
+  SECTION("block --buffer-kb larger than memory") {
+    auto r = run_tierlab(
+        {"capture", "block", "--device", "/", "--buffer-kb", "1048576000", "--duration", "1s", "--out", keep});
+    require_refused(r, "--buffer-kb");
+  }
+  SECTION("block --pid -5, as capture run refuses it") {
+    auto r = run_tierlab({"capture", "block", "--device", "/", "--pid", "-5", "--duration", "1s", "--out", keep});
+    require_refused(r, "--pid -5: must be a process id");
+  }
+  SECTION("run --listen that cannot be bound") {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    auto r = run_tierlab({"capture", "run", "--listen", "127.0.0.1:" + std::to_string(ntohs(a.sin_port)),
+                          "--upstream", "127.0.0.1:1", "--duration", "1s", "--out", keep});
+    ::close(fd);
+    require_refused(r, "--listen");
+    CHECK(r.err.find("Address already in use") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(keep + ".proxy.part"));
+    CHECK_FALSE(std::filesystem::exists(keep + ".samples.part"));
+  }
+  CHECK(slurp(keep) == before);
+}
+
+TEST_CASE("capture run --pid and capture block --pid refuse a negative pid alike", "[cli]") {
+  TempDir dir;
+  auto run = run_tierlab({"capture", "run", "--upstream", "127.0.0.1:1", "--pid", "-3", "--out", dir.file("r.tlt")});
+  auto block = run_tierlab({"capture", "block", "--device", "/", "--pid", "-3", "--out", dir.file("b.tlt")});
+  require_refused(run, "--pid -3: must be a process id");
+  CHECK(run.err == block.err);
+}
+
+TEST_CASE("a capture written to a device completes: /dev/null is not synced", "[import][cli]") {
+  TempDir dir;
+  spit(dir.file("one.log"), "fio version 3 iolog\n5 /dev/x read 0 4096\n");
+  struct stat before, after;
+  REQUIRE(::stat("/dev/null", &before) == 0);
+  auto r = run_tierlab({"capture", "import", "--fio-iolog", dir.file("one.log"), "--out", "/dev/null"});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("1 I/Os") != std::string::npos);
+  REQUIRE(::stat("/dev/null", &after) == 0);
+  CHECK(S_ISCHR(after.st_mode));           // still the device, not a file renamed over it
+  CHECK(after.st_mode == before.st_mode);  // and its mode left alone
+  // A null device of mode 0666 of our own (as /dev/null should be): written,
+  // its mode kept.
+  const std::string dev = dir.file("null");
+  if (::mknod(dev.c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0) {
+    ::chmod(dev.c_str(), 0666);
+    auto d = run_tierlab({"capture", "import", "--fio-iolog", dir.file("one.log"), "--out", dev});
+    CHECK(d.status == 0);
+    REQUIRE(::stat(dev.c_str(), &after) == 0);
+    CHECK(S_ISCHR(after.st_mode));
+    CHECK((after.st_mode & 0777) == 0666);
+  }
+  auto p = run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1:1", "--out",
+                        "/dev/null", "--duration", "200ms"});
+  INFO(p.err);
+  CHECK(p.status == 0);
+  CHECK(p.out.find("trace: /dev/null") != std::string::npos);
+}
