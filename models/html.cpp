@@ -164,6 +164,7 @@ std::string projection_html(const Projection& p, const Profile& profile) {
     << " tps measured), " << profile.templates.size() << " transaction templates, "
     << profile.clients << " clients. Projected at " << p.clients_hi << " clients, " << p.vcpus
     << " vCPUs";
+  if (p.capture_vcpus != p.vcpus) h << " (" << p.capture_vcpus << " at capture)";
   if (p.memory_bytes > 0) h << ", " << num(p.memory_bytes / 1048576.0, "%.0f") << " MiB memory";
   h << ".</p>\n";
   h << "<table><tr><th>tier</th><th>tps</th><th>ratio</th><th>latency avg ms</th>"

@@ -346,9 +346,16 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     throw InputError("--clients: range " + std::to_string(out.clients_lo) + ".." +
                      std::to_string(out.clients_hi) + " is empty");
   if (out.clients_hi > 100000) throw InputError("--clients: at most 100000");
-  out.vcpus = o.vcpus > 0 ? o.vcpus
-                          : (p.vcpus > 0 ? p.vcpus
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // The server's CPUs at capture (Meta "cpu.count", else this machine's,
+  // where the capture is taken to have run) and on the target (--vcpus,
+  // else as captured). "Other" is calibrated on the former: it is what the
+  // capture measured, whatever the target.
+  const int here = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  out.capture_vcpus = p.vcpus > 0 ? p.vcpus : here;
+  out.vcpus = o.vcpus > 0 ? o.vcpus : out.capture_vcpus;
+  if (p.vcpus <= 0 && p.has_cpu)
+    out.notes.push_back("the trace does not record the server's CPUs (meta cpu.count): taken as this "
+                        "machine's " + std::to_string(here) + " at capture");
   out.capture_memory_bytes = o.capture_memory_bytes > 0 ? o.capture_memory_bytes : p.memory_bytes;
   out.memory_bytes = o.memory_bytes > 0 ? o.memory_bytes : out.capture_memory_bytes;
   out.read_factor = memory_factor(p, o.memory_bytes, out.capture_memory_bytes, out.notes);
@@ -417,26 +424,27 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   // vcpus - c of them, as if each transaction's CPU time were vcpus /
   // (vcpus - c) longer. "Other" is calibrated on that; the tiers are
   // projected without the capture.
-  if (const int cv = p.vcpus > 0 ? p.vcpus : out.vcpus; p.capture_cores_busy > 0 && cv > 0) {
+  if (const int cv = out.capture_vcpus; p.capture_cores_busy > 0) {
     out.capture_cores = p.capture_cores_busy;
     dc.cpu_s = d.cpu_s * cv / std::max(cv - p.capture_cores_busy, 0.5 * cv);
   }
   {
     // Fixed point: a larger "other" lowers throughput and so the queueing
     // elsewhere; the response time grows by at most the added delay, so
-    // the iteration converges from below.
+    // the iteration converges from below. The CPU is the captured server's.
     out.other_s = 0;
     for (int i = 0; i < 50; ++i) {
-      auto s = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
+      auto s = solve(dc, native, out.capture_vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
       double gap = p.latency.mean_s - s.pts.back().response_s;
       if (gap <= 0 && out.other_s == 0) break;
       out.other_s = std::max(0.0, out.other_s + gap);
       if (std::abs(gap) < 1e-9) break;
     }
-    auto c = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
+    auto c = solve(dc, native, out.capture_vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
     out.modelled_capture_tps = c.pts.back().throughput;
     out.captured_tps = p.tps;
   }
+  out.cpu_modelled = p.has_cpu;
   if (!p.has_cpu)
     out.notes.push_back("no CPU samples: the CPU is not modelled as a resource; its time is in 'other'");
 
@@ -566,6 +574,7 @@ void print_projection(std::ostream& out, const Projection& p) {
         << " (device " << fmt("%.3f ms", p.cycle_device_s * 1e3) << "), "
         << fmt("%.2f", p.flushes_per_cycle) << " flushes per cycle\n";
   out << "clients " << p.clients_hi << ", vcpus " << p.vcpus;
+  if (p.capture_vcpus != p.vcpus) out << " (" << p.capture_vcpus << " at capture)";
   if (p.capture_cores > 0)
     out << " (the capture took " << fmt("%.2f", p.capture_cores) << " of them: projected without it)";
   if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
@@ -610,6 +619,7 @@ std::string projection_json(const Projection& p, int indent) {
   j["source"] = p.source;
   j["clients"] = {p.clients_lo, p.clients_hi};
   j["vcpus"] = p.vcpus;
+  j["capture_vcpus"] = p.capture_vcpus;
   j["capture_cores"] = p.capture_cores;
   j["memory_bytes"] = p.memory_bytes;
   j["capture_memory_bytes"] = p.capture_memory_bytes;

@@ -41,8 +41,10 @@
 //             for tokens (response time N/X - Z). A burst bucket projects
 //             the sustained (refill) rate.
 //   other   — delay station: what the capture's mean transaction latency
-//             holds beyond the model at the captured client count on the
-//             captured device (network round trips, locks, client time).
+//             holds beyond the model at the captured client count, on the
+//             captured device with the captured vCPUs (network round trips,
+//             locks, client time). It is the same on every tier and for
+//             every --vcpus, so more vCPUs only shorten the CPU's queue.
 //
 // Reads per transaction follow the miss-ratio curve when `memory_bytes`
 // differs from the capture's memory (see project.cpp, memory_factor).
@@ -68,7 +70,7 @@ namespace tierlab::models {
 struct ProjectOptions {
   int clients_lo = 0;  // 0: the capture's client count
   int clients_hi = 0;
-  int vcpus = 0;       // 0: Meta "cpu.count" of the capture, else this machine's
+  int vcpus = 0;       // the target's; 0: as captured
   double memory_bytes = 0;          // 0: the capture's
   double capture_memory_bytes = 0;  // overrides the trace's Meta "memory.bytes"
   // Leave the writes the kernel issues on its own (writeback of buffered
@@ -115,7 +117,11 @@ struct TierProjection {
 struct Projection {
   std::string source;
   int clients_lo = 0, clients_hi = 0;
-  int vcpus = 0;
+  int vcpus = 0;          // the target's, every tier is projected with
+  // The server's at capture (Meta "cpu.count", else this machine's): "other"
+  // is calibrated with these, so the target's count changes only the CPU's
+  // queueing.
+  int capture_vcpus = 0;
   // Cores the capture itself kept busy on the server's machine (profile's
   // capture_cores_busy): taken from the server at capture, given back on
   // every tier.
