@@ -532,13 +532,21 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
       tp.bottleneck = cap_name;
       tp.bottleneck_utilisation = 1.0;
     } else {
+      // The busiest station that serves anything (the CPU without samples,
+      // or the storage without device I/O, has no demand: it is no
+      // resource), or the busiest cap; with none, the clients.
       double best = -1;
-      if (pt.bottleneck >= 0) {
-        tp.bottleneck = net.stations[static_cast<size_t>(pt.bottleneck)].name;
-        best = tp.bottleneck_utilisation = pt.utilisation[static_cast<size_t>(pt.bottleneck)];
+      tp.bottleneck = "clients";
+      for (size_t i = 0; i < net.stations.size(); ++i) {
+        const auto& st = net.stations[i];
+        if (st.demand_s <= 0 || (st.kind != StationKind::Queue && st.kind != StationKind::Multi)) continue;
+        if (pt.utilisation[i] > best) {
+          best = tp.bottleneck_utilisation = pt.utilisation[i];
+          tp.bottleneck = st.name;
+        }
       }
       for (const auto& c : net.caps)
-        if (c.utilisation(x, cycles) > best) {
+        if (c.utilisation(x, cycles) > std::max(best, 0.0)) {
           best = c.utilisation(x, cycles);
           tp.bottleneck = c.name;
           tp.bottleneck_utilisation = best;
@@ -557,10 +565,15 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   return out;
 }
 
+std::string bottleneck_text(const TierProjection& t) {
+  if (t.bottleneck == "clients") return t.bottleneck;  // nothing busy: no utilisation to give
+  return t.bottleneck + fmt(" %.0f%%", t.bottleneck_utilisation * 100);
+}
+
 void print_projection(std::ostream& out, const Projection& p) {
   out << "trace: " << p.source << "\n";
-  out << "per transaction: cpu " << fmt("%.3f ms", p.cpu_s_per_tx * 1e3) << ", device reads "
-      << fmt("%.3f", p.reads_per_tx);
+  out << "per transaction: cpu " << (p.cpu_modelled ? fmt("%.3f ms", p.cpu_s_per_tx * 1e3) : "not sampled (in other)")
+      << ", device reads " << fmt("%.3f", p.reads_per_tx);
   if (p.read_factor != 1.0) out << " (x" << fmt("%.3f", p.read_factor) << " for memory)";
   out << ", commit writes " << fmt("%.3f", p.sync_writes_per_tx) << ", WAL flushes "
       << fmt("%.3f", p.flushes_per_tx) << "; think " << fmt("%.3f ms", p.think_time_s * 1e3)
@@ -584,9 +597,9 @@ void print_projection(std::ostream& out, const Projection& p) {
                 "lat avg ms", "lat p99 ms", "read/s", "write/s", "flush/tx", "bottleneck");
   out << line;
   for (const auto& t : p.tiers) {
-    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f %9.3f  %s %.0f%%\n",
+    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f %9.3f  %s\n",
                   t.tier.c_str(), t.tps, t.ratio, t.latency_s * 1e3, t.p99_s * 1e3, t.read_iops,
-                  t.write_iops, t.flushes_per_tx, t.bottleneck.c_str(), t.bottleneck_utilisation * 100);
+                  t.write_iops, t.flushes_per_tx, bottleneck_text(t).c_str());
     out << line;
   }
   if (p.clients_lo < p.clients_hi) {
@@ -624,7 +637,9 @@ std::string projection_json(const Projection& p, int indent) {
   j["memory_bytes"] = p.memory_bytes;
   j["capture_memory_bytes"] = p.capture_memory_bytes;
   j["read_factor"] = p.read_factor;
-  j["per_transaction"] = {{"cpu_ms", p.cpu_s_per_tx * 1e3},
+  // No CPU samples: the CPU's time is in "other" and its figures are null.
+  const nlohmann::json no_cpu;
+  j["per_transaction"] = {{"cpu_ms", p.cpu_modelled ? nlohmann::json(p.cpu_s_per_tx * 1e3) : no_cpu},
                           {"device_reads", p.reads_per_tx},
                           {"sync_writes", p.sync_writes_per_tx},
                           {"wal_flushes", p.flushes_per_tx},
@@ -654,7 +669,8 @@ std::string projection_json(const Projection& p, int indent) {
                   {"wal_flushes_per_tx", t.flushes_per_tx},
                   {"bottleneck", t.bottleneck},
                   {"bottleneck_utilisation", t.bottleneck_utilisation},
-                  {"time_ms", {{"cpu", t.split.cpu_s * 1e3}, {"storage", t.split.storage_s * 1e3},
+                  {"time_ms", {{"cpu", p.cpu_modelled ? nlohmann::json(t.split.cpu_s * 1e3) : no_cpu},
+                               {"storage", t.split.storage_s * 1e3},
                                {"other", t.split.other_s * 1e3}, {"think", t.split.think_s * 1e3}}},
                   {"curve", c}});
   }

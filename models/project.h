@@ -107,7 +107,10 @@ struct TierProjection {
   double write_iops = 0;
   double bytes_per_s = 0;
   double flushes_per_tx = 0; // WAL flushes per transaction at this throughput
-  std::string bottleneck;    // "cpu", "storage", "read_iops cap", ... or "clients"
+  // The busiest resource: "cpu", "storage", "IOPS cap", ...; "clients" when
+  // the network has none with any demand (no CPU samples, no device I/O):
+  // throughput then follows the clients' own cycle (think time + other).
+  std::string bottleneck;
   double bottleneck_utilisation = 0;
   double ratio = 1;          // tps / the first tier's tps
   TimeSplit split;
@@ -129,6 +132,10 @@ struct Projection {
   double memory_bytes = 0;
   double capture_memory_bytes = 0;
   double read_factor = 1;     // reads per transaction relative to the capture
+  // False when the trace has no CPU samples: the CPU is then no resource of
+  // the network, its time is in "other" (calibrated on the capture), and
+  // cpu_s_per_tx and every tier's split.cpu_s are 0.
+  bool cpu_modelled = true;
   double cpu_s_per_tx = 0;
   double reads_per_tx = 0;
   double sync_writes_per_tx = 0;
@@ -158,6 +165,9 @@ Projection project(const Profile& profile, const std::vector<Tier>& tiers,
 
 // Mean of a latency distribution as the shaper draws it, seconds.
 double mean_latency_s(const Latency& l);
+
+// A tier's bottleneck as the reports print it: "storage 83%", or "clients".
+std::string bottleneck_text(const TierProjection& t);
 
 void print_projection(std::ostream& out, const Projection& p);
 std::string projection_json(const Projection& p, int indent = 2);

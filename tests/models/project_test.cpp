@@ -158,6 +158,41 @@ TEST_CASE("project: more vCPUs never lower throughput, and other is calibrated o
   CHECK(noted);
 }
 
+TEST_CASE("project: without CPU samples the CPU is no resource and its time is in other", "[project]") {
+  Profile p = base_profile();
+  p.has_cpu = false;
+  p.cpu_s_per_tx = 0.0005;  // ignored: not measured
+  Tier t = fixed_tier("native", 0.2, 0);
+  t.parallelism = 4;
+  ProjectOptions o;
+  o.vcpus = 1;
+  auto pr = project(p, {t}, o);
+  CHECK_FALSE(pr.cpu_modelled);
+  CHECK(pr.cpu_s_per_tx == 0);
+  CHECK(pr.tiers[0].split.cpu_s == 0);
+  // The model still gives the measured latency: what the reads do not
+  // explain is "other", the CPU's time with it.
+  CHECK(pr.tiers[0].latency_s == Approx(p.latency.mean_s).epsilon(1e-6));
+  CHECK(pr.other_s > 0.0012 - 2 * 0.0002 - 1e-9);
+  // The busiest resource is the storage, never a CPU with no demand.
+  CHECK(pr.tiers[0].bottleneck == "storage");
+  std::ostringstream text;
+  print_projection(text, pr);
+  CHECK(text.str().find("cpu not sampled (in other)") != std::string::npos);
+  CHECK(text.str().find("its time is in 'other'") != std::string::npos);
+  CHECK(projection_json(pr).find("\"cpu_ms\": null") != std::string::npos);
+
+  // Without device I/O either, nothing the network serves has any demand:
+  // throughput follows the clients' cycle.
+  p.has_block_io = false;
+  p.reads_per_tx = 0;
+  p.read_bytes_per_tx = 0;
+  auto none = project(p, {t}, o);
+  CHECK(none.tiers[0].bottleneck == "clients");
+  CHECK(bottleneck_text(none.tiers[0]) == "clients");
+  CHECK(none.tiers[0].tps == Approx(4 / (0.0012 + 0.001)).epsilon(1e-6));
+}
+
 TEST_CASE("project: an IOPS cap bounds throughput and is the bottleneck", "[project]") {
   Profile p = base_profile();
   ProjectOptions o;
