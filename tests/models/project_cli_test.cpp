@@ -6,9 +6,14 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
+#include <sstream>
 #include <string>
 
+using tierlab::test::count_lines;
 using tierlab::test::run_tierlab;
 using tierlab::test::TempDir;
 
@@ -30,6 +35,18 @@ void write_proxy_trace(const std::string& path) {
     }
   for (uint64_t s = 1; s <= 4; ++s) w->write(400 * kMs, s, tierlab::trace::SessionEnd{});
   w->close();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace
@@ -58,12 +75,62 @@ TEST_CASE("project: without CPU samples profile and project both put the CPU's t
   CHECK(r.out.find(" cpu 0%") == std::string::npos);
   CHECK(r.out.find("  clients\n") != std::string::npos);
 
-  std::string json = dir.file("p.json");
-  auto j = run_tierlab({"project", trace, "--tier", "nvme-local", "--json", json});
+  auto j = run_tierlab({"project", trace, "--tier", "nvme-local", "--json", "-"});
   REQUIRE(j.status == 0);
-  auto pj = nlohmann::json::parse(std::ifstream(json));
+  auto pj = nlohmann::json::parse(j.out);
   CHECK(pj["per_transaction"]["cpu_ms"].is_null());
   CHECK(pj["tiers"][0]["time_ms"]["cpu"].is_null());
   CHECK(pj["per_transaction"]["other_ms"].get<double>() > 0.9);
   CHECK(pj["tiers"][0]["bottleneck"] == "clients");
+}
+
+TEST_CASE("project: --json - and --html - write to stdout, and output paths are checked first",
+          "[project][cli]") {
+  TempDir dir;
+  std::string trace = dir.file("proxy.tlt");
+  write_proxy_trace(trace);
+  // Run in the directory where a file named "-" would land.
+  char here[4096];
+  REQUIRE(::getcwd(here, sizeof here) != nullptr);
+  REQUIRE(::chdir(dir.path().c_str()) == 0);
+  struct Back {
+    const char* to;
+    ~Back() { (void)!::chdir(to); }
+  } back{here};
+
+  auto j = run_tierlab({"project", trace, "--tier", "nvme-local", "--json", "-"});
+  INFO(j.err);
+  REQUIRE(j.status == 0);
+  auto pj = nlohmann::json::parse(j.out);  // stdout is the JSON alone
+  CHECK(pj["tiers"][0]["tier"] == "nvme-local");
+  CHECK_FALSE(exists("-"));
+
+  std::string json = dir.file("p.json");
+  auto h = run_tierlab({"project", trace, "--tier", "nvme-local", "--html", "-", "--json", json});
+  REQUIRE(h.status == 0);
+  CHECK(h.out.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(nlohmann::json::parse(slurp(json))["tiers"][0]["tier"] == "nvme-local");
+  CHECK_FALSE(exists("-"));
+
+  auto both = run_tierlab({"project", trace, "--tier", "nvme-local", "--html", "-", "--json", "-"});
+  CHECK(both.status == 2);
+  CHECK(count_lines(both.err) == 1);
+
+  // A path that cannot be written fails before anything is computed or
+  // printed: one line naming the option and the path, status 2.
+  for (const char* opt : {"--json", "--html"}) {
+    std::string bad = dir.file("no/such/dir/out");
+    auto r = run_tierlab({"project", trace, "--tier", "nvme-local", opt, bad});
+    INFO(opt << ": " << r.out << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.find(std::string(opt) + " " + bad) != std::string::npos);
+  }
+  // The trace is read after the outputs are created; a bad trace leaves no
+  // empty output behind.
+  std::string out = dir.file("never.json");
+  auto m = run_tierlab({"project", dir.file("missing.tlt"), "--tier", "nvme-local", "--json", out});
+  CHECK(m.status == 2);
+  CHECK_FALSE(exists(out));
 }
