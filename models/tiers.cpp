@@ -171,23 +171,27 @@ void read_latency(const json& j, const Ctx& c, Latency& l) {
 }
 
 Tier read_tier(const json& j, const Ctx& c, const Catalog& known) {
-  check_keys(j, c,
+  if (!j.is_object()) c.fail("expected an object");
+  // Every message about the tier names it ("tiers[1] (gp3-6k).iopz"), once
+  // it has a usable name.
+  Ctx tc = c;
+  if (auto it = j.find("name"); it != j.end() && it->is_string() && !it->get_ref<const std::string&>().empty())
+    tc.path += " (" + it->get<std::string>() + ")";
+  check_keys(j, tc,
              {"name", "base", "description", "iops", "read_iops", "write_iops", "throughput_mib_s",
               "bucket_ms", "io_unit_kib", "merge_sequential", "count_flushes", "parallelism", "latency",
               "burst"});
   if (!j.contains("name")) c.fail("missing key \"name\"");
   Tier t;
   if (j.contains("base")) {
-    auto base = get_string(j["base"], c.at("base"));
+    auto base = get_string(j["base"], tc.at("base"));
     const Tier* b = known.find(base);
-    if (!b) c.at("base").fail("unknown tier \"" + base + "\" (known: " + known.names() + ")");
+    if (!b) tc.at("base").fail("unknown tier \"" + base + "\" (known: " + known.names() + ")");
     t = *b;
     t.description.clear();
   }
   t.name = get_string(j["name"], c.at("name"));
   if (t.name.empty()) c.at("name").fail("empty name");
-  Ctx tc = c;
-  tc.path += " (" + t.name + ")";
   if (j.contains("description")) t.description = get_string(j["description"], tc.at("description"));
   if (j.contains("iops")) t.total_iops = get_number(j["iops"], tc.at("iops"), 0, kBig);
   if (j.contains("read_iops")) t.read_iops = get_number(j["read_iops"], tc.at("read_iops"), 0, kBig);
