@@ -8,6 +8,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <sstream>
+#include <vector>
 
 namespace tierlab::models {
 namespace {
@@ -306,10 +307,48 @@ void Catalog::load_file(const std::string& path) {
 }
 
 void Catalog::load_json(std::string_view text, const std::string& name) {
+  // Where the parser is, as the messages below spell a path ("tiers[1].iops"):
+  // a number too large for a double ("1e400") parses as JSON but stops the
+  // parser with no position of its own.
+  struct Frame {
+    bool array = false;
+    size_t index = 0;
+    std::string key;
+  };
+  std::vector<Frame> at;
+  auto where = [&] {
+    std::string path;
+    for (const auto& f : at)
+      path += f.array ? "[" + std::to_string(f.index) + "]" : (path.empty() ? "" : ".") + f.key;
+    return path.empty() ? std::string("top level") : path;
+  };
+  json::parser_callback_t track = [&](int, json::parse_event_t ev, json& parsed) {
+    switch (ev) {
+      case json::parse_event_t::object_start: at.push_back({false, 0, ""}); break;
+      case json::parse_event_t::array_start: at.push_back({true, 0, ""}); break;
+      case json::parse_event_t::key: at.back().key = parsed.get<std::string>(); break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        at.pop_back();
+        [[fallthrough]];
+      case json::parse_event_t::value:
+        if (!at.empty() && at.back().array) ++at.back().index;
+        break;
+    }
+    return true;
+  };
   json doc;
   try {
-    doc = json::parse(text);
+    doc = json::parse(text, track);
   } catch (const json::parse_error& e) {
+    throw InputError(name + ": not valid JSON: " + e.what());
+  } catch (const json::out_of_range& e) {
+    // "[json.exception.out_of_range.406] number overflow parsing '1e400'"
+    std::string what = e.what();
+    auto q = what.find('\'');
+    std::string number = q == std::string::npos ? std::string() : what.substr(q + 1, what.rfind('\'') - q - 1);
+    throw InputError(name + ": " + where() + ": number " + number + " is out of range");
+  } catch (const json::exception& e) {
     throw InputError(name + ": not valid JSON: " + e.what());
   }
   // Three shapes: {"tiers": [...]}, [...], or one tier object (what

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <string>
+#include <vector>
 
 using tierlab::test::run_tierlab;
 
@@ -52,4 +54,22 @@ TEST_CASE("tierlab tiers: bad input is one line and exit status 2", "[tiers][cli
   CHECK(tierlab::test::count_lines(b.err) == 1);
   CHECK(b.err.find(f) != std::string::npos);
   CHECK(b.err.find("throughput_mib_s") != std::string::npos);
+}
+
+TEST_CASE("tierlab tiers: a number too large for a double is one line naming the file, exit status 2",
+          "[tiers][cli]") {
+  tierlab::test::TempDir dir;
+  std::string f = dir.file("big.json");
+  std::ofstream(f) << R"([{"name":"x","iops":1e400}])";
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"tiers", "list", "--tiers-file", f},
+        {"tiers", "show", "x", "--tiers-file", f},
+        {"iosim", "simulate", "--tier", "x", "--tiers-file", f, "--ios", "10"},
+        {"project", dir.file("no.tlt"), "--tier", "x", "--tiers-file", f}}) {
+    auto r = run_tierlab(args);
+    INFO(args[0] << " " << args[1] << ": " << r.err);
+    CHECK(r.status == 2);
+    CHECK(tierlab::test::count_lines(r.err) == 1);
+    CHECK(r.err == "tierlab: " + f + ": [0].iops: number 1e400 is out of range\n");
+  }
 }

@@ -139,6 +139,23 @@ TEST_CASE("a bad tiers file gives an error naming the file and the key", "[tiers
                       {"/nonexistent/tiers.json"});
 }
 
+TEST_CASE("a number too large for a double names the file and where it is", "[tiers]") {
+  Catalog c = Catalog::builtin();
+  require_input_error([&] { c.load_json(R"([{"name":"x","iops":1e400}])", "big.json"); },
+                      {"big.json: [0].iops: number 1e400 is out of range"});
+  require_input_error(
+      [&] {
+        c.load_json(R"({"tiers": [{"name": "a", "iops": 1, "latency": {"read": {"p50_us": 2}}},
+                                  {"name": "b", "latency": {"write": {"dist": "fixed", "p50_us": -1e999}}}]})",
+                    "big.json");
+      },
+      {"big.json: tiers[1].latency.write.p50_us: number -1e999 is out of range"});
+  require_input_error([&] { c.load_json("1e400", "big.json"); }, {"big.json: top level: number 1e400"});
+  // Nothing else changed in the catalog.
+  CHECK(c.find("x") == nullptr);
+  CHECK(c.find("a") == nullptr);
+}
+
 TEST_CASE("an unknown tier lists the known names", "[tiers]") {
   Catalog c = Catalog::builtin();
   require_input_error([&] { c.get("ebs-gp9"); },
