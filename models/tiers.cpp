@@ -280,7 +280,7 @@ std::string to_json(const Tier& t) {
   j["bucket_ms"] = static_cast<double>(t.bucket_ns) / 1e6;
   j["io_unit_kib"] = t.io_unit_bytes / 1024;
   j["merge_sequential"] = t.merge_sequential;
-  if (t.count_flushes) j["count_flushes"] = true;
+  j["count_flushes"] = t.count_flushes;
   j["parallelism"] = t.parallelism;
   j["latency"] = {{"read", latency_json(t.read)},
                   {"write", latency_json(t.write)},
