@@ -587,8 +587,12 @@ void print_projection(std::ostream& out, const Projection& p) {
         << " (device " << fmt("%.3f ms", p.cycle_device_s * 1e3) << "), "
         << fmt("%.2f", p.flushes_per_cycle) << " flushes per cycle\n";
   out << "clients " << p.clients_hi << ", vcpus " << p.vcpus;
-  if (p.capture_vcpus != p.vcpus) out << " (" << p.capture_vcpus << " at capture)";
-  if (p.capture_cores > 0)
+  if (p.capture_vcpus != p.vcpus && p.capture_cores > 0)
+    out << " (" << p.capture_vcpus << " at capture, of which the capture took " << fmt("%.2f", p.capture_cores)
+        << ": projected without it)";
+  else if (p.capture_vcpus != p.vcpus)
+    out << " (" << p.capture_vcpus << " at capture)";
+  else if (p.capture_cores > 0)
     out << " (the capture took " << fmt("%.2f", p.capture_cores) << " of them: projected without it)";
   if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
   out << "\n\n";

@@ -144,7 +144,19 @@ TEST_CASE("project: more vCPUs never lower throughput, and other is calibrated o
     CHECK(pr.tiers[0].tps >= last);
     CHECK(pr.tiers[0].split.other_s == Approx(as_captured.other_s).epsilon(1e-9));
     last = pr.tiers[0].tps;
+    std::ostringstream text;
+    print_projection(text, pr);
+    CHECK(text.str().find(v == 2 ? "vcpus 2\n" : "vcpus " + std::to_string(v) + " (2 at capture)\n") !=
+          std::string::npos);
   }
+  // The capture's own cores, with another target.
+  p.capture_cores_busy = 0.25;
+  o.vcpus = 4;
+  std::ostringstream text;
+  print_projection(text, project(p, {native}, o));
+  CHECK(text.str().find("vcpus 4 (2 at capture, of which the capture took 0.25: projected without it)") !=
+        std::string::npos);
+  p.capture_cores_busy = 0;
   // Without a CPU count in the trace the capture is taken to have run on
   // this machine, and the note says so; --vcpus still sets only the target.
   p.vcpus = 0;
