@@ -61,7 +61,7 @@ TEST_CASE("project: without CPU samples profile and project both put the CPU's t
   INFO(prof.err);
   REQUIRE(prof.status == 0);
   CHECK(prof.out.find("cpu: not sampled") != std::string::npos);
-  CHECK(prof.out.find("project counts it in 'other', not as a resource") != std::string::npos);
+  CHECK(prof.out.find("CPU time per transaction is unknown") != std::string::npos);
   CHECK(prof.out.find("estimated") == std::string::npos);
 
   auto r = run_tierlab({"project", trace, "--tier", "nvme-local", "--tier", "ebs-gp3"});
