@@ -7,7 +7,6 @@
 #include "models/project.h"
 #include "models/tiers.h"
 
-#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -40,13 +39,6 @@ int parse_count(const std::string& s, const std::string& what) {
   return static_cast<int>(v);
 }
 
-void write_file(const std::string& path, const std::string& text, const char* what) {
-  std::ofstream f(path, std::ios::trunc);
-  if (!f) throw InputError(std::string(what) + ": cannot create " + path);
-  f << text;
-  if (!f.flush()) throw RuntimeError(std::string(what) + ": cannot write " + path);
-}
-
 void run_project(const ProjectCliOptions& o) {
   models::ProjectOptions po;
   if (!o.clients.empty()) {
@@ -72,11 +64,27 @@ void run_project(const ProjectCliOptions& o) {
   std::vector<models::Tier> tiers;
   for (const auto& name : o.tiers) tiers.push_back(catalog.get(name));
 
+  // The outputs next, as iosim simulate does: a path that cannot be written
+  // fails before the trace is read. "-" puts that output alone on stdout,
+  // at the end, instead of the table.
+  if (o.json_out == "-" && o.html_out == "-")
+    throw InputError("--json - and --html -: only one of them can go to stdout");
+  OutputFile json(o.json_out == "-" ? "" : o.json_out, "--json");
+  OutputFile html(o.html_out == "-" ? "" : o.html_out, "--html");
+
   models::Profile profile = models::profile_file(o.trace);
   models::Projection p = models::project(profile, tiers, po);
-  models::print_projection(std::cout, p);
-  if (!o.json_out.empty()) write_file(o.json_out, models::projection_json(p) + "\n", "--json");
-  if (!o.html_out.empty()) write_file(o.html_out, models::projection_html(p, profile), "--html");
+  const std::string json_text = o.json_out.empty() ? "" : models::projection_json(p) + "\n";
+  const std::string html_text = o.html_out.empty() ? "" : models::projection_html(p, profile);
+  if (o.json_out == "-")
+    std::cout << json_text;
+  else if (o.html_out == "-")
+    std::cout << html_text;
+  else
+    models::print_projection(std::cout, p);
+  std::cout.flush();
+  json.write(json_text);  // nothing for "" or "-"
+  html.write(html_text);
 }
 
 void setup_project(CLI::App& parent) {
@@ -100,8 +108,9 @@ void setup_project(CLI::App& parent) {
   sub->add_flag("--kernel-writes-uncapped", opts->kernel_uncapped,
                 "leave the kernel's own writes (writeback of buffered writes, journal) out of the IOPS caps "
                 "and count only what the server's processes submit, as cgroup v1 blkio throttling does");
-  sub->add_option("--json", opts->json_out, "also write the projection as JSON to this file");
-  sub->add_option("--html", opts->html_out, "also write a self-contained HTML report to this file");
+  sub->add_option("--json", opts->json_out, "also write the projection as JSON to this file (- : JSON on stdout only)");
+  sub->add_option("--html", opts->html_out,
+                  "also write a self-contained HTML report to this file (- : HTML on stdout only)");
   sub->callback([opts] { run_project(*opts); });
 }
 

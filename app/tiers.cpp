@@ -52,15 +52,24 @@ std::string latency_text(const models::Latency& l) {
   return buf;
 }
 
+// How the caps count I/Os, in short: "1/io" or "256KiB" per counted I/O,
+// "+merge" for sequential merging, "+flush" when flushes count.
+std::string counting_text(const models::Tier& t) {
+  std::string s = t.io_unit_bytes ? std::to_string(t.io_unit_bytes / 1024) + "KiB" : "1/io";
+  if (t.io_unit_bytes && t.merge_sequential) s += "+merge";
+  if (t.count_flushes) s += "+flush";
+  return s;
+}
+
 void run_list(const TiersOptions& o) {
   auto catalog = models::load_catalog(o.tiers_file);
-  std::printf("%-22s %-18s %9s %-14s %-14s %5s  %s\n", "TIER", "IOPS", "MiB/s", "READ p50/p99us",
-              "WRITE p50/p99us", "PAR", "DESCRIPTION");
+  std::printf("%-22s %-18s %9s %-14s %-14s %-14s %5s %-18s  %s\n", "TIER", "IOPS", "MiB/s", "READ p50/p99us",
+              "WRITE p50/p99us", "FLUSH p50/p99us", "PAR", "COUNTING", "DESCRIPTION");
   for (const auto& t : catalog.tiers()) {
-    std::printf("%-22s %-18s %9s %-14s %-14s %5s  %s\n", t.name.c_str(), iops_text(t).c_str(),
+    std::printf("%-22s %-18s %9s %-14s %-14s %-14s %5s %-18s  %s\n", t.name.c_str(), iops_text(t).c_str(),
                 mibs_text(t.bytes_per_sec).c_str(), latency_text(t.read).c_str(),
-                latency_text(t.write).c_str(),
-                t.parallelism ? std::to_string(t.parallelism).c_str() : "-",
+                latency_text(t.write).c_str(), latency_text(t.flush).c_str(),
+                t.parallelism ? std::to_string(t.parallelism).c_str() : "-", counting_text(t).c_str(),
                 t.description.c_str());
   }
 }
@@ -88,6 +97,8 @@ void run_show(const TiersOptions& o) {
                 t.merge_sequential ? "; sequential I/Os merge" : "");
   else
     std::printf("I/O counting: every I/O counts as one\n");
+  std::printf("flushes:      %s\n", t.count_flushes ? "count as one write I/O against the IOPS caps (count_flushes)"
+                                                      : "not counted against the IOPS caps (count_flushes false)");
   std::printf("bucket depth: %.3f ms of tokens\n", t.bucket_ns / 1e6);
   std::printf("parallelism:  %s\n", t.parallelism ? std::to_string(t.parallelism).c_str() : "unlimited");
   if (t.burst.enabled())

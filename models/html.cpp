@@ -164,6 +164,7 @@ std::string projection_html(const Projection& p, const Profile& profile) {
     << " tps measured), " << profile.templates.size() << " transaction templates, "
     << profile.clients << " clients. Projected at " << p.clients_hi << " clients, " << p.vcpus
     << " vCPUs";
+  if (p.capture_vcpus != p.vcpus) h << " (" << p.capture_vcpus << " at capture)";
   if (p.memory_bytes > 0) h << ", " << num(p.memory_bytes / 1048576.0, "%.0f") << " MiB memory";
   h << ".</p>\n";
   h << "<table><tr><th>tier</th><th>tps</th><th>ratio</th><th>latency avg ms</th>"
@@ -172,14 +173,15 @@ std::string projection_html(const Projection& p, const Profile& profile) {
     h << "<tr><td>" << esc(t.tier) << "</td><td>" << num(t.tps) << "</td><td>" << num(t.ratio, "%.2fx")
       << "</td><td>" << num(t.latency_s * 1e3, "%.3f") << "</td><td>" << num(t.p99_s * 1e3, "%.3f")
       << "</td><td>" << num(t.read_iops, "%.0f") << "</td><td>" << num(t.write_iops, "%.0f")
-      << "</td><td>" << esc(t.bottleneck) << " " << num(t.bottleneck_utilisation * 100, "%.0f")
-      << "%</td></tr>\n";
+      << "</td><td>" << esc(bottleneck_text(t)) << "</td></tr>\n";
   h << "</table>\n";
   h << "<h2>Throughput against clients</h2>\n";
   tps_chart(h, p);
   h << "<h2>Where a transaction's time goes (at " << p.clients_hi << " clients)</h2>\n";
   split_chart(h, p);
-  h << "<h2>Per transaction</h2>\n<p>CPU " << num(p.cpu_s_per_tx * 1e3, "%.3f") << " ms, device reads "
+  h << "<h2>Per transaction</h2>\n<p>CPU "
+    << (p.cpu_modelled ? num(p.cpu_s_per_tx * 1e3, "%.3f") + " ms" : std::string("not sampled (in other)"))
+    << ", device reads "
     << num(p.reads_per_tx, "%.3f") << ", commit writes " << num(p.sync_writes_per_tx, "%.3f")
     << ", WAL flushes " << num(p.flushes_per_tx, "%.3f") << ", think time "
     << num(p.think_time_s * 1e3, "%.3f") << " ms. The model reproduces the capture at "

@@ -472,7 +472,8 @@ void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
       p.cpu_cores_busy = cpu_ns / static_cast<double>(c1 - c0);
     }
   }
-  if (!p.has_cpu) p.notes.push_back("no CPU samples in the trace: CPU demand estimated from latency");
+  if (!p.has_cpu)
+    p.notes.push_back("no CPU samples in the trace: the server's CPU time per transaction is unknown");
   if (auto it = counters.find("capture.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts)
     p.capture_cores_busy = (it->second.last - it->second.first) / static_cast<double>(it->second.last_ts - it->second.first_ts);
   auto per_tx = [&](const char* name) {

@@ -346,9 +346,16 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     throw InputError("--clients: range " + std::to_string(out.clients_lo) + ".." +
                      std::to_string(out.clients_hi) + " is empty");
   if (out.clients_hi > 100000) throw InputError("--clients: at most 100000");
-  out.vcpus = o.vcpus > 0 ? o.vcpus
-                          : (p.vcpus > 0 ? p.vcpus
-                                         : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // The server's CPUs at capture (Meta "cpu.count", else this machine's,
+  // where the capture is taken to have run) and on the target (--vcpus,
+  // else as captured). "Other" is calibrated on the former: it is what the
+  // capture measured, whatever the target.
+  const int here = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  out.capture_vcpus = p.vcpus > 0 ? p.vcpus : here;
+  out.vcpus = o.vcpus > 0 ? o.vcpus : out.capture_vcpus;
+  if (p.vcpus <= 0 && p.has_cpu)
+    out.notes.push_back("the trace does not record the server's CPUs (meta cpu.count): taken as this "
+                        "machine's " + std::to_string(here) + " at capture");
   out.capture_memory_bytes = o.capture_memory_bytes > 0 ? o.capture_memory_bytes : p.memory_bytes;
   out.memory_bytes = o.memory_bytes > 0 ? o.memory_bytes : out.capture_memory_bytes;
   out.read_factor = memory_factor(p, o.memory_bytes, out.capture_memory_bytes, out.notes);
@@ -417,26 +424,27 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   // vcpus - c of them, as if each transaction's CPU time were vcpus /
   // (vcpus - c) longer. "Other" is calibrated on that; the tiers are
   // projected without the capture.
-  if (const int cv = p.vcpus > 0 ? p.vcpus : out.vcpus; p.capture_cores_busy > 0 && cv > 0) {
+  if (const int cv = out.capture_vcpus; p.capture_cores_busy > 0) {
     out.capture_cores = p.capture_cores_busy;
     dc.cpu_s = d.cpu_s * cv / std::max(cv - p.capture_cores_busy, 0.5 * cv);
   }
   {
     // Fixed point: a larger "other" lowers throughput and so the queueing
     // elsewhere; the response time grows by at most the added delay, so
-    // the iteration converges from below.
+    // the iteration converges from below. The CPU is the captured server's.
     out.other_s = 0;
     for (int i = 0; i < 50; ++i) {
-      auto s = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
+      auto s = solve(dc, native, out.capture_vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
       double gap = p.latency.mean_s - s.pts.back().response_s;
       if (gap <= 0 && out.other_s == 0) break;
       out.other_s = std::max(0.0, out.other_s + gap);
       if (std::abs(gap) < 1e-9) break;
     }
-    auto c = solve(dc, native, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
+    auto c = solve(dc, native, out.capture_vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
     out.modelled_capture_tps = c.pts.back().throughput;
     out.captured_tps = p.tps;
   }
+  out.cpu_modelled = p.has_cpu;
   if (!p.has_cpu)
     out.notes.push_back("no CPU samples: the CPU is not modelled as a resource; its time is in 'other'");
 
@@ -524,13 +532,21 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
       tp.bottleneck = cap_name;
       tp.bottleneck_utilisation = 1.0;
     } else {
+      // The busiest station that serves anything (the CPU without samples,
+      // or the storage without device I/O, has no demand: it is no
+      // resource), or the busiest cap; with none, the clients.
       double best = -1;
-      if (pt.bottleneck >= 0) {
-        tp.bottleneck = net.stations[static_cast<size_t>(pt.bottleneck)].name;
-        best = tp.bottleneck_utilisation = pt.utilisation[static_cast<size_t>(pt.bottleneck)];
+      tp.bottleneck = "clients";
+      for (size_t i = 0; i < net.stations.size(); ++i) {
+        const auto& st = net.stations[i];
+        if (st.demand_s <= 0 || (st.kind != StationKind::Queue && st.kind != StationKind::Multi)) continue;
+        if (pt.utilisation[i] > best) {
+          best = tp.bottleneck_utilisation = pt.utilisation[i];
+          tp.bottleneck = st.name;
+        }
       }
       for (const auto& c : net.caps)
-        if (c.utilisation(x, cycles) > best) {
+        if (c.utilisation(x, cycles) > std::max(best, 0.0)) {
           best = c.utilisation(x, cycles);
           tp.bottleneck = c.name;
           tp.bottleneck_utilisation = best;
@@ -549,10 +565,15 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   return out;
 }
 
+std::string bottleneck_text(const TierProjection& t) {
+  if (t.bottleneck == "clients") return t.bottleneck;  // nothing busy: no utilisation to give
+  return t.bottleneck + fmt(" %.0f%%", t.bottleneck_utilisation * 100);
+}
+
 void print_projection(std::ostream& out, const Projection& p) {
   out << "trace: " << p.source << "\n";
-  out << "per transaction: cpu " << fmt("%.3f ms", p.cpu_s_per_tx * 1e3) << ", device reads "
-      << fmt("%.3f", p.reads_per_tx);
+  out << "per transaction: cpu " << (p.cpu_modelled ? fmt("%.3f ms", p.cpu_s_per_tx * 1e3) : "not sampled (in other)")
+      << ", device reads " << fmt("%.3f", p.reads_per_tx);
   if (p.read_factor != 1.0) out << " (x" << fmt("%.3f", p.read_factor) << " for memory)";
   out << ", commit writes " << fmt("%.3f", p.sync_writes_per_tx) << ", WAL flushes "
       << fmt("%.3f", p.flushes_per_tx) << "; think " << fmt("%.3f ms", p.think_time_s * 1e3)
@@ -566,7 +587,12 @@ void print_projection(std::ostream& out, const Projection& p) {
         << " (device " << fmt("%.3f ms", p.cycle_device_s * 1e3) << "), "
         << fmt("%.2f", p.flushes_per_cycle) << " flushes per cycle\n";
   out << "clients " << p.clients_hi << ", vcpus " << p.vcpus;
-  if (p.capture_cores > 0)
+  if (p.capture_vcpus != p.vcpus && p.capture_cores > 0)
+    out << " (" << p.capture_vcpus << " at capture, of which the capture took " << fmt("%.2f", p.capture_cores)
+        << ": projected without it)";
+  else if (p.capture_vcpus != p.vcpus)
+    out << " (" << p.capture_vcpus << " at capture)";
+  else if (p.capture_cores > 0)
     out << " (the capture took " << fmt("%.2f", p.capture_cores) << " of them: projected without it)";
   if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
   out << "\n\n";
@@ -575,9 +601,9 @@ void print_projection(std::ostream& out, const Projection& p) {
                 "lat avg ms", "lat p99 ms", "read/s", "write/s", "flush/tx", "bottleneck");
   out << line;
   for (const auto& t : p.tiers) {
-    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f %9.3f  %s %.0f%%\n",
+    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f %9.3f  %s\n",
                   t.tier.c_str(), t.tps, t.ratio, t.latency_s * 1e3, t.p99_s * 1e3, t.read_iops,
-                  t.write_iops, t.flushes_per_tx, t.bottleneck.c_str(), t.bottleneck_utilisation * 100);
+                  t.write_iops, t.flushes_per_tx, bottleneck_text(t).c_str());
     out << line;
   }
   if (p.clients_lo < p.clients_hi) {
@@ -610,11 +636,14 @@ std::string projection_json(const Projection& p, int indent) {
   j["source"] = p.source;
   j["clients"] = {p.clients_lo, p.clients_hi};
   j["vcpus"] = p.vcpus;
+  j["capture_vcpus"] = p.capture_vcpus;
   j["capture_cores"] = p.capture_cores;
   j["memory_bytes"] = p.memory_bytes;
   j["capture_memory_bytes"] = p.capture_memory_bytes;
   j["read_factor"] = p.read_factor;
-  j["per_transaction"] = {{"cpu_ms", p.cpu_s_per_tx * 1e3},
+  // No CPU samples: the CPU's time is in "other" and its figures are null.
+  const nlohmann::json no_cpu;
+  j["per_transaction"] = {{"cpu_ms", p.cpu_modelled ? nlohmann::json(p.cpu_s_per_tx * 1e3) : no_cpu},
                           {"device_reads", p.reads_per_tx},
                           {"sync_writes", p.sync_writes_per_tx},
                           {"wal_flushes", p.flushes_per_tx},
@@ -644,7 +673,8 @@ std::string projection_json(const Projection& p, int indent) {
                   {"wal_flushes_per_tx", t.flushes_per_tx},
                   {"bottleneck", t.bottleneck},
                   {"bottleneck_utilisation", t.bottleneck_utilisation},
-                  {"time_ms", {{"cpu", t.split.cpu_s * 1e3}, {"storage", t.split.storage_s * 1e3},
+                  {"time_ms", {{"cpu", p.cpu_modelled ? nlohmann::json(t.split.cpu_s * 1e3) : no_cpu},
+                               {"storage", t.split.storage_s * 1e3},
                                {"other", t.split.other_s * 1e3}, {"think", t.split.think_s * 1e3}}},
                   {"curve", c}});
   }

@@ -41,8 +41,10 @@
 //             for tokens (response time N/X - Z). A burst bucket projects
 //             the sustained (refill) rate.
 //   other   — delay station: what the capture's mean transaction latency
-//             holds beyond the model at the captured client count on the
-//             captured device (network round trips, locks, client time).
+//             holds beyond the model at the captured client count, on the
+//             captured device with the captured vCPUs (network round trips,
+//             locks, client time). It is the same on every tier and for
+//             every --vcpus, so more vCPUs only shorten the CPU's queue.
 //
 // Reads per transaction follow the miss-ratio curve when `memory_bytes`
 // differs from the capture's memory (see project.cpp, memory_factor).
@@ -68,7 +70,7 @@ namespace tierlab::models {
 struct ProjectOptions {
   int clients_lo = 0;  // 0: the capture's client count
   int clients_hi = 0;
-  int vcpus = 0;       // 0: Meta "cpu.count" of the capture, else this machine's
+  int vcpus = 0;       // the target's; 0: as captured
   double memory_bytes = 0;          // 0: the capture's
   double capture_memory_bytes = 0;  // overrides the trace's Meta "memory.bytes"
   // Leave the writes the kernel issues on its own (writeback of buffered
@@ -105,7 +107,10 @@ struct TierProjection {
   double write_iops = 0;
   double bytes_per_s = 0;
   double flushes_per_tx = 0; // WAL flushes per transaction at this throughput
-  std::string bottleneck;    // "cpu", "storage", "read_iops cap", ... or "clients"
+  // The busiest resource: "cpu", "storage", "IOPS cap", ...; "clients" when
+  // the network has none with any demand (no CPU samples, no device I/O):
+  // throughput then follows the clients' own cycle (think time + other).
+  std::string bottleneck;
   double bottleneck_utilisation = 0;
   double ratio = 1;          // tps / the first tier's tps
   TimeSplit split;
@@ -115,7 +120,11 @@ struct TierProjection {
 struct Projection {
   std::string source;
   int clients_lo = 0, clients_hi = 0;
-  int vcpus = 0;
+  int vcpus = 0;          // the target's, every tier is projected with
+  // The server's at capture (Meta "cpu.count", else this machine's): "other"
+  // is calibrated with these, so the target's count changes only the CPU's
+  // queueing.
+  int capture_vcpus = 0;
   // Cores the capture itself kept busy on the server's machine (profile's
   // capture_cores_busy): taken from the server at capture, given back on
   // every tier.
@@ -123,6 +132,10 @@ struct Projection {
   double memory_bytes = 0;
   double capture_memory_bytes = 0;
   double read_factor = 1;     // reads per transaction relative to the capture
+  // False when the trace has no CPU samples: the CPU is then no resource of
+  // the network, its time is in "other" (calibrated on the capture), and
+  // cpu_s_per_tx and every tier's split.cpu_s are 0.
+  bool cpu_modelled = true;
   double cpu_s_per_tx = 0;
   double reads_per_tx = 0;
   double sync_writes_per_tx = 0;
@@ -152,6 +165,9 @@ Projection project(const Profile& profile, const std::vector<Tier>& tiers,
 
 // Mean of a latency distribution as the shaper draws it, seconds.
 double mean_latency_s(const Latency& l);
+
+// A tier's bottleneck as the reports print it: "storage 83%", or "clients".
+std::string bottleneck_text(const TierProjection& t);
 
 void print_projection(std::ostream& out, const Projection& p);
 std::string projection_json(const Projection& p, int indent = 2);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <sstream>
+#include <vector>
 
 namespace tierlab::models {
 namespace {
@@ -171,23 +172,27 @@ void read_latency(const json& j, const Ctx& c, Latency& l) {
 }
 
 Tier read_tier(const json& j, const Ctx& c, const Catalog& known) {
-  check_keys(j, c,
+  if (!j.is_object()) c.fail("expected an object");
+  // Every message about the tier names it ("tiers[1] (gp3-6k).iopz"), once
+  // it has a usable name.
+  Ctx tc = c;
+  if (auto it = j.find("name"); it != j.end() && it->is_string() && !it->get_ref<const std::string&>().empty())
+    tc.path += " (" + it->get<std::string>() + ")";
+  check_keys(j, tc,
              {"name", "base", "description", "iops", "read_iops", "write_iops", "throughput_mib_s",
               "bucket_ms", "io_unit_kib", "merge_sequential", "count_flushes", "parallelism", "latency",
               "burst"});
   if (!j.contains("name")) c.fail("missing key \"name\"");
   Tier t;
   if (j.contains("base")) {
-    auto base = get_string(j["base"], c.at("base"));
+    auto base = get_string(j["base"], tc.at("base"));
     const Tier* b = known.find(base);
-    if (!b) c.at("base").fail("unknown tier \"" + base + "\" (known: " + known.names() + ")");
+    if (!b) tc.at("base").fail("unknown tier \"" + base + "\" (known: " + known.names() + ")");
     t = *b;
     t.description.clear();
   }
   t.name = get_string(j["name"], c.at("name"));
   if (t.name.empty()) c.at("name").fail("empty name");
-  Ctx tc = c;
-  tc.path += " (" + t.name + ")";
   if (j.contains("description")) t.description = get_string(j["description"], tc.at("description"));
   if (j.contains("iops")) t.total_iops = get_number(j["iops"], tc.at("iops"), 0, kBig);
   if (j.contains("read_iops")) t.read_iops = get_number(j["read_iops"], tc.at("read_iops"), 0, kBig);
@@ -275,7 +280,7 @@ std::string to_json(const Tier& t) {
   j["bucket_ms"] = static_cast<double>(t.bucket_ns) / 1e6;
   j["io_unit_kib"] = t.io_unit_bytes / 1024;
   j["merge_sequential"] = t.merge_sequential;
-  if (t.count_flushes) j["count_flushes"] = true;
+  j["count_flushes"] = t.count_flushes;
   j["parallelism"] = t.parallelism;
   j["latency"] = {{"read", latency_json(t.read)},
                   {"write", latency_json(t.write)},
@@ -302,10 +307,48 @@ void Catalog::load_file(const std::string& path) {
 }
 
 void Catalog::load_json(std::string_view text, const std::string& name) {
+  // Where the parser is, as the messages below spell a path ("tiers[1].iops"):
+  // a number too large for a double ("1e400") parses as JSON but stops the
+  // parser with no position of its own.
+  struct Frame {
+    bool array = false;
+    size_t index = 0;
+    std::string key;
+  };
+  std::vector<Frame> at;
+  auto where = [&] {
+    std::string path;
+    for (const auto& f : at)
+      path += f.array ? "[" + std::to_string(f.index) + "]" : (path.empty() ? "" : ".") + f.key;
+    return path.empty() ? std::string("top level") : path;
+  };
+  json::parser_callback_t track = [&](int, json::parse_event_t ev, json& parsed) {
+    switch (ev) {
+      case json::parse_event_t::object_start: at.push_back({false, 0, ""}); break;
+      case json::parse_event_t::array_start: at.push_back({true, 0, ""}); break;
+      case json::parse_event_t::key: at.back().key = parsed.get<std::string>(); break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end:
+        at.pop_back();
+        [[fallthrough]];
+      case json::parse_event_t::value:
+        if (!at.empty() && at.back().array) ++at.back().index;
+        break;
+    }
+    return true;
+  };
   json doc;
   try {
-    doc = json::parse(text);
+    doc = json::parse(text, track);
   } catch (const json::parse_error& e) {
+    throw InputError(name + ": not valid JSON: " + e.what());
+  } catch (const json::out_of_range& e) {
+    // "[json.exception.out_of_range.406] number overflow parsing '1e400'"
+    std::string what = e.what();
+    auto q = what.find('\'');
+    std::string number = q == std::string::npos ? std::string() : what.substr(q + 1, what.rfind('\'') - q - 1);
+    throw InputError(name + ": " + where() + ": number " + number + " is out of range");
+  } catch (const json::exception& e) {
     throw InputError(name + ": not valid JSON: " + e.what());
   }
   // Three shapes: {"tiers": [...]}, [...], or one tier object (what

@@ -108,6 +108,103 @@ TEST_CASE("project: the cores the capture took are given back to the server", "[
   CHECK(project(p, {native}, o).tiers[0].tps == Approx(4000).epsilon(0.01));
 }
 
+TEST_CASE("project: more vCPUs never lower throughput, and other is calibrated on the captured vCPUs", "[project]") {
+  // A CPU-bound read-only capture on 2 vCPUs (pgbench -S -c 8 like): 8
+  // clients at 14,500 tps, 0.12 ms of CPU per transaction, 87% busy.
+  Profile p = base_profile();
+  p.clients = 8;
+  p.mean_clients = 8;
+  p.tps = 14500;
+  p.cpu_s_per_tx = 0.00012;
+  p.reads_per_tx = 0;
+  p.read_bytes_per_tx = 0;
+  p.think_time_s = 0.00005;
+  p.latency = {100000, 8 / 14500.0 - 0.00005, 0.0004, 0.002};
+  p.vcpus = 2;
+  const Tier native = fixed_tier("native", 0.2, 0);
+  ProjectOptions o;
+  auto as_captured = project(p, {native}, o);
+  REQUIRE(as_captured.vcpus == 2);
+  REQUIRE(as_captured.capture_vcpus == 2);
+  REQUIRE(as_captured.other_s > 0);
+  CHECK(as_captured.tiers[0].tps == Approx(14500).epsilon(1e-6));
+  double last = 0;
+  for (int v : {1, 2, 3, 4, 8, 16}) {
+    o.vcpus = v;
+    auto pr = project(p, {native}, o);
+    INFO("vcpus " << v);
+    CHECK(pr.vcpus == v);
+    CHECK(pr.capture_vcpus == 2);
+    // The capture is the same whatever the target: same "other", and the
+    // model still reproduces it.
+    CHECK(pr.other_s == Approx(as_captured.other_s).epsilon(1e-9));
+    CHECK(pr.modelled_capture_tps == Approx(14500).epsilon(1e-6));
+    if (v == 1) CHECK(pr.tiers[0].tps < as_captured.tiers[0].tps * 0.99);
+    if (v > 2) CHECK(pr.tiers[0].tps > as_captured.tiers[0].tps * 1.01);
+    CHECK(pr.tiers[0].tps >= last);
+    CHECK(pr.tiers[0].split.other_s == Approx(as_captured.other_s).epsilon(1e-9));
+    last = pr.tiers[0].tps;
+    std::ostringstream text;
+    print_projection(text, pr);
+    CHECK(text.str().find(v == 2 ? "vcpus 2\n" : "vcpus " + std::to_string(v) + " (2 at capture)\n") !=
+          std::string::npos);
+  }
+  // The capture's own cores, with another target.
+  p.capture_cores_busy = 0.25;
+  o.vcpus = 4;
+  std::ostringstream text;
+  print_projection(text, project(p, {native}, o));
+  CHECK(text.str().find("vcpus 4 (2 at capture, of which the capture took 0.25: projected without it)") !=
+        std::string::npos);
+  p.capture_cores_busy = 0;
+  // Without a CPU count in the trace the capture is taken to have run on
+  // this machine, and the note says so; --vcpus still sets only the target.
+  p.vcpus = 0;
+  o.vcpus = 64;
+  auto unknown = project(p, {native}, o);
+  CHECK(unknown.vcpus == 64);
+  CHECK(unknown.capture_vcpus >= 1);
+  CHECK(unknown.modelled_capture_tps == Approx(14500).epsilon(1e-6));
+  bool noted = false;
+  for (const auto& n : unknown.notes) noted = noted || n.find("cpu.count") != std::string::npos;
+  CHECK(noted);
+}
+
+TEST_CASE("project: without CPU samples the CPU is no resource and its time is in other", "[project]") {
+  Profile p = base_profile();
+  p.has_cpu = false;
+  p.cpu_s_per_tx = 0.0005;  // ignored: not measured
+  Tier t = fixed_tier("native", 0.2, 0);
+  t.parallelism = 4;
+  ProjectOptions o;
+  o.vcpus = 1;
+  auto pr = project(p, {t}, o);
+  CHECK_FALSE(pr.cpu_modelled);
+  CHECK(pr.cpu_s_per_tx == 0);
+  CHECK(pr.tiers[0].split.cpu_s == 0);
+  // The model still gives the measured latency: what the reads do not
+  // explain is "other", the CPU's time with it.
+  CHECK(pr.tiers[0].latency_s == Approx(p.latency.mean_s).epsilon(1e-6));
+  CHECK(pr.other_s > 0.0012 - 2 * 0.0002 - 1e-9);
+  // The busiest resource is the storage, never a CPU with no demand.
+  CHECK(pr.tiers[0].bottleneck == "storage");
+  std::ostringstream text;
+  print_projection(text, pr);
+  CHECK(text.str().find("cpu not sampled (in other)") != std::string::npos);
+  CHECK(text.str().find("its time is in 'other'") != std::string::npos);
+  CHECK(projection_json(pr).find("\"cpu_ms\": null") != std::string::npos);
+
+  // Without device I/O either, nothing the network serves has any demand:
+  // throughput follows the clients' cycle.
+  p.has_block_io = false;
+  p.reads_per_tx = 0;
+  p.read_bytes_per_tx = 0;
+  auto none = project(p, {t}, o);
+  CHECK(none.tiers[0].bottleneck == "clients");
+  CHECK(bottleneck_text(none.tiers[0]) == "clients");
+  CHECK(none.tiers[0].tps == Approx(4 / (0.0012 + 0.001)).epsilon(1e-6));
+}
+
 TEST_CASE("project: an IOPS cap bounds throughput and is the bottleneck", "[project]") {
   Profile p = base_profile();
   ProjectOptions o;

@@ -111,8 +111,13 @@ TEST_CASE("a bad tiers file gives an error naming the file and the key", "[tiers
   std::remove(path.c_str());
 
   Catalog c = Catalog::builtin();
+  // An unknown key names the tier it is in, as docs/tiers.md shows.
   require_input_error([&] { c.load_json(R"({"tiers": [{"name": "x", "iopz": 3}]})", "t.json"); },
-                      {"t.json", "tiers[0]", "iopz", "unknown key"});
+                      {"t.json: tiers[0] (x).iopz: unknown key (known: name, base, "});
+  require_input_error([&] { c.load_json(R"({"tiers": [{"iopz": 3, "name": "y"}]})", "t.json"); },
+                      {"t.json: tiers[0] (y).iopz: unknown key"});
+  require_input_error([&] { c.load_json(R"([{"name": "x", "base": "nope"}])", "t.json"); },
+                      {"t.json: [0] (x).base: unknown tier \"nope\""});
   require_input_error([&] { c.load_json(R"({"tiers": [{"iops": 3}]})", "t.json"); },
                       {"t.json", "tiers[0]", "name"});
   require_input_error([&] { c.load_json("{not json", "t.json"); }, {"t.json", "JSON"});
@@ -132,6 +137,23 @@ TEST_CASE("a bad tiers file gives an error naming the file and the key", "[tiers
                       {"t.json", "count_flushes"});
   require_input_error([&] { models::load_catalog("/nonexistent/tiers.json"); },
                       {"/nonexistent/tiers.json"});
+}
+
+TEST_CASE("a number too large for a double names the file and where it is", "[tiers]") {
+  Catalog c = Catalog::builtin();
+  require_input_error([&] { c.load_json(R"([{"name":"x","iops":1e400}])", "big.json"); },
+                      {"big.json: [0].iops: number 1e400 is out of range"});
+  require_input_error(
+      [&] {
+        c.load_json(R"({"tiers": [{"name": "a", "iops": 1, "latency": {"read": {"p50_us": 2}}},
+                                  {"name": "b", "latency": {"write": {"dist": "fixed", "p50_us": -1e999}}}]})",
+                    "big.json");
+      },
+      {"big.json: tiers[1].latency.write.p50_us: number -1e999 is out of range"});
+  require_input_error([&] { c.load_json("1e400", "big.json"); }, {"big.json: top level: number 1e400"});
+  // Nothing else changed in the catalog.
+  CHECK(c.find("x") == nullptr);
+  CHECK(c.find("a") == nullptr);
 }
 
 TEST_CASE("an unknown tier lists the known names", "[tiers]") {

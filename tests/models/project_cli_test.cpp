@@ -1,0 +1,136 @@
+// tierlab project through the real binary, on a small synthetic trace: what
+// a proxy-only capture gives (transactions, no CPU samples, no block I/O).
+#include "support/support.h"
+#include "trace/writer.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+using tierlab::test::count_lines;
+using tierlab::test::run_tierlab;
+using tierlab::test::TempDir;
+
+namespace {
+
+constexpr int64_t kMs = 1000000;
+
+// Four sessions, each running 200 autocommit SELECTs of 1 ms with 0.5 ms
+// between them.
+void write_proxy_trace(const std::string& path) {
+  auto w = tierlab::trace::open_writer(path);
+  for (uint64_t s = 1; s <= 4; ++s)
+    w->write(0, s, tierlab::trace::SessionBegin{"u", "db", "app", "127.0.0.1:1", int32_t(100 + s), 0});
+  for (int i = 0; i < 200; ++i)
+    for (uint64_t s = 1; s <= 4; ++s) {
+      int64_t t = kMs + i * (3 * kMs / 2) + static_cast<int64_t>(s) * 1000;
+      w->write(t, s, tierlab::trace::Query{"SELECT 1"});
+      w->write(t + kMs, s, tierlab::trace::Ready{'I'});
+    }
+  for (uint64_t s = 1; s <= 4; ++s) w->write(400 * kMs, s, tierlab::trace::SessionEnd{});
+  w->close();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+bool exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("project: without CPU samples profile and project both put the CPU's time in other",
+          "[project][cli]") {
+  TempDir dir;
+  std::string trace = dir.file("proxy.tlt");
+  write_proxy_trace(trace);
+
+  auto prof = run_tierlab({"profile", trace});
+  INFO(prof.err);
+  REQUIRE(prof.status == 0);
+  CHECK(prof.out.find("cpu: not sampled") != std::string::npos);
+  CHECK(prof.out.find("CPU time per transaction is unknown") != std::string::npos);
+  CHECK(prof.out.find("estimated") == std::string::npos);
+
+  auto r = run_tierlab({"project", trace, "--tier", "nvme-local", "--tier", "ebs-gp3"});
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("cpu not sampled (in other)") != std::string::npos);
+  CHECK(r.out.find("cpu 0.000 ms") == std::string::npos);
+  CHECK(r.out.find("its time is in 'other'") != std::string::npos);
+  // Nothing the network serves has any demand: the clients set the pace,
+  // not a CPU that is not modelled.
+  CHECK(r.out.find(" cpu 0%") == std::string::npos);
+  CHECK(r.out.find("  clients\n") != std::string::npos);
+
+  auto j = run_tierlab({"project", trace, "--tier", "nvme-local", "--json", "-"});
+  REQUIRE(j.status == 0);
+  auto pj = nlohmann::json::parse(j.out);
+  CHECK(pj["per_transaction"]["cpu_ms"].is_null());
+  CHECK(pj["tiers"][0]["time_ms"]["cpu"].is_null());
+  CHECK(pj["per_transaction"]["other_ms"].get<double>() > 0.9);
+  CHECK(pj["tiers"][0]["bottleneck"] == "clients");
+}
+
+TEST_CASE("project: --json - and --html - write to stdout, and output paths are checked first",
+          "[project][cli]") {
+  TempDir dir;
+  std::string trace = dir.file("proxy.tlt");
+  write_proxy_trace(trace);
+  // Run in the directory where a file named "-" would land.
+  char here[4096];
+  REQUIRE(::getcwd(here, sizeof here) != nullptr);
+  REQUIRE(::chdir(dir.path().c_str()) == 0);
+  struct Back {
+    const char* to;
+    ~Back() { (void)!::chdir(to); }
+  } back{here};
+
+  auto j = run_tierlab({"project", trace, "--tier", "nvme-local", "--json", "-"});
+  INFO(j.err);
+  REQUIRE(j.status == 0);
+  auto pj = nlohmann::json::parse(j.out);  // stdout is the JSON alone
+  CHECK(pj["tiers"][0]["tier"] == "nvme-local");
+  CHECK_FALSE(exists("-"));
+
+  std::string json = dir.file("p.json");
+  auto h = run_tierlab({"project", trace, "--tier", "nvme-local", "--html", "-", "--json", json});
+  REQUIRE(h.status == 0);
+  CHECK(h.out.rfind("<!DOCTYPE html>", 0) == 0);
+  CHECK(nlohmann::json::parse(slurp(json))["tiers"][0]["tier"] == "nvme-local");
+  CHECK_FALSE(exists("-"));
+
+  auto both = run_tierlab({"project", trace, "--tier", "nvme-local", "--html", "-", "--json", "-"});
+  CHECK(both.status == 2);
+  CHECK(count_lines(both.err) == 1);
+
+  // A path that cannot be written fails before anything is computed or
+  // printed: one line naming the option and the path, status 2.
+  for (const char* opt : {"--json", "--html"}) {
+    std::string bad = dir.file("no/such/dir/out");
+    auto r = run_tierlab({"project", trace, "--tier", "nvme-local", opt, bad});
+    INFO(opt << ": " << r.out << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.find(std::string(opt) + " " + bad) != std::string::npos);
+  }
+  // The trace is read after the outputs are created; a bad trace leaves no
+  // empty output behind.
+  std::string out = dir.file("never.json");
+  auto m = run_tierlab({"project", dir.file("missing.tlt"), "--tier", "nvme-local", "--json", out});
+  CHECK(m.status == 2);
+  CHECK_FALSE(exists(out));
+}
