@@ -106,7 +106,9 @@ struct Slot {
   uint8_t flags = 0;
   bool counted = true;      // part of the main run's stats
   bool was_short = false;   // counted in short_ios already
+  Nanos ready = 0;          // when it could go: its latency starts here
   Nanos issued = 0;         // first submission
+  Nanos freed = 0;          // when the slot was last freed (closed loop: the next I/O's ready)
   Nanos tier_done = 0;      // when the tier completes it (0 = no tier)
   Nanos device_done = 0;
 };
@@ -157,7 +159,7 @@ class Engine {
   void loop(IoSource& src, bool open_loop, bool counted);
   // Reads the next issuable request into next_; `now` checks --runtime.
   bool fetch(IoSource& src, bool counted, Nanos now);
-  void issue(uint32_t slot_idx, Nanos now);
+  void issue(uint32_t slot_idx, Nanos ready, Nanos now);
   void prep(uint32_t slot_idx);
   // Submits the prepared requests without waiting.
   void submit_pending();
@@ -341,10 +343,11 @@ void Engine::check_submit(int rc) {
     fail(errno_message("io_uring_enter", -rc));
 }
 
-void Engine::issue(uint32_t i, Nanos now) {
+void Engine::issue(uint32_t i, Nanos ready, Nanos now) {
   Slot& s = slots_[i];
   s.done = 0;
   s.was_short = false;
+  s.ready = ready;
   s.issued = now;
   s.tier_done = 0;
   if (o_.shaper && s.counted)
@@ -406,7 +409,7 @@ void Engine::finish(uint32_t i, Nanos now) {
       done = std::max(s.tier_done, s.device_done);
       r_.release_lag.record(now - done);
     }
-    Nanos lat = done - s.issued;
+    Nanos lat = done - s.ready;
     OpStats& st = r_.op[size_t(s.op)];
     ++st.ios;
     st.bytes += s.done;
@@ -419,6 +422,7 @@ void Engine::finish(uint32_t i, Nanos now) {
     if (o_.completion_log && o_.completion_log->size() < o_.completion_log->capacity())
       o_.completion_log->push_back(s.tier_done ? s.tier_done : done);
   }
+  s.freed = now;
   free_.push_back(i);
 }
 
@@ -473,6 +477,8 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
   // The schedule's epoch: every request is due at epoch + (at - t0).
   const Nanos epoch = mono_ns() + (open_loop ? 200'000 : 0);
   if (counted) start_ = open_loop ? epoch : mono_ns();
+  // Closed loop: every slot is ready at the start (its stream's first I/O).
+  for (Slot& s : slots_) s.freed = counted ? start_ : 0;
 
   for (;;) {
     Nanos now = mono_ns();
@@ -523,7 +529,9 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       s.op = next_.op;
       s.flags = next_.flags;
       s.counted = counted;
-      issue(i, now);
+      // Closed loop: the I/O was ready when its slot freed, not only once
+      // the submissions before it in this pass were done.
+      issue(i, open_loop ? now : std::min(std::max(s.freed, start_), now), now);
       if (o_.submit_batch && pending_ >= o_.submit_batch) submit_pending();
       have_next_ = fetch(src, counted, now);
     }

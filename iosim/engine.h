@@ -107,12 +107,19 @@ struct EngineOptions {
 struct OpStats {
   uint64_t ios = 0;
   uint64_t bytes = 0;
-  Histogram lat;         // latency as reported (ns), from just before the
-                         // submitting io_uring_enter (fio's lat, not its
-                         // clat: a virtual disk may serve the I/O within
-                         // the submission) to the completion; with a tier,
-                         // to max(tier completion, device completion)
-  Histogram device_lat;  // what the device alone took (ns)
+  Histogram lat;         // latency as reported (ns), fio's lat (not its
+                         // clat: a virtual disk may serve the I/O within the
+                         // submission), from when the I/O could go to its
+                         // completion; with a tier, to max(tier completion,
+                         // device completion). Closed loop: from the moment
+                         // its slot was freed (the loop's start for the first
+                         // iodepth I/Os), so that time waiting behind other
+                         // submissions of the same pass is counted and
+                         // IOPS x mean lat = iodepth (Little's law). Open
+                         // loop: from just before its submitting
+                         // io_uring_enter (lateness before that is issue_lag).
+  Histogram device_lat;  // what the device alone took (ns), from just before
+                         // the submitting io_uring_enter
 };
 
 struct EngineResult {

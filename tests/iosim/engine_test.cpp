@@ -165,6 +165,45 @@ TEST_CASE("engine: a missing target without --size is an input error", "[engine]
   CHECK_THROWS_AS(run_engine(o, src), InputError);
 }
 
+TEST_CASE("engine: closed loop latency obeys Little's law (IOPS x mean lat = iodepth)", "[engine]") {
+  // In a closed loop every slot holds one I/O from the moment it frees to
+  // its next completion, so the mean number in flight, IOPS x mean latency,
+  // is the depth whatever the machine's speed. Latency that started only at
+  // each I/O's own submission would miss the time it waited behind the
+  // other submissions of its pass and come out well under the depth.
+  require_io_uring();
+  TempDir tmp;
+  std::string file = (tmp.path / "little").string();
+  const uint32_t depth = GENERATE(4u, 32u);
+  const bool direct = GENERATE(false, true);
+  const uint32_t batch = GENERATE(1u, 0u);
+  INFO("iodepth " << depth << ", direct " << direct << ", submit_batch " << batch);
+  EngineOptions o;
+  o.target = file;
+  o.size = 32 << 20;
+  o.iodepth = depth;
+  o.submit_batch = batch;
+  o.max_block = 4096;
+  o.direct = direct;
+  PatternSource src(IoOp::Read, o.size, 4096, 40'000, true);
+  EngineResult r;
+  try {
+    r = run_engine(o, src);
+  } catch (const InputError& e) {
+    if (direct && std::string(e.what()).find("O_DIRECT") != std::string::npos) return;  // not on this fs
+    throw;
+  }
+  REQUIRE(r.ios == 40'000);
+  const double iops = double(r.ios) / (double(r.elapsed_ns) / 1e9);
+  const double in_flight = iops * r.lat.mean() / 1e9;
+  INFO("IOPS " << iops << ", mean lat " << r.lat.mean() / 1e3 << " us, device " << r.op[0].device_lat.mean() / 1e3
+               << " us: " << in_flight << " in flight");
+  // Only the drain at the end (the last `depth` I/Os) runs below the depth.
+  CHECK(in_flight == Approx(depth).epsilon(0.05));
+  // The device's own time starts at the submission: never longer.
+  CHECK(r.op[0].device_lat.mean() <= r.lat.mean());
+}
+
 TEST_CASE("engine: open loop issues at the scheduled times", "[engine]") {
   require_io_uring();
   TempDir tmp;
