@@ -137,10 +137,11 @@ void run_iosim(const RunOptions& o) {
     bool writes = false;
     for (const auto& q : sched) {
       eo.max_block = std::max(eo.max_block, q.length);
-      writes |= q.op == trace::IoOp::Write;
+      writes |= q.op == trace::IoOp::Write || q.op == trace::IoOp::Discard;
     }
     eo.open_loop = true;
     eo.verify_existing = !writes;
+    eo.read_only = !writes;
     what = "trace=" + o.trace + " (" + std::to_string(sched.size()) + " I/Os, open loop)";
     source = std::make_unique<iosim::VectorSource>(std::move(sched));
   } else {
@@ -154,6 +155,7 @@ void run_iosim(const RunOptions& o) {
     iosim::validate(spec);
     eo.max_block = uint32_t(spec.bs);
     eo.verify_existing = spec.rw == iosim::Rw::RandRead || spec.rw == iosim::Rw::Read;
+    eo.read_only = eo.verify_existing;
     // Like fio: without --runtime or --ios, transfer --size bytes once.
     if (!eo.runtime_ns && !eo.max_ios) eo.max_ios = spec.size / spec.bs;
     what = "rw=" + std::string(iosim::rw_name(spec.rw)) + " bs=" + o.bs +

@@ -215,7 +215,10 @@ void Engine::open_target() {
     throw InputError(errno_message(o_.target, errno));
   if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
     throw InputError(o_.target + ": not a regular file or block device");
-  int flags = O_RDWR | O_CLOEXEC;
+  // Read-only when the source only reads, unless the file has to be made or
+  // grown to --size.
+  const bool grow = !exists || (S_ISREG(st.st_mode) && o_.size > uint64_t(st.st_size));
+  int flags = (o_.read_only && !grow ? O_RDONLY : O_RDWR) | O_CLOEXEC;
   if (o_.direct) flags |= O_DIRECT;
   if (!exists) {
     if (!o_.allow_create || o_.size == 0)

@@ -96,6 +96,10 @@ struct EngineOptions {
   // skipped without it (EngineResult::cpu_latency_held says which).
   bool hold_cpu_latency = true;
   bool allow_create = true;  // a missing regular file is created with --size
+  // The source only reads (and flushes): the target is opened read-only
+  // unless it has to be created or extended to `size`, so a file the user
+  // may only read can be driven, as fio does.
+  bool read_only = false;
   // If set, receives the completion time of each counted I/O, up to its
   // capacity (reserve it beforehand: the loop never grows it): the tier's
   // time under a tier (what its caps govern; a device or a descheduled loop

@@ -10,6 +10,9 @@
 #include <liburing.h>
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -202,6 +205,70 @@ TEST_CASE("engine: closed loop latency obeys Little's law (IOPS x mean lat = iod
   CHECK(in_flight == Approx(depth).epsilon(0.05));
   // The device's own time starts at the submission: never longer.
   CHECK(r.op[0].device_lat.mean() <= r.lat.mean());
+}
+
+TEST_CASE("engine: a read-only source drives a file it may not write", "[engine]") {
+  require_io_uring();
+  TempDir tmp;
+  std::string file = (tmp.path / "ro").string();
+  {
+    std::ofstream f(file, std::ios::binary);
+    std::string data(1 << 20, 'r');
+    f << data;
+  }
+  // Not writable: immutable as root (chattr +i), mode 0444 otherwise.
+  struct Unlock {
+    std::string path;
+    bool immutable = false;
+    ~Unlock() {
+      if (!immutable) return;
+      int fd = ::open(path.c_str(), O_RDONLY);
+      int flags = 0;
+      if (fd >= 0 && ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0) {
+        flags &= ~FS_IMMUTABLE_FL;
+        ioctl(fd, FS_IOC_SETFLAGS, &flags);
+      }
+      if (fd >= 0) ::close(fd);
+    }
+  } unlock{file};
+  if (::geteuid() == 0) {
+    int fd = ::open(file.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    int flags = 0;
+    bool ok = ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0;
+    flags |= FS_IMMUTABLE_FL;
+    ok = ok && ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+    ::close(fd);
+    if (!ok) {
+      std::printf("skipped: %s cannot be made immutable here\n", file.c_str());
+      std::exit(77);
+    }
+    unlock.immutable = true;
+  } else {
+    REQUIRE(::chmod(file.c_str(), 0444) == 0);
+  }
+  REQUIRE(::open(file.c_str(), O_RDWR) < 0);  // the file really is read-only
+
+  EngineOptions o;
+  o.target = file;
+  o.iodepth = 8;
+  o.max_block = 4096;
+  o.read_only = true;
+  PatternSource reads(IoOp::Read, 1 << 20, 4096, 1000, true);
+  EngineResult r = run_engine(o, reads);
+  CHECK(r.ios == 1000);
+  // A flush on a read-only descriptor is fine too.
+  VectorSource flush({TimedIo{0, 0, 4096, IoOp::Read, 0}, TimedIo{0, 0, 0, IoOp::Flush, 0}});
+  CHECK(run_engine(o, flush).ios == 2);
+  // Growing it to --size needs write access: the open says why it failed.
+  o.size = 2 << 20;
+  PatternSource more(IoOp::Read, 1 << 20, 4096, 10, true);
+  CHECK_THROWS_AS(run_engine(o, more), InputError);
+  // Without read_only the target is opened for writing, and refused.
+  o.size = 0;
+  o.read_only = false;
+  PatternSource again(IoOp::Read, 1 << 20, 4096, 10, true);
+  CHECK_THROWS_AS(run_engine(o, again), InputError);
 }
 
 TEST_CASE("engine: open loop issues at the scheduled times", "[engine]") {
