@@ -1,5 +1,6 @@
 // tierlab iosim run: real I/O through io_uring, optionally shaped like a tier.
 #include "app/command.h"
+#include "app/stop_signals.h"
 
 #include "common/error.h"
 #include "common/units.h"
@@ -17,11 +18,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <thread>
 
 namespace tierlab::app {
 namespace {
@@ -83,6 +88,43 @@ uint64_t existing_size(const std::string& path) {
   if (bytes == 0) throw InputError(path + ": is empty (give --size)");
   return bytes;
 }
+
+const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+// SIGINT and SIGTERM during a run, taken by a watcher thread through
+// StopSignals: the first sets `signal` (the engine's stop flag: the run
+// stops issuing, drains and reports); a second one ends the process at once,
+// for a run whose drain does not finish. Construct before any other thread
+// starts; the destructor stops and joins the watcher.
+class RunStopper {
+ public:
+  RunStopper() : watcher_([this] { watch(); }) {}
+  ~RunStopper() {
+    done_.store(true);
+    watcher_.join();
+  }
+  RunStopper(const RunStopper&) = delete;
+  RunStopper& operator=(const RunStopper&) = delete;
+
+  const std::atomic<int>& signal() const { return signal_; }
+
+ private:
+  void watch() {
+    while (!done_.load()) {
+      int sig = signals_.wait(50'000'000);
+      if (!sig) continue;
+      if (signal_.exchange(sig) != 0) {
+        std::fprintf(stderr, "tierlab: iosim run: %s again: exiting without a summary\n", signal_name(sig));
+        std::_Exit(128 + sig);
+      }
+    }
+  }
+
+  StopSignals signals_;  // before the watcher starts: every thread inherits the mask
+  std::atomic<int> signal_{0};
+  std::atomic<bool> done_{false};
+  std::thread watcher_;
+};
 
 
 std::string human_count(double v) {
@@ -166,7 +208,9 @@ void print_summary(const RunOptions& o, const iosim::EngineOptions& eo, const io
   if (r.wrapped) std::printf(" wrapped=%llu", (unsigned long long)r.wrapped);
   if (r.skipped) std::printf(" skipped=%llu", (unsigned long long)r.skipped);
   std::printf("\n");
-  if (o.verify) std::printf("  verify: %.1f MiB checked, no mismatch\n", r.verified_bytes / 1048576.0);
+  if (o.verify)
+    std::printf("  verify: %.1f MiB checked, no mismatch%s\n", r.verified_bytes / 1048576.0,
+                r.stopped ? " (stopped: the written data was not read back)" : "");
 }
 
 void run_iosim(const RunOptions& o) {
@@ -231,7 +275,14 @@ void run_iosim(const RunOptions& o) {
   }
 
   OutputFile json(o.json == "-" ? "" : o.json, "--json");  // "-": stdout, at the end
-  iosim::EngineResult r = iosim::run_engine(eo, *source);
+  iosim::EngineResult r;
+  int stopped_by = 0;
+  {
+    RunStopper stopper;
+    eo.stop = &stopper.signal();
+    r = iosim::run_engine(eo, *source);
+    stopped_by = stopper.signal().load();
+  }
 
   const bool text = o.json != "-";  // --json -: JSON alone on stdout, as iosim simulate
   double secs = r.elapsed_ns > 0 ? r.elapsed_ns / 1e9 : 1e-9;
@@ -283,9 +334,18 @@ void run_iosim(const RunOptions& o) {
                              {"max", r.release_lag.max()}};
     }
     if (o.verify) j["verified_bytes"] = r.verified_bytes;
+    j["stopped"] = r.stopped ? signal_name(stopped_by) : "";
     std::string doc = j.dump(2) + "\n";
     if (o.json == "-") std::fwrite(doc.data(), 1, doc.size(), stdout);
     else json.write(doc);
+  }
+  if (r.stopped) {
+    // The results so far are out; the exit status says the run did not run
+    // its course (128 + the signal, as for a command the signal ended).
+    std::fflush(stdout);
+    std::fprintf(stderr, "tierlab: iosim run: stopped by %s after %.3f s; the results cover the %llu I/Os that ran\n",
+                 signal_name(stopped_by), r.elapsed_ns / 1e9, (unsigned long long)r.ios);
+    set_exit_status(128 + stopped_by);
   }
 }
 
@@ -313,7 +373,8 @@ void setup_iosim_run(CLI::App& parent) {
   sub->add_option("--tier", opt->tier, "hold completions back like this tier (tierlab tiers list)");
   sub->add_option("--tiers-file", opt->tiers_file, "JSON file with more tiers");
   sub->add_option("--runtime", opt->runtime,
-                  "run this long, above 0 (10s, 1m); pattern default: --size bytes once");
+                  "run this long, above 0 (10s, 1m); pattern default: --size bytes once. Ctrl-C (SIGINT) "
+                  "or SIGTERM stops a run early: the summary and --json cover what ran, exit 128 + signal");
   sub->add_option("--ios", opt->ios, "stop after this many I/Os");
   sub->add_flag("--verify", opt->verify, "write a known pattern and check it on read back");
   sub->add_flag("--rt", opt->rt, "run the I/O loop at real-time priority (SCHED_FIFO; root)");

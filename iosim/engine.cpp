@@ -28,6 +28,8 @@ constexpr unsigned kReapBatch = 64;
 // A wait shorter than this is spun rather than slept.
 constexpr Nanos kMinSleepNs = 20'000;
 constexpr uint64_t kSector = 512;
+// With EngineOptions::stop, no sleep is longer than this.
+constexpr Nanos kStopPollNs = 50'000'000;
 
 // How early to wake up for a deadline. A sleeping thread wakes late: by a
 // few microseconds on an idle machine, by tens to hundreds in a virtual
@@ -201,6 +203,9 @@ class Engine {
   bool prev_late_ = false;         // the last issue was later than kLateIssueNs
   Nanos last_at_ = 0;
   bool stop_ = false;
+  bool stop_requested() const {
+    return o_.stop && o_.stop->load(std::memory_order_relaxed) != 0;
+  }
   uint64_t issued_ = 0;
   Nanos start_ = 0;
   Nanos last_done_ = 0;
@@ -463,10 +468,7 @@ bool Engine::fetch(IoSource& src, bool counted, Nanos now) {
         q.offset -= q.offset % align_;
       }
     }
-    if (counted) {
-      ++issued_;
-      last_at_ = q.at;
-    }
+    if (counted) ++issued_;
     next_late_ = false;
     return true;
   }
@@ -485,6 +487,11 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
 
   for (;;) {
     Nanos now = mono_ns();
+    // 0. A stop request: issue nothing more; what is in flight completes.
+    if (counted && have_next_ && stop_requested()) {
+      have_next_ = false;
+      r_.stopped = true;
+    }
     // 1. Release held completions whose tier time has come.
     while (!held_.empty() && held_.front().release <= now) {
       std::pop_heap(held_.begin(), held_.end(), std::greater<Held>());
@@ -532,6 +539,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       s.op = next_.op;
       s.flags = next_.flags;
       s.counted = counted;
+      if (counted) last_at_ = next_.at;
       // Closed loop: the I/O was ready when its slot freed, not only once
       // the submissions before it in this pass were done.
       issue(i, open_loop ? now : std::min(std::max(s.freed, start_), now), now);
@@ -548,21 +556,28 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
         check_submit(io_uring_submit_and_wait(ring, 1));
       }
     } else if (next_due - now > wake_.margin() + kMinSleepNs) {
-      // Sleep until a completion or margin() before the deadline.
+      // Sleep until a completion or margin() before the deadline (with a
+      // stop flag to watch, kStopPollNs at most: a short sleep neither
+      // teaches the wake-up margin nor counts as the deadline's).
       Nanos wake_at = next_due - wake_.margin();
+      const bool partial = o_.stop && wake_at - now > kStopPollNs;
+      if (partial) wake_at = now + kStopPollNs;
       if (inflight_ + pending_ > 0) {
         inflight_ += pending_;
         pending_ = 0;
         __kernel_timespec ts = detail::to_kts(std::max<Nanos>(wake_at - mono_ns(), 1));
         io_uring_cqe* cqe = nullptr;
         int rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, nullptr);
-        if (rc == -ETIME) wake_.observe(mono_ns() - wake_at);
-        else check_submit(rc);
+        if (rc == -ETIME) {
+          if (!partial) wake_.observe(mono_ns() - wake_at);
+        } else {
+          check_submit(rc);
+        }
       } else {
         detail::sleep_until(wake_at);
-        wake_.observe(mono_ns() - wake_at);
+        if (!partial) wake_.observe(mono_ns() - wake_at);
       }
-      slept_for_ = next_due;
+      if (!partial) slept_for_ = next_due;
     } else {
       // Spin the last stretch; completions are still reaped meanwhile.
       if (slept_for_ != next_due) {
@@ -648,7 +663,7 @@ EngineResult Engine::run(IoSource& src) {
   r_.cpu_latency_held = cpu_latency.held();
 
   loop(src, o_.open_loop, true);
-  if (error_.empty() && o_.verify && !written_.empty()) {
+  if (error_.empty() && o_.verify && !written_.empty() && !r_.stopped) {
     bool any = std::any_of(written_.begin(), written_.end(), [](uint64_t w) { return w != 0; });
     if (any) {
       verify_all_ = false;

@@ -19,6 +19,7 @@
 #include "trace/reader.h"
 #include "trace/record.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -100,6 +101,13 @@ struct EngineOptions {
   // unless it has to be created or extended to `size`, so a file the user
   // may only read can be driven, as fio does.
   bool read_only = false;
+  // Not owned; null = none. Another thread (a signal watcher) sets it
+  // non-zero to stop the run early: nothing more is issued, the I/Os in
+  // flight complete and are counted, the verify read-back pass is skipped,
+  // and run_engine() returns the results so far with `stopped` set. Checked
+  // once per pass of the loop; sleeps are cut to 50 ms so that a long wait
+  // for an open loop's next due time does not delay it.
+  const std::atomic<int>* stop = nullptr;
   // If set, receives the completion time of each counted I/O, up to its
   // capacity (reserve it beforehand: the loop never grows it): the tier's
   // time under a tier (what its caps govern; a device or a descheduled loop
@@ -154,6 +162,7 @@ struct EngineResult {
   uint64_t target_size = 0;
   std::string tier;          // tier name, "" without shaping
   bool cpu_latency_held = false;  // see EngineOptions::hold_cpu_latency
+  bool stopped = false;      // ended early through EngineOptions::stop
 };
 
 // Checks once that io_uring and the features the engine uses exist: ring

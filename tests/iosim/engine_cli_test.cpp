@@ -62,6 +62,7 @@ TEST_CASE("cli: iosim run replays a trace open loop under a tier", "[engine][cli
   CHECK(j["lat_ns"]["min"].get<int64_t>() >= 1'000'000);
   CHECK(j["schedule_ns"] == 399 * 500'000);
   for (const char* k : {"p50", "p99", "max"}) CHECK(j["issue_lag_ns"].contains(k));
+  CHECK(j["stopped"] == "");
   // Held as root, not otherwise; either way the run says which.
   REQUIRE(j.contains("cpu_latency_held"));
   CHECK(r.out.find("cpu wake-up latency: ") == std::string::npos);
@@ -137,4 +138,5 @@ TEST_CASE("cli: iosim run --json - writes the JSON alone on stdout", "[engine][c
   REQUIRE(r.status == 0);
   auto j = nlohmann::json::parse(r.out);  // throws on any text around it
   CHECK(j["ios"] == 300);
+  CHECK(j["stopped"] == "");
 }

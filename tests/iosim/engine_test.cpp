@@ -16,12 +16,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 namespace fs = std::filesystem;
 using namespace tierlab;
@@ -205,6 +208,61 @@ TEST_CASE("engine: closed loop latency obeys Little's law (IOPS x mean lat = iod
   CHECK(in_flight == Approx(depth).epsilon(0.05));
   // The device's own time starts at the submission: never longer.
   CHECK(r.op[0].device_lat.mean() <= r.lat.mean());
+}
+
+TEST_CASE("engine: a stop request ends the run early with its results", "[engine]") {
+  require_io_uring();
+  TempDir tmp;
+  std::string file = (tmp.path / "stop").string();
+  EngineOptions o;
+  o.target = file;
+  o.size = 8 << 20;
+  o.iodepth = 8;
+  o.max_block = 4096;
+  std::atomic<int> stop{0};
+  o.stop = &stop;
+  auto stop_after = [&](int ms) {
+    return std::thread([&stop, ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      stop.store(2);
+    });
+  };
+  {
+    // A closed loop of 60 s stops at the request.
+    o.runtime_ns = 60'000'000'000;
+    PatternSource src(IoOp::Read, o.size, 4096, UINT64_MAX, true);
+    auto t = stop_after(300);
+    EngineResult r = run_engine(o, src);
+    t.join();
+    CHECK(r.stopped);
+    CHECK(r.ios > 0);
+    CHECK(r.op[0].lat.count() == r.ios);
+    CHECK(r.elapsed_ns < 10'000'000'000);
+  }
+  {
+    // An open loop waiting 60 s for its next I/O does not wait that long.
+    stop.store(0);
+    o.runtime_ns = 0;
+    o.open_loop = true;
+    VectorSource src({TimedIo{0, 0, 4096, IoOp::Read, 0}, TimedIo{60'000'000'000, 4096, 4096, IoOp::Read, 0}});
+    auto t0 = std::chrono::steady_clock::now();
+    auto t = stop_after(300);
+    EngineResult r = run_engine(o, src);
+    t.join();
+    CHECK(r.stopped);
+    CHECK(r.ios == 1);
+    CHECK(r.schedule_ns == 0);  // the I/O not issued is not in the schedule run
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  }
+  {
+    // Without a request the same flag changes nothing.
+    stop.store(0);
+    o.open_loop = false;
+    PatternSource src(IoOp::Read, o.size, 4096, 500, true);
+    EngineResult r = run_engine(o, src);
+    CHECK_FALSE(r.stopped);
+    CHECK(r.ios == 500);
+  }
 }
 
 TEST_CASE("engine: a read-only source drives a file it may not write", "[engine]") {
