@@ -1,5 +1,6 @@
 // tierlab iosim run: real I/O through io_uring, optionally shaped like a tier.
 #include "app/command.h"
+#include "app/stop_signals.h"
 
 #include "common/error.h"
 #include "common/units.h"
@@ -17,10 +18,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <thread>
 
 namespace tierlab::app {
 namespace {
@@ -60,20 +66,66 @@ class PatternSource : public iosim::IoSource {
   iosim::Pattern p_;
 };
 
+// The size of an existing target, for a pattern without --size; InputError
+// saying why there is none (missing, not a file or device, unreadable, empty).
 uint64_t existing_size(const std::string& path) {
   struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) return 0;
-  if (S_ISREG(st.st_mode)) return uint64_t(st.st_size);
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) throw InputError(path + ": does not exist (give --size to create it)");
+    throw InputError(errno_message(path, errno));
+  }
+  if (!S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
+    throw InputError(path + ": not a regular file or block device");
+  uint64_t bytes = uint64_t(st.st_size);
   if (S_ISBLK(st.st_mode)) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    uint64_t bytes = 0;
-    if (ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
+    if (fd < 0) throw InputError(errno_message(path, errno));
+    int rc = ioctl(fd, BLKGETSIZE64, &bytes);
+    int err = errno;
     ::close(fd);
-    return bytes;
+    if (rc != 0) throw RuntimeError(errno_message(path + ": BLKGETSIZE64", err));
   }
-  return 0;
+  if (bytes == 0) throw InputError(path + ": is empty (give --size)");
+  return bytes;
 }
+
+const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
+
+// SIGINT and SIGTERM during a run, taken by a watcher thread through
+// StopSignals: the first sets `signal` (the engine's stop flag: the run
+// stops issuing, drains and reports); a second one ends the process at once,
+// for a run whose drain does not finish. Construct before any other thread
+// starts; the destructor stops and joins the watcher.
+class RunStopper {
+ public:
+  RunStopper() : watcher_([this] { watch(); }) {}
+  ~RunStopper() {
+    done_.store(true);
+    watcher_.join();
+  }
+  RunStopper(const RunStopper&) = delete;
+  RunStopper& operator=(const RunStopper&) = delete;
+
+  const std::atomic<int>& signal() const { return signal_; }
+
+ private:
+  void watch() {
+    while (!done_.load()) {
+      int sig = signals_.wait(50'000'000);
+      if (!sig) continue;
+      if (signal_.exchange(sig) != 0) {
+        std::fprintf(stderr, "tierlab: iosim run: %s again: exiting without a summary\n", signal_name(sig));
+        std::_Exit(128 + sig);
+      }
+    }
+  }
+
+  StopSignals signals_;  // before the watcher starts: every thread inherits the mask
+  std::atomic<int> signal_{0};
+  std::atomic<bool> done_{false};
+  std::thread watcher_;
+};
+
 
 std::string human_count(double v) {
   char b[32];
@@ -104,6 +156,63 @@ void print_lat(const char* what, const Histogram& h) {
               h.quantile(0.999) / 1e3);
 }
 
+double duration_error(const iosim::EngineResult& r) {
+  return r.schedule_ns > 0 ? double(r.elapsed_ns - r.schedule_ns) / double(r.schedule_ns) : 0;
+}
+
+const char* const kOpNames[] = {"read", "write", "flush", "discard"};
+
+void print_summary(const RunOptions& o, const iosim::EngineOptions& eo, const iosim::EngineResult& r,
+                   const std::string& what, const iosim::Shaper* shaper_ptr, double secs) {
+  std::printf("iosim run: %s %s direct=%d tier=%s\n", o.target.c_str(), what.c_str(), o.direct ? 1 : 0,
+              r.tier.empty() ? "none" : r.tier.c_str());
+  for (int k = 0; k < 3; ++k) {
+    const iosim::OpStats& st = r.op[k];
+    if (!st.ios) continue;
+    std::printf("  %s: IOPS=%s, BW=%s(%.1fMiB/%.0fmsec)\n", kOpNames[k], human_count(st.ios / secs).c_str(),
+                human_bw(st.bytes / secs).c_str(), st.bytes / 1048576.0, r.elapsed_ns / 1e6);
+    print_lat("lat", st.lat);
+    if (eo.shaper) print_lat("device", st.device_lat);
+  }
+  if (eo.open_loop) {
+    const double dur_err = duration_error(r);
+    std::printf("  issue lag (usec): p50=%.1f, p99=%.1f, max=%.1f; %llu I/Os waited for a free slot\n",
+                r.issue_lag.quantile(0.5) / 1e3, r.issue_lag.quantile(0.99) / 1e3, r.issue_lag.max() / 1e3,
+                (unsigned long long)r.slot_waits);
+    std::printf("  late issues (over %.0f usec): %llu, in %llu stalls\n",
+                iosim::EngineResult::kLateIssueNs / 1e3, (unsigned long long)r.late_issues,
+                (unsigned long long)r.issue_stalls);
+    std::printf("  schedule: %.3f s, run: %.3f s (%+.2f%%)\n", r.schedule_ns / 1e9, r.elapsed_ns / 1e9,
+                dur_err * 100);
+  }
+  if (eo.open_loop || eo.shaper)
+    std::printf("  cpu wake-up latency: %s\n",
+                r.cpu_latency_held ? "held at 0 us (/dev/cpu_dma_latency)"
+                : o.no_pm_qos      ? "not held (--no-pm-qos)"
+                                   : "not held (/dev/cpu_dma_latency needs root)");
+  if (shaper_ptr) {
+    const iosim::Shaper& shaper = *shaper_ptr;
+    const auto& ss = shaper.stats();
+    std::printf("  tier %s: %llu I/Os throttled (%.3f s waiting for tokens), %llu merged\n", r.tier.c_str(),
+                (unsigned long long)ss.throttled_ios, ss.throttle_wait_ns / 1e9,
+                (unsigned long long)ss.merged_ios);
+    std::printf("  release lag (usec): p50=%.1f, p99=%.1f, max=%.1f (completions released after the tier's time)\n",
+                r.release_lag.quantile(0.5) / 1e3, r.release_lag.quantile(0.99) / 1e3, r.release_lag.max() / 1e3);
+    if (r.slower_than_tier)
+      std::printf("  device slower than tier: %llu of %llu I/Os took longer on the device than the tier "
+                  "allows; those ran at device speed\n",
+                  (unsigned long long)r.slower_than_tier, (unsigned long long)r.ios);
+  }
+  std::printf("  retries: short=%llu (eof %llu) eagain=%llu eintr=%llu", (unsigned long long)r.short_ios,
+              (unsigned long long)r.eof_short, (unsigned long long)r.eagain, (unsigned long long)r.eintr);
+  if (r.wrapped) std::printf(" wrapped=%llu", (unsigned long long)r.wrapped);
+  if (r.skipped) std::printf(" skipped=%llu", (unsigned long long)r.skipped);
+  std::printf("\n");
+  if (o.verify)
+    std::printf("  verify: %.1f MiB checked, no mismatch%s\n", r.verified_bytes / 1048576.0,
+                r.stopped ? " (stopped: the written data was not read back)" : "");
+}
+
 void run_iosim(const RunOptions& o) {
   iosim::EngineOptions eo;
   eo.target = o.target;
@@ -115,8 +224,11 @@ void run_iosim(const RunOptions& o) {
   eo.hold_cpu_latency = !o.no_pm_qos;
   eo.seed = o.seed;
   eo.max_ios = o.ios;
-  if (!o.size.empty()) eo.size = parse_size("--size", o.size);
-  if (!o.runtime.empty()) eo.runtime_ns = parse_duration("--runtime", o.runtime);
+  if (!o.size.empty()) {
+    eo.size = parse_size("--size", o.size);
+    if (eo.size == 0) throw InputError("--size: must be above 0 (leave it out to use the whole target)");
+  }
+  if (!o.runtime.empty()) eo.runtime_ns = parse_positive_duration("--runtime", o.runtime);
 
   std::optional<models::Catalog> catalog;
   std::unique_ptr<iosim::Shaper> shaper;
@@ -137,10 +249,11 @@ void run_iosim(const RunOptions& o) {
     bool writes = false;
     for (const auto& q : sched) {
       eo.max_block = std::max(eo.max_block, q.length);
-      writes |= q.op == trace::IoOp::Write;
+      writes |= q.op == trace::IoOp::Write || q.op == trace::IoOp::Discard;
     }
     eo.open_loop = true;
     eo.verify_existing = !writes;
+    eo.read_only = !writes;
     what = "trace=" + o.trace + " (" + std::to_string(sched.size()) + " I/Os, open loop)";
     source = std::make_unique<iosim::VectorSource>(std::move(sched));
   } else {
@@ -150,10 +263,10 @@ void run_iosim(const RunOptions& o) {
     spec.rwmixread = o.rwmixread;
     spec.seed = o.seed;
     spec.size = eo.size ? eo.size : existing_size(o.target);
-    if (spec.size == 0) throw InputError(o.target + ": does not exist or is empty (give --size)");
     iosim::validate(spec);
     eo.max_block = uint32_t(spec.bs);
     eo.verify_existing = spec.rw == iosim::Rw::RandRead || spec.rw == iosim::Rw::Read;
+    eo.read_only = eo.verify_existing;
     // Like fio: without --runtime or --ios, transfer --size bytes once.
     if (!eo.runtime_ns && !eo.max_ios) eo.max_ios = spec.size / spec.bs;
     what = "rw=" + std::string(iosim::rw_name(spec.rw)) + " bs=" + o.bs +
@@ -162,56 +275,18 @@ void run_iosim(const RunOptions& o) {
   }
 
   OutputFile json(o.json == "-" ? "" : o.json, "--json");  // "-": stdout, at the end
-  iosim::EngineResult r = iosim::run_engine(eo, *source);
+  iosim::EngineResult r;
+  int stopped_by = 0;
+  {
+    RunStopper stopper;
+    eo.stop = &stopper.signal();
+    r = iosim::run_engine(eo, *source);
+    stopped_by = stopper.signal().load();
+  }
 
+  const bool text = o.json != "-";  // --json -: JSON alone on stdout, as iosim simulate
   double secs = r.elapsed_ns > 0 ? r.elapsed_ns / 1e9 : 1e-9;
-  std::printf("iosim run: %s %s direct=%d tier=%s\n", o.target.c_str(), what.c_str(), o.direct ? 1 : 0,
-              r.tier.empty() ? "none" : r.tier.c_str());
-  static const char* names[] = {"read", "write", "flush", "discard"};
-  for (int k = 0; k < 3; ++k) {
-    const iosim::OpStats& st = r.op[k];
-    if (!st.ios) continue;
-    std::printf("  %s: IOPS=%s, BW=%s(%.1fMiB/%.0fmsec)\n", names[k], human_count(st.ios / secs).c_str(),
-                human_bw(st.bytes / secs).c_str(), st.bytes / 1048576.0, r.elapsed_ns / 1e6);
-    print_lat("lat", st.lat);
-    if (eo.shaper) print_lat("device", st.device_lat);
-  }
-  double dur_err = 0;
-  if (eo.open_loop) {
-    dur_err = r.schedule_ns > 0 ? double(r.elapsed_ns - r.schedule_ns) / double(r.schedule_ns) : 0;
-    std::printf("  issue lag (usec): p50=%.1f, p99=%.1f, max=%.1f; %llu I/Os waited for a free slot\n",
-                r.issue_lag.quantile(0.5) / 1e3, r.issue_lag.quantile(0.99) / 1e3, r.issue_lag.max() / 1e3,
-                (unsigned long long)r.slot_waits);
-    std::printf("  late issues (over %.0f usec): %llu, in %llu stalls\n",
-                iosim::EngineResult::kLateIssueNs / 1e3, (unsigned long long)r.late_issues,
-                (unsigned long long)r.issue_stalls);
-    std::printf("  schedule: %.3f s, run: %.3f s (%+.2f%%)\n", r.schedule_ns / 1e9, r.elapsed_ns / 1e9,
-                dur_err * 100);
-  }
-  if (eo.open_loop || eo.shaper)
-    std::printf("  cpu wake-up latency: %s\n",
-                r.cpu_latency_held ? "held at 0 us (/dev/cpu_dma_latency)"
-                : o.no_pm_qos      ? "not held (--no-pm-qos)"
-                                   : "not held (/dev/cpu_dma_latency needs root)");
-  if (eo.shaper) {
-    const auto& ss = shaper->stats();
-    std::printf("  tier %s: %llu I/Os throttled (%.3f s waiting for tokens), %llu merged\n", r.tier.c_str(),
-                (unsigned long long)ss.throttled_ios, ss.throttle_wait_ns / 1e9,
-                (unsigned long long)ss.merged_ios);
-    std::printf("  release lag (usec): p50=%.1f, p99=%.1f, max=%.1f (completions released after the tier's time)\n",
-                r.release_lag.quantile(0.5) / 1e3, r.release_lag.quantile(0.99) / 1e3, r.release_lag.max() / 1e3);
-    if (r.slower_than_tier)
-      std::printf("  device slower than tier: %llu of %llu I/Os took longer on the device than the tier "
-                  "allows; those ran at device speed\n",
-                  (unsigned long long)r.slower_than_tier, (unsigned long long)r.ios);
-  }
-  std::printf("  retries: short=%llu (eof %llu) eagain=%llu eintr=%llu", (unsigned long long)r.short_ios,
-              (unsigned long long)r.eof_short, (unsigned long long)r.eagain, (unsigned long long)r.eintr);
-  if (r.wrapped) std::printf(" wrapped=%llu", (unsigned long long)r.wrapped);
-  if (r.skipped) std::printf(" skipped=%llu", (unsigned long long)r.skipped);
-  std::printf("\n");
-  if (o.verify) std::printf("  verify: %.1f MiB checked, no mismatch\n", r.verified_bytes / 1048576.0);
-
+  if (text) print_summary(o, eo, r, what, shaper.get(), secs);
   if (!o.json.empty()) {
     nlohmann::json j;
     j["target"] = o.target;
@@ -224,12 +299,12 @@ void run_iosim(const RunOptions& o) {
     j["lat_ns"] = lat_json(r.lat);
     for (int k = 0; k < 3; ++k) {
       if (!r.op[k].ios) continue;
-      j[names[k]] = {{"ios", r.op[k].ios},
-                     {"bytes", r.op[k].bytes},
-                     {"iops", r.op[k].ios / secs},
-                     {"bw_bytes", r.op[k].bytes / secs},
-                     {"lat_ns", lat_json(r.op[k].lat)},
-                     {"device_lat_ns", lat_json(r.op[k].device_lat)}};
+      j[kOpNames[k]] = {{"ios", r.op[k].ios},
+                        {"bytes", r.op[k].bytes},
+                        {"iops", r.op[k].ios / secs},
+                        {"bw_bytes", r.op[k].bytes / secs},
+                        {"lat_ns", lat_json(r.op[k].lat)},
+                        {"device_lat_ns", lat_json(r.op[k].device_lat)}};
     }
     j["open_loop"] = eo.open_loop;
     if (eo.open_loop) {
@@ -237,7 +312,7 @@ void run_iosim(const RunOptions& o) {
                            {"p99", r.issue_lag.quantile(0.99)},
                            {"max", r.issue_lag.max()}};
       j["schedule_ns"] = r.schedule_ns;
-      j["duration_error"] = dur_err;
+      j["duration_error"] = duration_error(r);
       j["slot_waits"] = r.slot_waits;
       j["late_issues"] = {{"threshold_ns", iosim::EngineResult::kLateIssueNs},
                           {"ios", r.late_issues},
@@ -259,9 +334,18 @@ void run_iosim(const RunOptions& o) {
                              {"max", r.release_lag.max()}};
     }
     if (o.verify) j["verified_bytes"] = r.verified_bytes;
-    std::string text = j.dump(2) + "\n";
-    if (o.json == "-") std::fwrite(text.data(), 1, text.size(), stdout);
-    else json.write(text);
+    j["stopped"] = r.stopped ? signal_name(stopped_by) : "";
+    std::string doc = j.dump(2) + "\n";
+    if (o.json == "-") std::fwrite(doc.data(), 1, doc.size(), stdout);
+    else json.write(doc);
+  }
+  if (r.stopped) {
+    // The results so far are out; the exit status says the run did not run
+    // its course (128 + the signal, as for a command the signal ended).
+    std::fflush(stdout);
+    std::fprintf(stderr, "tierlab: iosim run: stopped by %s after %.3f s; the results cover the %llu I/Os that ran\n",
+                 signal_name(stopped_by), r.elapsed_ns / 1e9, (unsigned long long)r.ios);
+    set_exit_status(128 + stopped_by);
   }
 }
 
@@ -271,20 +355,26 @@ void setup_iosim_run(CLI::App& parent) {
                                        "optionally shaped like a tier");
   auto opt = std::make_shared<RunOptions>();
   sub->add_option("--target", opt->target, "file or block device to drive")->required();
-  sub->add_option("--trace", opt->trace, "replay the block/file I/O of this trace at its recorded times");
-  sub->add_option("--rw", opt->rw, "randread|randwrite|read|write|randrw|readwrite")->capture_default_str();
-  sub->add_option("--bs", opt->bs, "block size (4k, 64k, ...)")->capture_default_str();
+  auto* trace = sub->add_option("--trace", opt->trace, "replay the block/file I/O of this trace at its recorded times");
+  // The trace gives every I/O's op and size: a pattern's flags would be ignored.
+  trace->excludes(sub->add_option("--rw", opt->rw, "randread|randwrite|read|write|randrw|readwrite")
+                      ->capture_default_str());
+  trace->excludes(sub->add_option("--bs", opt->bs, "block size (4k, 64k, ...)")->capture_default_str());
   sub->add_option("--iodepth", opt->iodepth, "I/Os in flight (open loop: at most)")->capture_default_str();
   sub->add_option("--iodepth-batch", opt->iodepth_batch,
                   "submit once this many I/Os are ready, like fio's iodepth_batch_submit "
                   "(0 = all that are ready at once)")
       ->capture_default_str();
-  sub->add_option("--size", opt->size, "bytes of the target to use; a regular file is created/extended to it");
-  sub->add_option("--rwmixread", opt->rwmixread, "percent reads for randrw/readwrite")->capture_default_str();
+  sub->add_option("--size", opt->size,
+                  "bytes of the target to use, above 0; a regular file is created/extended to it");
+  trace->excludes(
+      sub->add_option("--rwmixread", opt->rwmixread, "percent reads for randrw/readwrite")->capture_default_str());
   sub->add_flag("--direct", opt->direct, "O_DIRECT (bypass the page cache)");
   sub->add_option("--tier", opt->tier, "hold completions back like this tier (tierlab tiers list)");
   sub->add_option("--tiers-file", opt->tiers_file, "JSON file with more tiers");
-  sub->add_option("--runtime", opt->runtime, "run this long (10s, 1m); pattern default: --size bytes once");
+  sub->add_option("--runtime", opt->runtime,
+                  "run this long, above 0 (10s, 1m); pattern default: --size bytes once. Ctrl-C (SIGINT) "
+                  "or SIGTERM stops a run early: the summary and --json cover what ran, exit 128 + signal");
   sub->add_option("--ios", opt->ios, "stop after this many I/Os");
   sub->add_flag("--verify", opt->verify, "write a known pattern and check it on read back");
   sub->add_flag("--rt", opt->rt, "run the I/O loop at real-time priority (SCHED_FIFO; root)");
@@ -292,7 +382,7 @@ void setup_iosim_run(CLI::App& parent) {
                 "open loop or --tier: let idle CPUs sleep deeply (by default /dev/cpu_dma_latency is held "
                 "at 0 during the run, as cyclictest does)");
   sub->add_option("--seed", opt->seed, "seed of the pattern, latencies and verify data")->capture_default_str();
-  sub->add_option("--json", opt->json, "write the results as JSON to this file (- = stdout)");
+  sub->add_option("--json", opt->json, "write the results as JSON to this file (- : JSON on stdout only)");
   sub->callback([opt] { run_iosim(*opt); });
 }
 

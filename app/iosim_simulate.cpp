@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,11 +32,11 @@ struct SimulateOptions {
   std::string size = "1g";
   std::string offset = "0";
   unsigned rwmixread = 50;
-  uint32_t iodepth = 1;
+  uint32_t iodepth = 0;  // 0: 1 for a closed loop (fio's default), 32 for an open one (iosim run's)
   std::string think = "0";
   std::string runtime;
   uint64_t ios = 0;
-  double rate_iops = 0;
+  std::optional<double> rate_iops;  // set: open loop at this rate
   std::string rate_process = "linear";
   std::vector<std::string> tiers;
   std::string tiers_file;
@@ -126,7 +127,15 @@ nlohmann::ordered_json result_json(const iosim::SimResult& r) {
     b["end"] = r.end_behind_ns;
     j["behind_ns"] = b;
   }
-  if (r.open_loop) j["late_arrivals"] = r.late_arrivals;
+  if (r.open_loop) {
+    j["late_arrivals"] = r.late_arrivals;
+    j["slot_waits"] = r.slot_waits;
+    j["issue_lag_ns"] = {{"p50", r.issue_lag.quantile(0.5)}, {"p99", r.issue_lag.quantile(0.99)},
+                         {"max", r.issue_lag.max()}};
+    j["late_issues"] = {{"threshold_ns", iosim::SimResult::kLateIssueNs},
+                        {"ios", r.late_issues},
+                        {"stalls", r.issue_stalls}};
+  }
   return j;
 }
 
@@ -197,6 +206,11 @@ void print_table(const std::string& heading, const std::vector<iosim::SimResult>
     std::snprintf(name, sizeof name, "QD %d-%d%%", s * 25, (s + 1) * 25);
     row(name, [&](const R& r) { return fixed(slice(r, s / 4.0, (s + 1) / 4.0).first, 2); });
   }
+  if (!rs.empty() && rs[0].open_loop) {
+    row("slot waits", [](const R& r) { return std::to_string(r.slot_waits); });
+    row("late issues", [](const R& r) { return std::to_string(r.late_issues); });
+    row("issue lag max (us)", [](const R& r) { return us(static_cast<double>(r.issue_lag.max())); });
+  }
   if (!rs.empty() && rs[0].recorded_ios > 0) {
     row("behind I/Os", [](const R& r) { return std::to_string(r.behind_ios); });
     row("behind p50 (us)", [](const R& r) { return us(static_cast<double>(r.behind.quantile(0.5))); });
@@ -227,6 +241,9 @@ void run_simulate(const SimulateOptions& o) {
 
   iosim::SimOptions sopt;
   sopt.seed = o.seed;
+  if (o.iodepth) sopt.open_iodepth = o.iodepth;
+  // --runtime: not 0, which would mean nothing to simulate.
+  const Nanos runtime_given = o.runtime.empty() ? 0 : parse_positive_duration("--runtime", o.runtime);
   std::vector<iosim::SimResult> results;
   results.reserve(tiers.size());
   std::string heading;
@@ -238,6 +255,7 @@ void run_simulate(const SimulateOptions& o) {
     else if (o.records == "file") which = iosim::TraceRecords::File;
     else if (o.records == "all") which = iosim::TraceRecords::All;
     else throw InputError("--records: unknown \"" + o.records + "\" (known: block, file, all)");
+    sopt.open_runtime_ns = runtime_given;
     for (const auto* t : tiers) {
       auto reader = trace::open_reader(o.trace);
       iosim::TraceArrivals arrivals(*reader, which);
@@ -248,8 +266,11 @@ void run_simulate(const SimulateOptions& o) {
                          std::to_string(arrivals.file_records()) + " file_io records; see --records)");
     }
     heading = "tierlab iosim simulate: open loop from " + o.trace + " (" + o.records +
-              " I/O records at their recorded issue times), seed " + std::to_string(o.seed);
-    workload = {{"mode", "open"}, {"trace", o.trace}, {"records", o.records}};
+              " I/O records at their recorded issue times" +
+              (runtime_given ? std::string(", the first ") + o.runtime : std::string()) + "), iodepth " +
+              std::to_string(sopt.open_iodepth) + " at most, seed " + std::to_string(o.seed);
+    workload = {{"mode", "open"}, {"trace", o.trace}, {"records", o.records}, {"iodepth", sopt.open_iodepth},
+                {"runtime_ns", runtime_given}};
   } else {
     iosim::PatternSpec spec;
     spec.rw = iosim::parse_rw(o.rw);
@@ -259,7 +280,7 @@ void run_simulate(const SimulateOptions& o) {
     spec.rwmixread = o.rwmixread;
     spec.seed = o.seed;
     iosim::validate(spec);
-    Nanos runtime = o.runtime.empty() ? 0 : parse_duration("--runtime", o.runtime);
+    Nanos runtime = runtime_given;
     if (runtime == 0 && o.ios == 0) runtime = 10'000'000'000;  // fio-like default run
     Nanos think = parse_duration("--think", o.think);
     std::string desc = std::string(iosim::rw_name(spec.rw));
@@ -270,33 +291,36 @@ void run_simulate(const SimulateOptions& o) {
     desc += runtime ? ", runtime " + (o.runtime.empty() ? std::string("10s") : o.runtime) : std::string();
     workload = {{"rw", std::string(iosim::rw_name(spec.rw))}, {"bs", spec.bs}, {"size", spec.size},
                 {"rwmixread", spec.rwmixread}, {"runtime_ns", runtime}, {"ios", o.ios}};
-    if (o.rate_iops > 0) {
+    if (o.rate_iops) {
       bool poisson;
       if (o.rate_process == "poisson") poisson = true;
       else if (o.rate_process == "linear") poisson = false;
       else throw InputError("--rate-process: unknown \"" + o.rate_process + "\" (known: linear, poisson)");
+      sopt.open_runtime_ns = runtime;
       for (const auto* t : tiers) {
-        iosim::PatternArrivals arrivals(spec, o.rate_iops, poisson, o.ios, runtime);
+        iosim::PatternArrivals arrivals(spec, *o.rate_iops, poisson, o.ios, runtime);
         results.push_back(iosim::simulate_open(*t, arrivals, sopt));
       }
-      heading = "tierlab iosim simulate: open loop, " + desc + ", " + short_num(o.rate_iops) +
-                " IOPS offered (" + o.rate_process + "), seed " + std::to_string(o.seed);
+      heading = "tierlab iosim simulate: open loop, " + desc + ", " + short_num(*o.rate_iops) +
+                " IOPS offered (" + o.rate_process + "), iodepth " + std::to_string(sopt.open_iodepth) +
+                " at most, seed " + std::to_string(o.seed);
       workload["mode"] = "open";
-      workload["rate_iops"] = o.rate_iops;
+      workload["iodepth"] = sopt.open_iodepth;
+      workload["rate_iops"] = *o.rate_iops;
       workload["rate_process"] = o.rate_process;
     } else {
       iosim::ClosedLoop loop;
       loop.pattern = spec;
-      loop.iodepth = o.iodepth;
+      loop.iodepth = o.iodepth ? o.iodepth : 1;
       loop.think_ns = think;
       loop.runtime_ns = runtime;
       loop.ios = o.ios;
       for (const auto* t : tiers) results.push_back(iosim::simulate_closed(*t, loop, sopt));
       heading = "tierlab iosim simulate: closed loop, " + desc + ", iodepth " +
-                std::to_string(o.iodepth) + (think ? ", think " + o.think : std::string()) + ", seed " +
+                std::to_string(loop.iodepth) + (think ? ", think " + o.think : std::string()) + ", seed " +
                 std::to_string(o.seed);
       workload["mode"] = "closed";
-      workload["iodepth"] = o.iodepth;
+      workload["iodepth"] = loop.iodepth;
       workload["think_ns"] = think;
     }
   }
@@ -333,16 +357,29 @@ void setup_simulate(CLI::App& parent) {
   pattern.push_back(cmd->add_option("--rwmixread", o->rwmixread, "percent reads of randrw/readwrite")
                         ->capture_default_str()
                         ->check(CLI::Range(0u, 100u)));
-  pattern.push_back(cmd->add_option("--iodepth", o->iodepth, "closed loop: I/Os in flight")
-                        ->capture_default_str()
-                        ->check(CLI::Range(1u, 1u << 20)));
+  cmd->add_option("--iodepth", o->iodepth,
+                  "closed loop: I/Os in flight (default 1); open loop: at most this many outstanding, "
+                  "later arrivals wait for a completion, as in iosim run (default 32)")
+      ->check(CLI::Range(1u, 1u << 20));
   pattern.push_back(cmd->add_option("--think", o->think, "closed loop: pause between a completion and the next issue")
                         ->capture_default_str());
   pattern.push_back(cmd->add_option("--rate-iops", o->rate_iops,
-                                    "open loop: offer this many IOPS instead of a queue depth"));
+                                    "open loop: offer this many IOPS instead of a closed loop")
+                        ->check(CLI::Validator(
+                            [](std::string& v) -> std::string {
+                              double x = 0;
+                              try {
+                                x = std::stod(v);
+                              } catch (const std::exception&) {
+                                return "'" + v + "' is not a number";
+                              }
+                              return x > 0 && std::isfinite(x) ? "" : "must be above 0, got " + v;
+                            },
+                            "", "")));
   pattern.push_back(cmd->add_option("--rate-process", o->rate_process, "with --rate-iops: linear or poisson")
                         ->capture_default_str());
-  cmd->add_option("--runtime", o->runtime, "simulated time to issue I/Os for (10s, 500ms; default 10s)");
+  cmd->add_option("--runtime", o->runtime,
+                  "simulated time to issue I/Os for, above 0 (10s, 500ms; default 10s, or the whole trace)");
   cmd->add_option("--ios", o->ios, "stop after this many I/Os (fio's number_ios)");
   for (auto* p : pattern) trace->excludes(p);
   cmd->add_option("--tier", o->tiers, "tier to simulate; repeat for a side-by-side comparison")->required();

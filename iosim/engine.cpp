@@ -28,6 +28,8 @@ constexpr unsigned kReapBatch = 64;
 // A wait shorter than this is spun rather than slept.
 constexpr Nanos kMinSleepNs = 20'000;
 constexpr uint64_t kSector = 512;
+// With EngineOptions::stop, no sleep is longer than this.
+constexpr Nanos kStopPollNs = 50'000'000;
 
 // How early to wake up for a deadline. A sleeping thread wakes late: by a
 // few microseconds on an idle machine, by tens to hundreds in a virtual
@@ -106,7 +108,9 @@ struct Slot {
   uint8_t flags = 0;
   bool counted = true;      // part of the main run's stats
   bool was_short = false;   // counted in short_ios already
+  Nanos ready = 0;          // when it could go: its latency starts here
   Nanos issued = 0;         // first submission
+  Nanos freed = 0;          // when the slot was last freed (closed loop: the next I/O's ready)
   Nanos tier_done = 0;      // when the tier completes it (0 = no tier)
   Nanos device_done = 0;
 };
@@ -157,7 +161,7 @@ class Engine {
   void loop(IoSource& src, bool open_loop, bool counted);
   // Reads the next issuable request into next_; `now` checks --runtime.
   bool fetch(IoSource& src, bool counted, Nanos now);
-  void issue(uint32_t slot_idx, Nanos now);
+  void issue(uint32_t slot_idx, Nanos ready, Nanos now);
   void prep(uint32_t slot_idx);
   // Submits the prepared requests without waiting.
   void submit_pending();
@@ -199,6 +203,9 @@ class Engine {
   bool prev_late_ = false;         // the last issue was later than kLateIssueNs
   Nanos last_at_ = 0;
   bool stop_ = false;
+  bool stop_requested() const {
+    return o_.stop && o_.stop->load(std::memory_order_relaxed) != 0;
+  }
   uint64_t issued_ = 0;
   Nanos start_ = 0;
   Nanos last_done_ = 0;
@@ -213,7 +220,10 @@ void Engine::open_target() {
     throw InputError(errno_message(o_.target, errno));
   if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
     throw InputError(o_.target + ": not a regular file or block device");
-  int flags = O_RDWR | O_CLOEXEC;
+  // Read-only when the source only reads, unless the file has to be made or
+  // grown to --size.
+  const bool grow = !exists || (S_ISREG(st.st_mode) && o_.size > uint64_t(st.st_size));
+  int flags = (o_.read_only && !grow ? O_RDONLY : O_RDWR) | O_CLOEXEC;
   if (o_.direct) flags |= O_DIRECT;
   if (!exists) {
     if (!o_.allow_create || o_.size == 0)
@@ -341,10 +351,11 @@ void Engine::check_submit(int rc) {
     fail(errno_message("io_uring_enter", -rc));
 }
 
-void Engine::issue(uint32_t i, Nanos now) {
+void Engine::issue(uint32_t i, Nanos ready, Nanos now) {
   Slot& s = slots_[i];
   s.done = 0;
   s.was_short = false;
+  s.ready = ready;
   s.issued = now;
   s.tier_done = 0;
   if (o_.shaper && s.counted)
@@ -406,7 +417,7 @@ void Engine::finish(uint32_t i, Nanos now) {
       done = std::max(s.tier_done, s.device_done);
       r_.release_lag.record(now - done);
     }
-    Nanos lat = done - s.issued;
+    Nanos lat = done - s.ready;
     OpStats& st = r_.op[size_t(s.op)];
     ++st.ios;
     st.bytes += s.done;
@@ -419,6 +430,7 @@ void Engine::finish(uint32_t i, Nanos now) {
     if (o_.completion_log && o_.completion_log->size() < o_.completion_log->capacity())
       o_.completion_log->push_back(s.tier_done ? s.tier_done : done);
   }
+  s.freed = now;
   free_.push_back(i);
 }
 
@@ -456,10 +468,7 @@ bool Engine::fetch(IoSource& src, bool counted, Nanos now) {
         q.offset -= q.offset % align_;
       }
     }
-    if (counted) {
-      ++issued_;
-      last_at_ = q.at;
-    }
+    if (counted) ++issued_;
     next_late_ = false;
     return true;
   }
@@ -473,9 +482,16 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
   // The schedule's epoch: every request is due at epoch + (at - t0).
   const Nanos epoch = mono_ns() + (open_loop ? 200'000 : 0);
   if (counted) start_ = open_loop ? epoch : mono_ns();
+  // Closed loop: every slot is ready at the start (its stream's first I/O).
+  for (Slot& s : slots_) s.freed = counted ? start_ : 0;
 
   for (;;) {
     Nanos now = mono_ns();
+    // 0. A stop request: issue nothing more; what is in flight completes.
+    if (counted && have_next_ && stop_requested()) {
+      have_next_ = false;
+      r_.stopped = true;
+    }
     // 1. Release held completions whose tier time has come.
     while (!held_.empty() && held_.front().release <= now) {
       std::pop_heap(held_.begin(), held_.end(), std::greater<Held>());
@@ -523,7 +539,10 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       s.op = next_.op;
       s.flags = next_.flags;
       s.counted = counted;
-      issue(i, now);
+      if (counted) last_at_ = next_.at;
+      // Closed loop: the I/O was ready when its slot freed, not only once
+      // the submissions before it in this pass were done.
+      issue(i, open_loop ? now : std::min(std::max(s.freed, start_), now), now);
       if (o_.submit_batch && pending_ >= o_.submit_batch) submit_pending();
       have_next_ = fetch(src, counted, now);
     }
@@ -537,21 +556,28 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
         check_submit(io_uring_submit_and_wait(ring, 1));
       }
     } else if (next_due - now > wake_.margin() + kMinSleepNs) {
-      // Sleep until a completion or margin() before the deadline.
+      // Sleep until a completion or margin() before the deadline (with a
+      // stop flag to watch, kStopPollNs at most: a short sleep neither
+      // teaches the wake-up margin nor counts as the deadline's).
       Nanos wake_at = next_due - wake_.margin();
+      const bool partial = o_.stop && wake_at - now > kStopPollNs;
+      if (partial) wake_at = now + kStopPollNs;
       if (inflight_ + pending_ > 0) {
         inflight_ += pending_;
         pending_ = 0;
         __kernel_timespec ts = detail::to_kts(std::max<Nanos>(wake_at - mono_ns(), 1));
         io_uring_cqe* cqe = nullptr;
         int rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, nullptr);
-        if (rc == -ETIME) wake_.observe(mono_ns() - wake_at);
-        else check_submit(rc);
+        if (rc == -ETIME) {
+          if (!partial) wake_.observe(mono_ns() - wake_at);
+        } else {
+          check_submit(rc);
+        }
       } else {
         detail::sleep_until(wake_at);
-        wake_.observe(mono_ns() - wake_at);
+        if (!partial) wake_.observe(mono_ns() - wake_at);
       }
-      slept_for_ = next_due;
+      if (!partial) slept_for_ = next_due;
     } else {
       // Spin the last stretch; completions are still reaped meanwhile.
       if (slept_for_ != next_due) {
@@ -637,7 +663,7 @@ EngineResult Engine::run(IoSource& src) {
   r_.cpu_latency_held = cpu_latency.held();
 
   loop(src, o_.open_loop, true);
-  if (error_.empty() && o_.verify && !written_.empty()) {
+  if (error_.empty() && o_.verify && !written_.empty() && !r_.stopped) {
     bool any = std::any_of(written_.begin(), written_.end(), [](uint64_t w) { return w != 0; });
     if (any) {
       verify_all_ = false;

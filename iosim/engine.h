@@ -19,6 +19,7 @@
 #include "trace/reader.h"
 #include "trace/record.h"
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -96,6 +97,17 @@ struct EngineOptions {
   // skipped without it (EngineResult::cpu_latency_held says which).
   bool hold_cpu_latency = true;
   bool allow_create = true;  // a missing regular file is created with --size
+  // The source only reads (and flushes): the target is opened read-only
+  // unless it has to be created or extended to `size`, so a file the user
+  // may only read can be driven, as fio does.
+  bool read_only = false;
+  // Not owned; null = none. Another thread (a signal watcher) sets it
+  // non-zero to stop the run early: nothing more is issued, the I/Os in
+  // flight complete and are counted, the verify read-back pass is skipped,
+  // and run_engine() returns the results so far with `stopped` set. Checked
+  // once per pass of the loop; sleeps are cut to 50 ms so that a long wait
+  // for an open loop's next due time does not delay it.
+  const std::atomic<int>* stop = nullptr;
   // If set, receives the completion time of each counted I/O, up to its
   // capacity (reserve it beforehand: the loop never grows it): the tier's
   // time under a tier (what its caps govern; a device or a descheduled loop
@@ -107,12 +119,19 @@ struct EngineOptions {
 struct OpStats {
   uint64_t ios = 0;
   uint64_t bytes = 0;
-  Histogram lat;         // latency as reported (ns), from just before the
-                         // submitting io_uring_enter (fio's lat, not its
-                         // clat: a virtual disk may serve the I/O within
-                         // the submission) to the completion; with a tier,
-                         // to max(tier completion, device completion)
-  Histogram device_lat;  // what the device alone took (ns)
+  Histogram lat;         // latency as reported (ns), fio's lat (not its
+                         // clat: a virtual disk may serve the I/O within the
+                         // submission), from when the I/O could go to its
+                         // completion; with a tier, to max(tier completion,
+                         // device completion). Closed loop: from the moment
+                         // its slot was freed (the loop's start for the first
+                         // iodepth I/Os), so that time waiting behind other
+                         // submissions of the same pass is counted and
+                         // IOPS x mean lat = iodepth (Little's law). Open
+                         // loop: from just before its submitting
+                         // io_uring_enter (lateness before that is issue_lag).
+  Histogram device_lat;  // what the device alone took (ns), from just before
+                         // the submitting io_uring_enter
 };
 
 struct EngineResult {
@@ -143,6 +162,7 @@ struct EngineResult {
   uint64_t target_size = 0;
   std::string tier;          // tier name, "" without shaping
   bool cpu_latency_held = false;  // see EngineOptions::hold_cpu_latency
+  bool stopped = false;      // ended early through EngineOptions::stop
 };
 
 // Checks once that io_uring and the features the engine uses exist: ring

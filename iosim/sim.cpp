@@ -383,49 +383,69 @@ SimResult simulate_closed(const models::Tier& tier, const ClosedLoop& loop, cons
 }
 
 SimResult simulate_open(const models::Tier& tier, ArrivalSource& arrivals, const SimOptions& opt) {
+  if (opt.open_iodepth == 0) throw InputError("--iodepth: must be at least 1");
   SimResult r;
   r.open_loop = true;
   Shaper shaper(tier, opt.seed);
   Recorder rec(r, opt, 1'000'000);
-  const size_t cap0 = std::max<size_t>(opt.open_capacity, 1);
-  MinHeap<Entry> heap(cap0);
-  std::vector<Event> slots(cap0);
-  std::vector<uint32_t> free_slots(cap0);
-  for (size_t i = 0; i < cap0; ++i) free_slots[i] = static_cast<uint32_t>(cap0 - 1 - i);
-  size_t nfree = cap0;
+  const size_t depth = opt.open_iodepth;
+  MinHeap<Entry> heap(depth);
+  std::vector<Event> slots(depth);
+  std::vector<uint32_t> free_slots(depth);
+  for (size_t i = 0; i < depth; ++i) free_slots[i] = static_cast<uint32_t>(depth - 1 - i);
+  size_t nfree = depth;
 
   Arrival a;
   bool have = arrivals.next(a);
+  bool waiting = false;    // `a` found every slot taken
+  bool prev_late = false;  // the last issue was later than kLateIssueNs
+  Nanos freed_at = INT64_MIN;  // time of the last completion
   if (have) rec.begin(a.at);
+  const Nanos cutoff = have && opt.open_runtime_ns > 0 ? a.at + opt.open_runtime_ns : INT64_MAX;
+  // Invariant: every slot is free or has exactly one entry in the heap.
   while (have || !heap.empty()) {
-    // A completion at the same instant as an arrival is processed first.
-    if (have && (heap.empty() || a.at < heap.top().t)) {
-      rec.advance(a.at);
-      if (nfree == 0) {
-        // More I/Os outstanding than ever before: double the slots.
-        const size_t old = slots.size();
-        slots.resize(old * 2);
-        free_slots.resize(old * 2);
-        for (size_t i = 0; i < old; ++i) free_slots[i] = static_cast<uint32_t>(old * 2 - 1 - i);
-        nfree = old;
-      }
+    assert(nfree + heap.size() == depth);
+    // The next arrival goes at its time, or when a slot frees if it had to
+    // wait. A completion at the same instant is processed first.
+    const Nanos t = have ? std::max(a.at, freed_at) : 0;
+    if (have && t >= cutoff) {
+      have = false;  // the run's time is over: issue nothing more
+      continue;
+    }
+    if (have && nfree > 0 && (heap.empty() || t < heap.top().t)) {
+      rec.advance(t);
       const uint32_t slot = free_slots[--nfree];
       Event& e = slots[slot];
       e.req = a.req;
-      const Schedule s = shaper.schedule(a.req, a.at);
+      const Schedule s = shaper.schedule(a.req, t);
       e.t = s.complete;
       e.counted = s.counted;
-      e.issue = a.at;
+      e.issue = t;
       e.start = s.start;
       e.recorded = a.recorded_complete;
       rec.issued();
       heap.push(Entry{s.complete, slot, 0});
+      const Nanos lag = t - a.at;
+      r.issue_lag.record(lag);
+      const bool late = lag > SimResult::kLateIssueNs;
+      if (late) {
+        ++r.late_issues;
+        if (!prev_late) ++r.issue_stalls;
+      }
+      prev_late = late;
+      waiting = false;
       have = arrivals.next(a);
     } else {
+      if (have && nfree == 0 && !waiting && a.at < heap.top().t) {
+        // Due before any slot frees: it waits (counted once).
+        ++r.slot_waits;
+        waiting = true;
+      }
       const Entry top = heap.top();
       rec.advance(top.t);
       rec.completed(slots[top.slot]);
       free_slots[nfree++] = top.slot;
+      freed_at = top.t;
       heap.pop();
     }
   }

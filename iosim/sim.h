@@ -9,13 +9,16 @@
 //   `runtime_ns` of simulated time or `ios` I/Os.
 //   Open loop: I/Os arrive at fixed times from an ArrivalSource (a trace's
 //   block or file I/O records, or a Poisson/fixed-rate pattern) whatever the
-//   tier does; if the tier is slower, completions fall behind.
+//   tier does; if the tier is slower, completions fall behind. As in
+//   `iosim run`, at most `open_iodepth` I/Os are outstanding: an arrival that
+//   finds them all in flight waits for the next completion and is issued
+//   then, late (counted in slot_waits, issue_lag, late_issues). So an offered
+//   rate above the tier's capacity runs in memory bounded by the depth, and
+//   with open_runtime_ns in time bounded by what the tier completes.
 //
 // A run is deterministic for (tier, seed, input). The event queue is a binary
-// heap over an array allocated before the loop (iodepth entries for a closed
-// loop; for an open loop it starts at `open_capacity` and doubles only when
-// more I/Os are outstanding than ever before); the loop itself does not
-// allocate.
+// heap over an array of iodepth (closed) or open_iodepth (open) entries
+// allocated before the loop; the loop itself does not allocate.
 #pragma once
 
 #include "common/histogram.h"
@@ -119,7 +122,13 @@ struct SimOptions {
   uint64_t seed = 1;
   IoObserver observer = nullptr;  // called once per completed I/O, in completion order
   void* observer_ctx = nullptr;
-  size_t open_capacity = 1 << 16;  // initial event heap size of an open loop
+  // Open loop: most I/Os outstanding at once (iosim run's --iodepth, same
+  // default); later arrivals wait for a completion.
+  uint32_t open_iodepth = 32;
+  // Open loop: no I/O is issued at or after this long after the first
+  // arrival (0 = no limit), as --runtime ends an `iosim run`: arrivals still
+  // waiting for a slot then are not issued.
+  Nanos open_runtime_ns = 0;
 };
 
 // Latency and volume of one op kind.
@@ -159,6 +168,15 @@ struct SimResult {
   double mean_behind_ns = 0;   // signed mean over I/Os with a recorded completion
   Nanos end_behind_ns = 0;     // last simulated completion - last recorded one
   uint64_t late_arrivals = 0;  // trace records out of order beyond the window
+  // Open loop, counted as `iosim run` counts them (EngineResult): arrivals
+  // that found open_iodepth I/Os outstanding and waited for a completion;
+  // issue - arrival of every I/O; issues later than kLateIssueNs and the
+  // stalls (runs of consecutive late issues) they came in.
+  static constexpr Nanos kLateIssueNs = 100'000;
+  uint64_t slot_waits = 0;
+  Histogram issue_lag;
+  uint64_t late_issues = 0;
+  uint64_t issue_stalls = 0;
 };
 
 SimResult simulate_closed(const models::Tier& tier, const ClosedLoop& loop, const SimOptions& opt);

@@ -54,31 +54,38 @@ TEST_CASE("cli: iosim run replays a trace open loop under a tier", "[engine][cli
   require_io_uring_cli(r);
   INFO(r.err);
   REQUIRE(r.status == 0);
-  auto brace = r.out.find("\n{");
-  REQUIRE(brace != std::string::npos);
-  auto j = nlohmann::json::parse(r.out.substr(brace + 1));
+  // --json -: the JSON alone on stdout, as iosim simulate writes it.
+  auto j = nlohmann::json::parse(r.out);
   CHECK(j["ios"] == 400);
   CHECK(j["tier"] == "slow-disk");
   CHECK(j["open_loop"] == true);
   CHECK(j["lat_ns"]["min"].get<int64_t>() >= 1'000'000);
   CHECK(j["schedule_ns"] == 399 * 500'000);
   for (const char* k : {"p50", "p99", "max"}) CHECK(j["issue_lag_ns"].contains(k));
+  CHECK(j["stopped"] == "");
   // Held as root, not otherwise; either way the run says which.
   REQUIRE(j.contains("cpu_latency_held"));
-  CHECK(r.out.find("cpu wake-up latency: ") != std::string::npos);
+  CHECK(r.out.find("cpu wake-up latency: ") == std::string::npos);
 
   // --no-pm-qos leaves the CPU wake-up latency alone; --iodepth-batch 0
   // submits everything ready at once: the same I/Os either way.
   r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--trace", dir.file("s.tlt"), "--no-pm-qos",
-                   "--iodepth-batch", "0", "--json", "-"});
+                   "--iodepth-batch", "0", "--json", dir.file("o.json")});
   INFO(r.err);
   REQUIRE(r.status == 0);
-  brace = r.out.find("\n{");
-  REQUIRE(brace != std::string::npos);
-  j = nlohmann::json::parse(r.out.substr(brace + 1));
+  std::ifstream f(dir.file("o.json"));
+  j = nlohmann::json::parse(f);
   CHECK(j["ios"] == 400);
   CHECK(j["cpu_latency_held"] == false);
-  CHECK(r.out.find("not held (--no-pm-qos)") != std::string::npos);
+  CHECK(r.out.find("cpu wake-up latency: not held (--no-pm-qos)") != std::string::npos);
+  // The trace gives each I/O's op and size: pattern flags are refused, not ignored.
+  for (const char* flag : {"--rw", "--bs", "--rwmixread"}) {
+    r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--trace", dir.file("s.tlt"), flag,
+                     std::string(flag) == "--rw" ? "write" : std::string(flag) == "--bs" ? "1m" : "10"});
+    CHECK(r.status == 2);
+    CHECK(tierlab::test::count_lines(r.err) == 1);
+    CHECK(r.err.find(std::string("--trace excludes ") + flag) != std::string::npos);
+  }
 }
 
 TEST_CASE("cli: iosim run rejects bad input with one line and exit 2", "[engine][cli]") {
@@ -88,7 +95,30 @@ TEST_CASE("cli: iosim run rejects bad input with one line and exit 2", "[engine]
   CHECK(tierlab::test::count_lines(r.err) == 1);
   r = run_tierlab({"iosim", "run", "--target", dir.file("absent")});
   CHECK(r.status == 2);
-  CHECK(r.err.find("give --size") != std::string::npos);
+  CHECK(r.err.find("does not exist (give --size") != std::string::npos);
+  // The real reason first, with or without --size.
+  for (std::string size : {"", "4m"}) {
+    for (const std::string& target : {dir.path(), std::string("/dev/null")}) {
+      std::vector<std::string> args{"iosim", "run", "--target", target, "--ios", "10"};
+      if (!size.empty()) args.insert(args.end(), {"--size", size});
+      r = run_tierlab(args);
+      INFO(target << " --size " << size << ": " << r.err);
+      CHECK(r.status == 2);
+      CHECK(tierlab::test::count_lines(r.err) == 1);
+      CHECK(r.err.find(target + ": not a regular file or block device") != std::string::npos);
+    }
+  }
+  { std::ofstream empty(dir.file("empty")); }
+  r = run_tierlab({"iosim", "run", "--target", dir.file("empty")});
+  CHECK(r.status == 2);
+  CHECK(r.err.find("empty: is empty (give --size)") != std::string::npos);
+  // 0 is not a size or a run time to use.
+  r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "0"});
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--size: must be above 0") != std::string::npos);
+  r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--runtime", "0"});
+  CHECK(r.status == 2);
+  CHECK(r.err.find("--runtime: '0' must be longer than 0") != std::string::npos);
   r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4q"});
   CHECK(r.status == 2);
   // A --json path that cannot be written fails before any I/O runs.
@@ -98,4 +128,15 @@ TEST_CASE("cli: iosim run rejects bad input with one line and exit 2", "[engine]
   CHECK(tierlab::test::count_lines(r.err) == 1);
   CHECK(r.err.find("--json " + dir.file("no/such/dir/out.json") + ": No such file or directory") != std::string::npos);
   CHECK(r.out.empty());
+}
+
+TEST_CASE("cli: iosim run --json - writes the JSON alone on stdout", "[engine][cli]") {
+  TempDir dir;
+  auto r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--ios", "300", "--json", "-"});
+  require_io_uring_cli(r);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  auto j = nlohmann::json::parse(r.out);  // throws on any text around it
+  CHECK(j["ios"] == 300);
+  CHECK(j["stopped"] == "");
 }

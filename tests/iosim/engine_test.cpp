@@ -10,15 +10,21 @@
 #include <liburing.h>
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 namespace fs = std::filesystem;
 using namespace tierlab;
@@ -163,6 +169,164 @@ TEST_CASE("engine: a missing target without --size is an input error", "[engine]
   o.target = (tmp.path / "absent").string();
   VectorSource src({});
   CHECK_THROWS_AS(run_engine(o, src), InputError);
+}
+
+TEST_CASE("engine: closed loop latency obeys Little's law (IOPS x mean lat = iodepth)", "[engine]") {
+  // In a closed loop every slot holds one I/O from the moment it frees to
+  // its next completion, so the mean number in flight, IOPS x mean latency,
+  // is the depth whatever the machine's speed. Latency that started only at
+  // each I/O's own submission would miss the time it waited behind the
+  // other submissions of its pass and come out well under the depth.
+  require_io_uring();
+  TempDir tmp;
+  std::string file = (tmp.path / "little").string();
+  const uint32_t depth = GENERATE(4u, 32u);
+  const bool direct = GENERATE(false, true);
+  const uint32_t batch = GENERATE(1u, 0u);
+  INFO("iodepth " << depth << ", direct " << direct << ", submit_batch " << batch);
+  EngineOptions o;
+  o.target = file;
+  o.size = 32 << 20;
+  o.iodepth = depth;
+  o.submit_batch = batch;
+  o.max_block = 4096;
+  o.direct = direct;
+  PatternSource src(IoOp::Read, o.size, 4096, 40'000, true);
+  EngineResult r;
+  try {
+    r = run_engine(o, src);
+  } catch (const InputError& e) {
+    if (direct && std::string(e.what()).find("O_DIRECT") != std::string::npos) return;  // not on this fs
+    throw;
+  }
+  REQUIRE(r.ios == 40'000);
+  const double iops = double(r.ios) / (double(r.elapsed_ns) / 1e9);
+  const double in_flight = iops * r.lat.mean() / 1e9;
+  INFO("IOPS " << iops << ", mean lat " << r.lat.mean() / 1e3 << " us, device " << r.op[0].device_lat.mean() / 1e3
+               << " us: " << in_flight << " in flight");
+  // Only the drain at the end (the last `depth` I/Os) runs below the depth.
+  CHECK(in_flight == Approx(depth).epsilon(0.05));
+  // The device's own time starts at the submission: never longer.
+  CHECK(r.op[0].device_lat.mean() <= r.lat.mean());
+}
+
+TEST_CASE("engine: a stop request ends the run early with its results", "[engine]") {
+  require_io_uring();
+  TempDir tmp;
+  std::string file = (tmp.path / "stop").string();
+  EngineOptions o;
+  o.target = file;
+  o.size = 8 << 20;
+  o.iodepth = 8;
+  o.max_block = 4096;
+  std::atomic<int> stop{0};
+  o.stop = &stop;
+  auto stop_after = [&](int ms) {
+    return std::thread([&stop, ms] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      stop.store(2);
+    });
+  };
+  {
+    // A closed loop of 60 s stops at the request.
+    o.runtime_ns = 60'000'000'000;
+    PatternSource src(IoOp::Read, o.size, 4096, UINT64_MAX, true);
+    auto t = stop_after(300);
+    EngineResult r = run_engine(o, src);
+    t.join();
+    CHECK(r.stopped);
+    CHECK(r.ios > 0);
+    CHECK(r.op[0].lat.count() == r.ios);
+    CHECK(r.elapsed_ns < 10'000'000'000);
+  }
+  {
+    // An open loop waiting 60 s for its next I/O does not wait that long.
+    stop.store(0);
+    o.runtime_ns = 0;
+    o.open_loop = true;
+    VectorSource src({TimedIo{0, 0, 4096, IoOp::Read, 0}, TimedIo{60'000'000'000, 4096, 4096, IoOp::Read, 0}});
+    auto t0 = std::chrono::steady_clock::now();
+    auto t = stop_after(300);
+    EngineResult r = run_engine(o, src);
+    t.join();
+    CHECK(r.stopped);
+    CHECK(r.ios == 1);
+    CHECK(r.schedule_ns == 0);  // the I/O not issued is not in the schedule run
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+  }
+  {
+    // Without a request the same flag changes nothing.
+    stop.store(0);
+    o.open_loop = false;
+    PatternSource src(IoOp::Read, o.size, 4096, 500, true);
+    EngineResult r = run_engine(o, src);
+    CHECK_FALSE(r.stopped);
+    CHECK(r.ios == 500);
+  }
+}
+
+TEST_CASE("engine: a read-only source drives a file it may not write", "[engine]") {
+  require_io_uring();
+  TempDir tmp;
+  std::string file = (tmp.path / "ro").string();
+  {
+    std::ofstream f(file, std::ios::binary);
+    std::string data(1 << 20, 'r');
+    f << data;
+  }
+  // Not writable: immutable as root (chattr +i), mode 0444 otherwise.
+  struct Unlock {
+    std::string path;
+    bool immutable = false;
+    ~Unlock() {
+      if (!immutable) return;
+      int fd = ::open(path.c_str(), O_RDONLY);
+      int flags = 0;
+      if (fd >= 0 && ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0) {
+        flags &= ~FS_IMMUTABLE_FL;
+        ioctl(fd, FS_IOC_SETFLAGS, &flags);
+      }
+      if (fd >= 0) ::close(fd);
+    }
+  } unlock{file};
+  if (::geteuid() == 0) {
+    int fd = ::open(file.c_str(), O_RDONLY);
+    REQUIRE(fd >= 0);
+    int flags = 0;
+    bool ok = ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0;
+    flags |= FS_IMMUTABLE_FL;
+    ok = ok && ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+    ::close(fd);
+    if (!ok) {
+      std::printf("skipped: %s cannot be made immutable here\n", file.c_str());
+      std::exit(77);
+    }
+    unlock.immutable = true;
+  } else {
+    REQUIRE(::chmod(file.c_str(), 0444) == 0);
+  }
+  REQUIRE(::open(file.c_str(), O_RDWR) < 0);  // the file really is read-only
+
+  EngineOptions o;
+  o.target = file;
+  o.iodepth = 8;
+  o.max_block = 4096;
+  o.read_only = true;
+  PatternSource reads(IoOp::Read, 1 << 20, 4096, 1000, true);
+  EngineResult r = run_engine(o, reads);
+  CHECK(r.ios == 1000);
+  // A flush on a read-only descriptor is fine too.
+  VectorSource flush({TimedIo{0, 0, 4096, IoOp::Read, 0}, TimedIo{0, 0, 0, IoOp::Flush, 0}});
+  CHECK(run_engine(o, flush).ios == 2);
+  // Growing it to --size needs write access: the open says why it failed.
+  o.size = 2 << 20;
+  PatternSource more(IoOp::Read, 1 << 20, 4096, 10, true);
+  CHECK_THROWS_AS(run_engine(o, more), InputError);
+  // Without read_only the target is opened for writing, and refused.
+  o.size = 0;
+  o.read_only = false;
+  PatternSource again(IoOp::Read, 1 << 20, 4096, 10, true);
+  CHECK_THROWS_AS(run_engine(o, again), InputError);
 }
 
 TEST_CASE("engine: open loop issues at the scheduled times", "[engine]") {

@@ -92,5 +92,21 @@ TEST_CASE("the discrete-event loop allocates nothing per event", "[sim][alloc]")
       });
     };
     CHECK(open(1'000'000) == open(1000));
+
+    // Offered far above the tier's capacity: memory stays what the bound
+    // (iodepth) sized up front, however long the run.
+    auto flood = [&](Nanos runtime) {
+      PatternSpec p;
+      SimOptions opt;
+      opt.open_runtime_ns = runtime;
+      SimResult r;
+      uint64_t n = allocations_of([&] {
+        PatternArrivals arr(p, 1e12, false, 0, runtime);
+        r = simulate_open(catalog.get(tier), arr, opt);
+      });
+      CHECK(r.max_queue_depth == opt.open_iodepth);
+      return n;
+    };
+    CHECK(flood(2'000'000'000) == flood(10'000'000));
   }
 }

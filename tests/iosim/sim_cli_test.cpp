@@ -101,10 +101,34 @@ TEST_CASE("iosim simulate: bad input is one line and exit status 2", "[sim][cli]
            {"iosim", "simulate", "--size", "1k", "--bs", "4k", "--tier", "ebs-gp3"},
            {"iosim", "simulate", "--trace", "/nonexistent.tlt", "--tier", "ebs-gp3"},
            {"iosim", "simulate", "--trace", "/nonexistent.tlt", "--rw", "read", "--tier", "ebs-gp3"},
+           // Not a closed loop in disguise, nor a 10 s run.
+           {"iosim", "simulate", "--rate-iops", "-5", "--tier", "ebs-gp3"},
+           {"iosim", "simulate", "--rate-iops", "0", "--tier", "ebs-gp3"},
+           {"iosim", "simulate", "--runtime", "0", "--tier", "ebs-gp3"},
        }) {
     auto r = run_tierlab(args);
     INFO(args[2] << " " << args[3] << ": " << r.err);
     CHECK(r.status == 2);
     CHECK(tierlab::test::count_lines(r.err) == 1);
   }
+}
+
+TEST_CASE("iosim simulate: an open loop above capacity holds iodepth and counts the waits", "[sim][cli]") {
+  auto r = run_tierlab({"iosim", "simulate", "--rate-iops", "1e12", "--runtime", "1s", "--tier", "ebs-gp3",
+                        "--json", "-"});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  auto t = nlohmann::json::parse(r.out)["tiers"][0];
+  CHECK(t["max_queue_depth"] == 32);  // iosim run's default --iodepth
+  CHECK(t["iops"].get<double>() == Approx(3000).epsilon(0.02));
+  CHECK(t["slot_waits"].get<uint64_t>() > 2900);
+  CHECK(t["late_issues"]["ios"].get<uint64_t>() > 2900);
+  for (const char* k : {"p50", "p99", "max"}) CHECK(t["issue_lag_ns"].contains(k));
+
+  r = run_tierlab({"iosim", "simulate", "--rate-iops", "1e12", "--runtime", "1s", "--iodepth", "4", "--tier",
+                   "ebs-gp3", "--json", "-"});
+  REQUIRE(r.status == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["workload"]["iodepth"] == 4);
+  CHECK(j["tiers"][0]["max_queue_depth"] == 4);
 }

@@ -56,6 +56,7 @@ SimResult run_mx1(models::LatencyDist dist, double service_ns, double rho, uint6
   PatternArrivals arrivals(p, rho / service_ns * 1e9, /*poisson=*/true, n, 0);
   SimOptions opt;
   opt.seed = seed * 7 + 1;
+  opt.open_iodepth = 1 << 16;  // an unbounded queue, as the formulas assume
   return simulate_open(tier, arrivals, opt);
 }
 
@@ -296,7 +297,13 @@ TEST_CASE("open loop from a trace reports how far completions fell behind", "[si
     // 20,000 I/Os at 3,000/s take ~6.7 s instead of 2 s.
     CHECK(static_cast<double>(r.end_behind_ns) / 1e9 == Approx(4.67).epsilon(0.03));
     CHECK(r.behind.max() > 4'000'000'000);
-    CHECK(r.max_queue_depth > 10000);
+    // At most iodepth (32) outstanding, as iosim run holds them: the rest
+    // wait for a slot and go late.
+    CHECK(r.max_queue_depth == 32);
+    CHECK(r.slot_waits > 19000);
+    CHECK(r.late_issues > 19000);
+    CHECK(r.issue_stalls >= 1);
+    CHECK(r.issue_lag.max() > 4'000'000'000);
     CHECK(arr.file_records() == 1);
   }
   {
@@ -319,6 +326,34 @@ TEST_CASE("open loop from a trace reports how far completions fell behind", "[si
   std::remove(path);
 }
 
+TEST_CASE("an open loop above the tier's capacity stays within iodepth", "[sim]") {
+  auto catalog = models::Catalog::builtin();
+  const auto& gp3 = catalog.get("ebs-gp3");  // 3,000 IOPS
+  PatternSpec p;
+  SimOptions opt;
+  opt.open_iodepth = 32;
+  opt.open_runtime_ns = 2'000'000'000;
+  // A million times the cap: without a bound every arrival would be queued.
+  PatternArrivals arrivals(p, 3e9, false, 0, opt.open_runtime_ns);
+  auto r = simulate_open(gp3, arrivals, opt);
+  CHECK(r.max_queue_depth == 32);
+  // The tier's rate, for the run's 2 s: I/Os not issued by then are not.
+  CHECK(r.iops == Approx(3000).epsilon(0.02));
+  CHECK(static_cast<double>(r.ios) == Approx(6000).epsilon(0.03));
+  CHECK(r.last_complete - r.first_issue < 2'100'000'000);
+  // Every I/O after the first 32 waited for a slot and went late, in one stall.
+  CHECK(r.slot_waits >= r.ios - 32);
+  CHECK(r.late_issues >= r.ios - 33);
+  CHECK(r.issue_stalls == 1);
+  // Little's law at the bound: 32 outstanding at 3,000 IOPS is ~10.7 ms each.
+  CHECK(r.lat.mean() / 1e9 == Approx(32.0 / 3000).epsilon(0.03));
+
+  // A bigger --iodepth is a bigger bound, still held.
+  opt.open_iodepth = 1000;
+  PatternArrivals more(p, 3e9, false, 0, opt.open_runtime_ns);
+  CHECK(simulate_open(gp3, more, opt).max_queue_depth == 1000);
+}
+
 TEST_CASE("simulator input errors are InputErrors", "[sim]") {
   auto tier = uncapped({models::LatencyDist::Fixed, 1000, 0});
   ClosedLoop loop;
@@ -329,4 +364,8 @@ TEST_CASE("simulator input errors are InputErrors", "[sim]") {
   PatternSpec p;
   CHECK_THROWS_AS(PatternArrivals(p, 0, true, 10, 0), InputError);
   CHECK_THROWS_AS(PatternArrivals(p, 100, true, 0, 0), InputError);
+  PatternArrivals ok(p, 100, true, 10, 0);
+  SimOptions no_depth;
+  no_depth.open_iodepth = 0;
+  CHECK_THROWS_AS(simulate_open(tier, ok, no_depth), InputError);
 }
