@@ -89,7 +89,6 @@ uint64_t existing_size(const std::string& path) {
   return bytes;
 }
 
-const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 
 // SIGINT and SIGTERM during a run, taken by a watcher thread through
 // StopSignals: the first sets `signal` (the engine's stop flag: the run

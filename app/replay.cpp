@@ -141,22 +141,33 @@ void run_replay(const ReplayOptions& o) {
   // SIGINT and SIGTERM stop the replay and leave its report (blocked here,
   // before the replay's threads start, so that they inherit the mask).
   StopSignals signals;
-  opts.wait_stop = [&signals](long timeout_ns) -> const char* {
-    switch (signals.wait(timeout_ns)) {
-      case SIGINT: return "SIGINT";
-      case SIGTERM: return "SIGTERM";
-      default: return nullptr;
-    }
+  int stopped_by = 0;
+  opts.wait_stop = [&](long timeout_ns) -> const char* {
+    int sig = signals.wait(timeout_ns);
+    if (!sig) return nullptr;
+    stopped_by = sig;
+    return signal_name(sig);
   };
-  replay::Report r = replay::run(w, opts, &std::cerr);
+  // A stopped command exits 128 + the signal, as iosim run and a command
+  // the signal ended do, after one line saying so.
+  auto stopped = [&](const std::string& line) {
+    std::cerr << "tierlab: " << line << "\n";
+    set_exit_status(128 + stopped_by);
+  };
+  replay::Report r;
+  try {
+    r = replay::run(w, opts, &std::cerr);
+  } catch (const RuntimeError& e) {
+    if (!stopped_by) throw;
+    return stopped(e.what());  // stopped while connecting: nothing ran
+  }
   replay::print_report(text, r);
   json.write(report_json(r).dump(2) + "\n");
   // The report is out; what makes it incomplete fails the command.
   if (!r.log_error.empty())
     throw RuntimeError("--log " + r.log_path + ": " + r.log_error + " after " + std::to_string(r.log_lines) +
                        " lines; the rest of the round trips are not in it");
-  if (!r.stopped.empty())
-    throw RuntimeError("replay: stopped by " + r.stopped + "; the report covers what ran before it");
+  if (stopped_by) return stopped("replay: stopped by " + r.stopped + "; the report covers what ran before it");
   if (r.sessions_failed)
     throw RuntimeError("replay: " + std::to_string(r.sessions_failed) + " of " + std::to_string(r.sessions) +
                        " sessions failed (" + r.first_session_error + "); the results are incomplete");
@@ -172,7 +183,7 @@ void setup_replay(CLI::App& parent) {
       "session there, --user-map renames users one by one (a user or dbname in --db is used only\n"
       "where the capture has none; the replay says when sessions go elsewhere).\n"
       "Credentials come from --db, libpq's environment (PGPASSWORD, ...) and ~/.pgpass.\n"
-      "SIGINT or SIGTERM stops the replay: the report and --json cover what ran (exit 1).\n"
+      "SIGINT or SIGTERM stops the replay: the report and --json cover what ran (exit 128 + signal).\n"
       "libpq opens every connection; on a plaintext one tierlab then sends each captured request\n"
       "itself, a Query or the extended-protocol messages up to a Sync as the client sent them\n"
       "(statement and portal names, row limits, formats), and reads the answers. --wire libpq\n"

@@ -9,6 +9,9 @@ namespace tierlab::app {
 // started afterwards inherits the mask and the signals are only taken by
 // wait(); the previous mask is restored on destruction. Construct it before
 // starting any worker thread.
+// "SIGINT", "SIGTERM", or "a signal".
+const char* signal_name(int sig);
+
 class StopSignals {
  public:
   StopSignals();

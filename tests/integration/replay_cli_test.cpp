@@ -48,7 +48,7 @@ struct SilentListener {
 
 }  // namespace
 
-TEST_CASE("SIGINT or SIGTERM stops a replay: the report and JSON cover what ran, exit 1",
+TEST_CASE("SIGINT or SIGTERM stops a replay: the report and JSON cover what ran, exit 128 + signal",
           "[replay][pg][cli][stop]") {
   auto& pg = tierlab::test::shared_server();
   TempDir dir;
@@ -78,7 +78,7 @@ TEST_CASE("SIGINT or SIGTERM stops a replay: the report and JSON cover what ran,
     double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::string out = bg.out();
     INFO(out << bg.err());
-    CHECK(status == 1);
+    CHECK(status == 128 + sig);
     CHECK(took < 3);
     CHECK(out.find("stopped by " + name + " after ") != std::string::npos);
     CHECK(out.find("number of sessions: 2 (2 cut short by " + name + ")") != std::string::npos);
@@ -207,7 +207,7 @@ TEST_CASE("a target that does not answer: connect_timeout gives up, a stop ends 
   usleep(500 * 1000);
   int status = bg.stop(SIGINT);
   INFO(bg.err());
-  CHECK(status == 1);
+  CHECK(status == 128 + SIGINT);
   CHECK(bg.err().find("tierlab: replay: stopped by SIGINT while connecting to ") != std::string::npos);
   CHECK(bg.err().find("nothing was replayed") != std::string::npos);
 }
