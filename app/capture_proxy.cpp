@@ -6,7 +6,6 @@
 #include "common/error.h"
 #include "common/units.h"
 
-#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -63,8 +62,12 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   clock_gettime(CLOCK_MONOTONIC, &start);
   const char* why = "stopped";
   for (;;) {
-    // Wake at the deadline itself, not at the next tick after it.
-    long tick = 200'000'000;
+    int sig = signals.wait(200'000'000);
+    if (sig == SIGINT || sig == SIGTERM) {
+      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      break;
+    }
+    if (proxy.failed()) break;
     if (duration > 0) {
       timespec now;
       clock_gettime(CLOCK_MONOTONIC, &now);
@@ -73,14 +76,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
         why = "duration reached";
         break;
       }
-      tick = static_cast<long>(std::min<int64_t>(tick, duration - el));
     }
-    int sig = signals.wait(tick);
-    if (sig == SIGINT || sig == SIGTERM) {
-      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      break;
-    }
-    if (proxy.failed()) break;
   }
   proxy.stop();
   auto s = proxy.summary();

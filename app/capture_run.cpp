@@ -23,7 +23,6 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -535,8 +534,15 @@ void run_capture_run(const CaptureRunOptions& o) {
   clock_gettime(CLOCK_MONOTONIC, &start);
   const char* why = "stopped";
   for (;;) {
-    // Wake at the deadline itself, not at the next tick after it.
-    long tick = 200'000'000;
+    int sig = signals.wait(200'000'000);
+    if (sig == SIGINT || sig == SIGTERM) {
+      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
+      break;
+    }
+    if (tx->failed()) {
+      why = "transaction capture failed";
+      break;
+    }
     if (duration > 0) {
       timespec now;
       clock_gettime(CLOCK_MONOTONIC, &now);
@@ -545,16 +551,6 @@ void run_capture_run(const CaptureRunOptions& o) {
         why = "duration reached";
         break;
       }
-      tick = static_cast<long>(std::min<int64_t>(tick, duration - el));
-    }
-    int sig = signals.wait(tick);
-    if (sig == SIGINT || sig == SIGTERM) {
-      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      break;
-    }
-    if (tx->failed()) {
-      why = "transaction capture failed";
-      break;
     }
   }
   std::exception_ptr tx_error;

@@ -13,13 +13,10 @@
 #include <arpa/inet.h>
 #include <linux/if_packet.h>
 #include <net/if.h>
-#include <sys/eventfd.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <poll.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cinttypes>
@@ -89,14 +86,7 @@ std::vector<SessionMapEntry> parse_session_map(const std::string& text, const st
 namespace {
 
 std::atomic<bool> g_stop{false};
-std::atomic<Nanos> g_stop_at{0};  // CLOCK_MONOTONIC of the stop request
 std::atomic<pcap_t*> g_pcap{nullptr};
-std::atomic<int> g_wake_fd{-1};   // eventfd that wakes a live capture's poll()
-
-// The kernel hands a ring block over when it is full or this long after it
-// was opened (TPACKET_V3 block timeout), so a packet waits in the ring at
-// most this long.
-constexpr int kBlockTimeoutMs = 100;
 
 Nanos realtime_now() { return clock_ns(CLOCK_REALTIME); }
 
@@ -288,24 +278,16 @@ struct Run {
   bool nano = true;
   Nanos offset = 0;  // CLOCK_REALTIME - CLOCK_MONOTONIC
   Nanos first_rt = 0, last_rt = 0;
-  // Live: the capture's end (CLOCK_MONOTONIC; 0 = not known yet). Packets
-  // stamped after it are not recorded; past_stop says one has been seen.
-  Nanos stop_at = 0;
-  bool past_stop = false;
   Segment seg;
 };
 
 void on_packet(u_char* user, const pcap_pkthdr* h, const u_char* bytes) {
   Run& run = *reinterpret_cast<Run*>(user);
   SniffSummary& sum = *run.sum;
-  Nanos rt = static_cast<Nanos>(h->ts.tv_sec) * 1'000'000'000 +
-             static_cast<Nanos>(h->ts.tv_usec) * (run.nano ? 1 : 1000);
-  if (run.stop_at && rt - run.offset > run.stop_at) {
-    run.past_stop = true;
-    return;
-  }
   ++sum.packets;
   sum.bytes += h->len;
+  Nanos rt = static_cast<Nanos>(h->ts.tv_sec) * 1'000'000'000 +
+             static_cast<Nanos>(h->ts.tv_usec) * (run.nano ? 1 : 1000);
   if (run.first_rt == 0) run.first_rt = rt;
   run.last_rt = rt;
   switch (parse_packet(run.dlt, bytes, h->caplen, h->len, &run.seg)) {
@@ -382,7 +364,7 @@ PcapPtr open_live(const SniffOptions& o, bool* nano, std::ostream& log) {
   check(p.get(), pcap_set_buffer_size(p.get(), static_cast<int>(o.buffer_bytes)),
         where + ": buffer size");
   check(p.get(), pcap_set_immediate_mode(p.get(), 0), where + ": immediate mode");
-  check(p.get(), pcap_set_timeout(p.get(), kBlockTimeoutMs), where + ": timeout");
+  check(p.get(), pcap_set_timeout(p.get(), 100), where + ": timeout");
   check(p.get(), pcap_set_promisc(p.get(), 0), where + ": promiscuous mode");
   *nano = pcap_set_tstamp_precision(p.get(), PCAP_TSTAMP_PRECISION_NANO) == 0;
   int rc = pcap_activate(p.get());
@@ -460,18 +442,8 @@ void check_sniff_options(const SniffOptions& o, const std::string& who) {
 }
 
 void stop_sniff() {
-  // Async-signal-safe: clock_gettime, atomics and write(2) only.
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  Nanos none = 0;
-  g_stop_at.compare_exchange_strong(none, Nanos(t.tv_sec) * 1'000'000'000 + t.tv_nsec);
   g_stop.store(true);
   if (pcap_t* p = g_pcap.load()) pcap_breakloop(p);
-  if (int fd = g_wake_fd.load(); fd >= 0) {
-    uint64_t one = 1;
-    ssize_t n = ::write(fd, &one, sizeof one);
-    (void)n;
-  }
 }
 
 SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
@@ -554,26 +526,11 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
   run.nano = nano;
   run.offset = offset;
 
-  // Live: stop_sniff() wakes the poll() below through this eventfd.
-  struct WakeFd {
-    int fd = -1;
-    ~WakeFd() {
-      g_wake_fd.store(-1);
-      if (fd >= 0) ::close(fd);
-    }
-  } wake;
-  if (live) {
-    wake.fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (wake.fd < 0) throw RuntimeError(errno_message("eventfd", errno));
-  }
-  g_stop_at.store(0);
   g_stop.store(false);
   g_pcap.store(pcap.get());
-  g_wake_fd.store(wake.fd);
   const Nanos start_mono = trace::monotonic_now();
   const Nanos deadline =
       o.duration_s > 0 ? start_mono + static_cast<Nanos>(o.duration_s * 1e9) : 0;
-  run.stop_at = live ? deadline : 0;
   if (live)
     log << "capturing on " << o.interface << ", filter '" << filter
         << "', writing " << o.out << std::endl;
@@ -593,7 +550,6 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
   };
 
   Nanos last_housekeeping = start_mono;
-  Nanos stop_at = 0;  // live: once known, the end of the capture
   Nanos drain_until = 0;
   if (!first_frame.empty())
     on_packet(reinterpret_cast<u_char*>(&run), &first_hdr, first_frame.data());
@@ -613,16 +569,8 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
   }
   for (;;) {
     if (live) {
-      // Wake for packets, a stop request, the deadline or the end of the
-      // drain, whichever comes first; at least every 100 ms.
-      Nanos wake_at = stop_at ? drain_until : deadline;
-      int timeout_ms = 100;
-      if (wake_at) {
-        Nanos left = wake_at - trace::monotonic_now();
-        timeout_ms = static_cast<int>(std::clamp<Nanos>((left + 999'999) / 1'000'000, 0, 100));
-      }
-      pollfd pfd[2] = {{fd, POLLIN, 0}, {wake.fd, POLLIN, 0}};
-      int pr = poll(pfd, 2, timeout_ms);
+      pollfd pfd{fd, POLLIN, 0};
+      int pr = poll(&pfd, 1, 100);
       if (pr < 0 && errno != EINTR) throw RuntimeError(errno_message(where + ": poll", errno));
     }
     // Live: whatever the ring holds; a file: a batch at a time, so that
@@ -641,23 +589,12 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
     if (!live && g_stop.load()) break;
     if (live) {
       Nanos now = trace::monotonic_now();
-      if (!stop_at && g_stop.load()) {
-        Nanos asked = g_stop_at.load();
-        stop_at = asked > 0 ? std::clamp(asked, start_mono, now) : now;
-      }
-      if (!stop_at && deadline && now >= deadline) stop_at = deadline;
-      if (stop_at && !drain_until) {
-        // The capture ends at stop_at: packets stamped later are left out.
-        // Those stamped before may still sit in the ring block the kernel
-        // fills, handed over when it fills or times out: read on until a
-        // later packet shows every earlier one has come, or the block
-        // timeout has passed.
-        run.stop_at = stop_at;
-        drain_until = now + Nanos(kBlockTimeoutMs + 20) * 1'000'000;
-      }
-      // Holes time out even when their stream is idle.
-      reasm.advance(stop_at ? std::min(now, stop_at) : now);
-      if (stop_at && (run.past_stop || now >= drain_until)) break;
+      reasm.advance(now);  // holes time out even when their stream is idle
+      // Stopping: packets already captured sit in ring blocks the kernel
+      // hands over only when they fill or time out (100 ms): drain them.
+      if (!drain_until && (g_stop.load() || (deadline && now >= deadline)))
+        drain_until = now + 300'000'000;
+      if (drain_until && now >= drain_until) break;
       if (now - last_housekeeping >= 1'000'000'000) {
         last_housekeeping = now;
         record_drops(now);
@@ -667,7 +604,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
       reasm.advance(run.last_rt - offset);
     }
   }
-  Nanos end_ts = live ? stop_at : (run.last_rt ? run.last_rt - offset : 0);
+  Nanos end_ts = live ? trace::monotonic_now() : (run.last_rt ? run.last_rt - offset : 0);
   record_drops(end_ts);
   reasm.finish(end_ts);
   g_pcap.store(nullptr);

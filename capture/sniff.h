@@ -115,11 +115,7 @@ std::vector<SessionMapEntry> parse_session_map(const std::string& text, const st
 void check_sniff_options(const SniffOptions& opts, const std::string& who);
 
 // Runs a capture until the file ends, --duration passes or stop_sniff() is
-// called. Live, the capture ends at the deadline or at the stop request:
-// packets stamped later are not recorded, and SniffSummary::seconds runs
-// from the start to that end. The packets stamped before it that the kernel
-// still holds in its ring are read first, for at most the ring's block
-// timeout (100 ms) when no later packet shows they have all come. Prints "capturing on ..." to `log` once packets can flow, and
+// called. Prints "capturing on ..." to `log` once packets can flow, and
 // warnings. Throws InputError for bad options or files, RuntimeError when
 // libpcap cannot open the interface.
 SniffSummary run_sniff(const SniffOptions& opts, std::ostream& log);
