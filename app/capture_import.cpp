@@ -25,64 +25,15 @@ struct ImportOptions {
   std::string out;
 };
 
-// Where an import writes before its output is complete. An import takes
-// moments, so it goes to a new file beside --out that replaces --out only
-// once the trace is whole: a failed import leaves an existing trace as it
-// was. A device or FIFO named as --out (/dev/null, a pipe) is written
-// directly; a symbolic link's target is the file replaced.
-class ImportTarget {
- public:
-  explicit ImportTarget(const std::string& out) : out_(out), final_(out) {
-    struct stat st;
-    if (::stat(out.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-      if (S_ISDIR(st.st_mode)) throw InputError("--out " + out + ": is a directory");
-      path_ = out;  // written in place
-      return;
-    }
-    struct stat lst;
-    if (::lstat(out.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
-      char buf[PATH_MAX];
-      if (::realpath(out.c_str(), buf)) final_ = buf;
-    }
-    auto slash = final_.rfind('/');
-    std::string dir = slash == std::string::npos ? "." : final_.substr(0, slash + 1);
-    std::string base = slash == std::string::npos ? final_ : final_.substr(slash + 1);
-    std::string tmpl = (slash == std::string::npos ? "" : dir) + "." + base + ".import-XXXXXX";
-    int fd = ::mkstemp(tmpl.data());
-    if (fd < 0) throw InputError(errno_message("--out " + out + ": cannot create trace", errno));
-    ::close(fd);
-    path_ = tmpl;
-    temp_ = true;
-  }
-  ~ImportTarget() {
-    if (temp_) ::unlink(path_.c_str());
-  }
-  ImportTarget(const ImportTarget&) = delete;
-  ImportTarget& operator=(const ImportTarget&) = delete;
-
-  // The file to write the trace to.
-  const std::string& path() const { return path_; }
-
-  // The trace is complete and closed: it becomes --out.
-  void commit() {
-    if (!temp_) return;
-    if (::rename(path_.c_str(), final_.c_str()) != 0)
-      throw RuntimeError(errno_message("--out " + out_ + ": rename", errno));
-    temp_ = false;
-  }
-
- private:
-  std::string out_, final_, path_;
-  bool temp_ = false;
-};
-
 void run_import(const ImportOptions& o) {
   if (o.fio_iolog.empty() == o.blkparse.empty())
     throw InputError("capture import: give exactly one of --fio-iolog FILE or --blkparse FILE");
   const std::string& path = o.fio_iolog.empty() ? o.blkparse : o.fio_iolog;
   std::ifstream in(path);
   if (!in) throw InputError(errno_message(path, errno));
-  ImportTarget target(o.out);
+  // An import takes moments: it is written beside --out and replaces it
+  // only once the trace is whole.
+  PendingFile target(o.out, "--out");
   // The logs' times count from the start of the job or trace (0) and carry
   // no date: the trace starts at 0 on its clock, and its wall-clock start is
   // the import's (the header's meaning: docs/trace-format.md).

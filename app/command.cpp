@@ -145,58 +145,62 @@ CLI::Validator number_check(bool zero_ok) {
 CLI::Validator positive_number() { return number_check(false); }
 CLI::Validator non_negative_number() { return number_check(true); }
 
-OutputFile::OutputFile(const std::string& path, const char* option) : path_(path), option_(option) {
-  if (path.empty()) return;
-  if (path == "-") {
-    f_ = stdout;
-    return;
-  }
+PendingFile::PendingFile(const std::string& path, const std::string& option)
+    : option_(option), final_(path), path_(path) {
   struct stat st;
   const bool exists = ::stat(path.c_str(), &st) == 0;
-  if (exists && !S_ISREG(st.st_mode)) {
-    f_ = std::fopen(path.c_str(), "w");
-    if (!f_) throw InputError(errno_message(option_ + " " + path_, errno));
-    return;
-  }
-  // A symbolic link keeps pointing where it did: the file it names is
-  // replaced.
-  final_ = path;
+  if (exists && S_ISDIR(st.st_mode)) throw InputError(option_ + " " + path + ": is a directory");
+  if (exists && !S_ISREG(st.st_mode)) return;  // written in place
   if (exists) {
     if (char* real = ::realpath(path.c_str(), nullptr)) {
       final_ = real;
       std::free(real);
     }
-    if (::access(final_.c_str(), W_OK) != 0) throw InputError(errno_message(option_ + " " + path_, errno));
+    if (::access(final_.c_str(), W_OK) != 0) throw InputError(errno_message(option_ + " " + path, errno));
   }
   const size_t slash = final_.rfind('/');
-  const std::string dir = slash == std::string::npos ? "" : final_.substr(0, slash + 1);
-  const std::string base = slash == std::string::npos ? final_ : final_.substr(slash + 1);
-  std::string tmp = dir + "." + base + ".tmp-XXXXXX";
+  std::string tmp = final_.substr(0, slash + 1) + "." + final_.substr(slash + 1) + ".tmp-XXXXXX";
   int fd = ::mkstemp(tmp.data());
-  if (fd < 0) {
-    // Name the directory's problem as the path's: that is what was asked.
-    int err = errno;
-    throw InputError(errno_message(option_ + " " + path_, err == EEXIST ? EACCES : err));
-  }
-  // The mode a new file gets from fopen, or the one the file had.
+  // A directory's problem is named as the path's: that is what was asked.
+  if (fd < 0) throw InputError(errno_message(option_ + " " + path, errno == EEXIST ? EACCES : errno));
+  // The mode a new file gets from open, or the one the file had.
   mode_t mask = ::umask(0);
   ::umask(mask);
   ::fchmod(fd, exists ? (st.st_mode & 07777) : (0666 & ~mask));
-  f_ = ::fdopen(fd, "w");
-  if (!f_) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw InputError(errno_message(option_ + " " + path_, err));
-  }
+  ::close(fd);
   path_ = tmp;
+  temp_ = true;
+}
+
+PendingFile::~PendingFile() {
+  if (temp_) ::unlink(path_.c_str());
+}
+
+void PendingFile::commit() {
+  if (!temp_) return;
+  if (::rename(path_.c_str(), final_.c_str()) != 0) {
+    int err = errno;
+    ::unlink(path_.c_str());
+    temp_ = false;
+    throw RuntimeError(errno_message(option_ + " " + final_ + ": rename", err));
+  }
+  temp_ = false;
+}
+
+OutputFile::OutputFile(const std::string& path, const char* option) : option_(option), shown_(path) {
+  if (path.empty()) return;
+  if (path == "-") {
+    f_ = stdout;
+    return;
+  }
+  file_.emplace(path, option_);
+  f_ = std::fopen(file_->path().c_str(), "w");
+  if (!f_) throw InputError(errno_message(option_ + " " + path, errno));
 }
 
 OutputFile::~OutputFile() {
-  if (!f_) return;
-  // Never written: the command failed. Only the temporary file goes.
-  if (f_ != stdout) std::fclose(f_);
-  if (!final_.empty()) ::unlink(path_.c_str());
+  // Never written: the command failed. A temporary file goes with file_.
+  if (f_ && f_ != stdout) std::fclose(f_);
 }
 
 void OutputFile::write(const std::string& text) {
@@ -208,15 +212,8 @@ void OutputFile::write(const std::string& text) {
     err = errno;
   }
   f_ = nullptr;
-  const std::string shown = final_.empty() ? path_ : final_;
-  if (ok && !final_.empty() && ::rename(path_.c_str(), final_.c_str()) != 0) {
-    ok = false;
-    err = errno;
-  }
-  if (!ok) {
-    if (!final_.empty()) ::unlink(path_.c_str());
-    throw RuntimeError(errno_message("writing " + option_ + " " + shown, err));
-  }
+  if (!ok) throw RuntimeError(errno_message("writing " + option_ + " " + shown_, err));
+  if (file_) file_->commit();
 }
 
 }  // namespace tierlab::app

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 
 #include <string>
 #include <vector>
@@ -61,6 +62,31 @@ CLI::Option* add_compress_level(CLI::App& cmd, int& level);
 // the trace writer (back-pressure); nothing when there were none.
 void print_writer_waits(uint64_t waits);
 
+// Where a command writes an output file until it is complete. A regular
+// file (new, or one that exists; through a symbolic link, the file it
+// names) is written as a temporary file beside it, which commit() renames
+// over it: a command that fails before leaves an existing file as it was
+// and no new one (the destructor removes the temporary file). Anything else
+// that exists (a FIFO, /dev/stdout, a device) is written in place. The
+// constructor fails in one line naming `option` and `path` (InputError) when
+// the file cannot be written there.
+class PendingFile {
+ public:
+  PendingFile(const std::string& path, const std::string& option);
+  ~PendingFile();
+  PendingFile(const PendingFile&) = delete;
+  PendingFile& operator=(const PendingFile&) = delete;
+  // The file to write.
+  const std::string& path() const { return path_; }
+  // The output is complete and closed: it becomes `path`. RuntimeError
+  // naming it when the rename fails.
+  void commit();
+
+ private:
+  std::string option_, final_, path_;
+  bool temp_ = false;
+};
+
 // A file a command writes when its work is done (--json): checked when the
 // command starts, so that a path that cannot be written fails at once, in
 // one line naming `option` and the path (InputError), not after a long
@@ -80,8 +106,8 @@ class OutputFile {
 
  private:
   std::FILE* f_ = nullptr;
-  std::string path_, option_;
-  std::string final_;  // a file: where the temporary one `path_` goes
+  std::string option_, shown_;        // shown_: the path as given
+  std::optional<PendingFile> file_;  // none for "-"
 };
 
 }  // namespace tierlab::app
