@@ -4,9 +4,9 @@
 //
 // A connection costs the client 0.3-0.6 ms of CPU in libpq and the kernel
 // (its TCP connect, the SSL and GSS negotiation, the authentication
-// exchange) over several calls, and a close up to a few hundred
-// microseconds more; on a loaded machine a thread can lose its CPU in the
-// middle of either for milliseconds. Made on a worker, that time is taken
+// exchange) over several calls, and a close about a tenth of that; on a
+// loaded machine a thread can lose its CPU in the middle of either for
+// milliseconds. Made on a worker, that time is taken
 // from every other session the worker runs: their sends go late and their
 // answers wait unread. A workload that connects often (an application
 // without a pooler) would then measure the replayer, not the target. Here a
