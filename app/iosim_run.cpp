@@ -273,7 +273,7 @@ void run_iosim(const RunOptions& o) {
     source = std::make_unique<PatternSource>(spec);
   }
 
-  OutputFile json(o.json == "-" ? "" : o.json, "--json");  // "-": stdout, at the end
+  OutputFile json(o.json, "--json");  // "-": stdout, at the end
   iosim::EngineResult r;
   int stopped_by = 0;
   {
@@ -334,9 +334,7 @@ void run_iosim(const RunOptions& o) {
     }
     if (o.verify) j["verified_bytes"] = r.verified_bytes;
     j["stopped"] = r.stopped ? signal_name(stopped_by) : "";
-    std::string doc = j.dump(2) + "\n";
-    if (o.json == "-") std::fwrite(doc.data(), 1, doc.size(), stdout);
-    else json.write(doc);
+    json.write(j.dump(2) + "\n");
   }
   if (r.stopped) {
     // The results so far are out; the exit status says the run did not run

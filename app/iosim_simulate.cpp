@@ -237,7 +237,7 @@ void run_simulate(const SimulateOptions& o) {
   auto catalog = models::load_catalog(o.tiers_file);
   std::vector<const models::Tier*> tiers;
   for (const auto& name : o.tiers) tiers.push_back(&catalog.get(name));
-  OutputFile json(o.json_out == "-" ? "" : o.json_out, "--json");  // "-": stdout only, at the end
+  OutputFile json(o.json_out, "--json");  // "-": stdout, at the end, instead of the table
 
   iosim::SimOptions sopt;
   sopt.seed = o.seed;
@@ -331,11 +331,8 @@ void run_simulate(const SimulateOptions& o) {
   doc["tiers"] = nlohmann::ordered_json::array();
   for (const auto& r : results) doc["tiers"].push_back(result_json(r));
 
-  if (o.json_out == "-") {
-    std::cout << doc.dump(2) << "\n";
-    return;
-  }
-  print_table(heading, results);
+  if (o.json_out != "-") print_table(heading, results);
+  std::cout.flush();
   json.write(doc.dump(2) + "\n");
 }
 

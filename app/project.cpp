@@ -69,21 +69,16 @@ void run_project(const ProjectCliOptions& o) {
   // at the end, instead of the table.
   if (o.json_out == "-" && o.html_out == "-")
     throw InputError("--json - and --html -: only one of them can go to stdout");
-  OutputFile json(o.json_out == "-" ? "" : o.json_out, "--json");
-  OutputFile html(o.html_out == "-" ? "" : o.html_out, "--html");
+  OutputFile json(o.json_out, "--json");
+  OutputFile html(o.html_out, "--html");
 
   models::Profile profile = models::profile_file(o.trace);
   models::Projection p = models::project(profile, tiers, po);
   const std::string json_text = o.json_out.empty() ? "" : models::projection_json(p) + "\n";
   const std::string html_text = o.html_out.empty() ? "" : models::projection_html(p, profile);
-  if (o.json_out == "-")
-    std::cout << json_text;
-  else if (o.html_out == "-")
-    std::cout << html_text;
-  else
-    models::print_projection(std::cout, p);
+  if (o.json_out != "-" && o.html_out != "-") models::print_projection(std::cout, p);
   std::cout.flush();
-  json.write(json_text);  // nothing for "" or "-"
+  json.write(json_text);  // nothing for ""
   html.write(html_text);
 }
 
