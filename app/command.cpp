@@ -3,9 +3,11 @@
 #include "common/error.h"
 
 #include <sys/stat.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -29,6 +31,58 @@ std::vector<Entry>& registry() {
 }
 
 int g_exit_status = 0;
+
+// Temporary files of live PendingFiles, for a signal that ends the process
+// before they are renamed or removed (Ctrl-C during an import or a
+// projection): the handler removes them, then the signal ends the process
+// as it would have. Slots hold the path's own buffer while its PendingFile
+// lives; more pending files than slots keep no such cleanup.
+constexpr size_t kPendingSlots = 8;
+std::atomic<const char*> g_pending[kPendingSlots];
+
+extern "C" void remove_pending_and_die(int sig) {
+  // Async-signal-safe: atomics, unlink(2) and raise(3) only. SA_RESETHAND
+  // restored the default action, and the signal is blocked until this
+  // returns: then it ends the process.
+  for (auto& slot : g_pending)
+    if (const char* path = slot.load()) ::unlink(path);
+  ::raise(sig);
+}
+
+// Installs the handler for the signals that end a command from outside,
+// once, where their action is still the default: a command that takes them
+// itself (replay, iosim run, captures) keeps its own way of stopping, and
+// its PendingFiles are removed by their destructors as usual.
+void watch_for_ending_signals() {
+  static const bool installed = [] {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction old{};
+      if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+      struct sigaction sa{};
+      sa.sa_handler = remove_pending_and_die;
+      sa.sa_flags = SA_RESETHAND;
+      sigemptyset(&sa.sa_mask);
+      ::sigaction(sig, &sa, nullptr);
+    }
+    return true;
+  }();
+  (void)installed;
+}
+
+void add_pending(const char* path) {
+  watch_for_ending_signals();
+  for (auto& slot : g_pending) {
+    const char* none = nullptr;
+    if (slot.compare_exchange_strong(none, path)) return;
+  }
+}
+
+void drop_pending(const char* path) {
+  for (auto& slot : g_pending) {
+    const char* p = path;
+    if (slot.compare_exchange_strong(p, nullptr)) return;
+  }
+}
 
 }  // namespace
 
@@ -159,25 +213,34 @@ PendingFile::PendingFile(const std::string& path, const std::string& option)
     if (::access(final_.c_str(), W_OK) != 0) throw InputError(errno_message(option_ + " " + path, errno));
   }
   const size_t slash = final_.rfind('/');
-  std::string tmp = final_.substr(0, slash + 1) + "." + final_.substr(slash + 1) + ".tmp-XXXXXX";
-  int fd = ::mkstemp(tmp.data());
-  // A directory's problem is named as the path's: that is what was asked.
-  if (fd < 0) throw InputError(errno_message(option_ + " " + path, errno == EEXIST ? EACCES : errno));
+  path_ = final_.substr(0, slash + 1) + "." + final_.substr(slash + 1) + ".tmp-XXXXXX";
+  // Known to the signal handler before the file exists: mkstemp fills in
+  // the name where the handler reads it.
+  add_pending(path_.c_str());
+  int fd = ::mkstemp(path_.data());
+  if (fd < 0) {
+    int err = errno;
+    drop_pending(path_.c_str());
+    // A directory's problem is named as the path's: that is what was asked.
+    throw InputError(errno_message(option_ + " " + path, err == EEXIST ? EACCES : err));
+  }
   // The mode a new file gets from open, or the one the file had.
   mode_t mask = ::umask(0);
   ::umask(mask);
   ::fchmod(fd, exists ? (st.st_mode & 07777) : (0666 & ~mask));
   ::close(fd);
-  path_ = tmp;
   temp_ = true;
 }
 
 PendingFile::~PendingFile() {
-  if (temp_) ::unlink(path_.c_str());
+  if (!temp_) return;
+  drop_pending(path_.c_str());
+  ::unlink(path_.c_str());
 }
 
 void PendingFile::commit() {
   if (!temp_) return;
+  drop_pending(path_.c_str());
   if (::rename(path_.c_str(), final_.c_str()) != 0) {
     int err = errno;
     ::unlink(path_.c_str());

@@ -66,7 +66,9 @@ void print_writer_waits(uint64_t waits);
 // file (new, or one that exists; through a symbolic link, the file it
 // names) is written as a temporary file beside it, which commit() renames
 // over it: a command that fails before leaves an existing file as it was
-// and no new one (the destructor removes the temporary file). Anything else
+// and no new one (the destructor removes the temporary file; so does
+// SIGINT, SIGTERM or SIGHUP ending a command that does not take them
+// itself, before the signal ends the process as usual). Anything else
 // that exists (a FIFO, /dev/stdout, a device) is written in place. The
 // constructor fails in one line naming `option` and `path` (InputError) when
 // the file cannot be written there.

@@ -1,6 +1,7 @@
 // The capture commands through the tierlab binary: bad flags are refused
 // before the output is touched, a failed import leaves the trace it would
 // have replaced, the proxy never takes over a live server's socket.
+#include "support/background.h"
 #include "support/support.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
@@ -8,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -15,6 +17,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 using tierlab::test::run_tierlab;
@@ -295,4 +300,41 @@ TEST_CASE("a capture written to a device completes: /dev/null is not synced", "[
   INFO(p.err);
   CHECK(p.status == 0);
   CHECK(p.out.find("trace: /dev/null") != std::string::npos);
+}
+
+TEST_CASE("a signal that ends a capture import removes its temporary file", "[import][cli]") {
+  TempDir dir;
+  const std::string fifo = dir.file("in.iolog");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const std::string keep = dir.file("keep.tlt");
+  const std::string before = good_trace(keep);
+  auto temporary_files = [&] {
+    size_t n = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+      n += e.path().filename().string().find(".tmp-") != std::string::npos;
+    return n;
+  };
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    INFO("signal " << sig);
+    tierlab::test::Background import({TIERLAB_BINARY, "capture", "import", "--fio-iolog", fifo, "--out", keep},
+                                     dir.file("import.out"));
+    // The import reads its log from the FIFO, writing the trace beside
+    // --out meanwhile: give it the start of a log and wait for that file.
+    int w = -1;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0 &&
+           std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    REQUIRE(w >= 0);
+    const std::string head = "fio version 2 iolog\n/dev/x add\n/dev/x open\n/dev/x read 0 4096\n";
+    REQUIRE(::write(w, head.data(), head.size()) == static_cast<ssize_t>(head.size()));
+    while (temporary_files() == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    REQUIRE(temporary_files() == 1);
+    // Ended by the signal as before, with nothing left behind.
+    CHECK(import.stop(sig) == 128 + sig);
+    ::close(w);
+    CHECK(temporary_files() == 0);
+    CHECK(slurp(keep) == before);
+  }
 }
