@@ -97,6 +97,7 @@ nlohmann::json dry_run_json(const replay::WorkloadSummary& s) {
       {"fingerprints", s.fingerprints},
       {"unsupported", s.unsupported},
       {"libpq_unsupported", s.libpq_unsupported},
+      {"sessions_joined_in_transaction", s.joined_in_transaction},
   };
 }
 

@@ -1349,6 +1349,9 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
     };
     note("user", conn_user, other_users, "as their captured users", "--user");
     note("dbname", conn_database, other_databases, "to their captured databases", "--database");
+    if (uint64_t n = plan.summary.joined_in_transaction)
+      *progress << "tierlab: replay: sessions the capture joined inside a transaction: " << n
+                << "; each replays from its next idle point\n";
   }
 
   // Max speed: a session waits for as many sessions to end as had ended in

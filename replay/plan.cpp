@@ -20,6 +20,7 @@
 #include "replay/wire.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <deque>
 #include <string>
@@ -53,6 +54,18 @@ namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
 
+// A statement, normalised (normalize_sql: lower case, no comments, no
+// leading space), that opens a transaction block.
+bool opens_transaction(std::string_view norm) {
+  auto keyword = [&](std::string_view k) {
+    if (norm.substr(0, k.size()) != k) return false;
+    if (norm.size() == k.size()) return true;
+    const unsigned char next = static_cast<unsigned char>(norm[k.size()]);
+    return !(std::isalnum(next) || next == '_' || next == '$');
+  };
+  return keyword("begin") || keyword("start transaction");
+}
+
 struct Prepared {
   const char* sql = nullptr;
   uint32_t fp = 0;
@@ -63,6 +76,7 @@ struct Prepared {
 // Per-unit bookkeeping while its answers arrive.
 struct UnitTmp {
   uint32_t cursor = 0;     // next statement of the unit to get an answer
+  uint32_t errors = 0;     // ErrorResponses answering it
   bool error_seen = false;
   // Simple / Copy: answers folded into one outcome.
   Outcome agg;
@@ -72,6 +86,7 @@ struct UnitTmp {
 struct SessionBuild {
   uint32_t index = 0;
   bool has_begin = false;
+  bool unknown_startup = false;  // joined mid-stream (kSessionUnknownStartup)
   Nanos last_ts = 0;
   // extended unit under construction
   bool ext_open = false;
@@ -224,12 +239,22 @@ struct PlanBuilder::Impl {
   // the units passed over, and returns, per session (by index), the unit
   // that re-prepares its statements ahead of its first replayed unit, or
   // kNone.
+  //
+  // A session the capture joined mid-stream (or whose start it lacks) has
+  // no status before its first unit. Its first unit tells: one that ends
+  // inside a transaction ('T', 'E') without opening it (BEGIN, START
+  // TRANSACTION) ran in a transaction opened before the capture, and the
+  // session joins at its next idle point too (counted in
+  // summary.joined_in_transaction).
   std::vector<uint32_t> start_sessions_idle() {
     Plan& p = *plan;
     const size_t n = p.sessions.size();
     enum class Lead : uint8_t { Before, Started };
     std::vector<Lead> lead(n, Lead::Before);
-    std::vector<char> status(n, 0);      // after the session's last unit; 0 unknown
+    constexpr char kUnknown = '?';
+    std::vector<char> status(n, 0);      // after the session's last unit; 0 idle or unknown
+    for (const auto& [id, sb] : sessions)
+      if (!sb.has_begin || sb.unknown_startup) status[sb.index] = kUnknown;
     std::vector<bool> passed(n, false);  // units before its first replayed one
     std::vector<uint32_t> first(n, kNone);
     // Per session: the statements prepared (Parse) and not closed before its
@@ -240,6 +265,12 @@ struct PlanBuilder::Impl {
       Unit& u = p.units[i];
       const uint32_t s = u.session;
       if (lead[s] == Lead::Started) continue;
+      if (status[s] == kUnknown) {
+        const bool inside = (u.ready == 'T' || u.ready == 'E') &&
+                            !(u.n_stmts && opens_transaction(p.fingerprints[p.stmts[u.first_stmt].fp]));
+        status[s] = inside ? u.ready : 0;
+        if (inside && u.in_window) ++p.summary.joined_in_transaction;
+      }
       if (u.in_window && status[s] != 'T' && status[s] != 'E') {
         lead[s] = Lead::Started;
         first[s] = i;
@@ -308,7 +339,7 @@ struct PlanBuilder::Impl {
     uint32_t ui = sb.awaiting.front();
     Unit& u = plan->units[ui];
     UnitTmp& t = unit_tmp[ui];
-    if (is_error) ++plan->summary.captured_errors;
+    if (is_error) ++t.errors;
     if (u.kind == UnitKind::Extended) {
       if (t.cursor >= u.n_stmts) {
         if (is_error) t.error_seen = true;
@@ -383,6 +414,7 @@ struct PlanBuilder::Impl {
     s.database = plan->arena.copy(b.database);
     s.application_name = plan->arena.copy(b.application_name);
     sb.has_begin = true;
+    sb.unknown_startup = (b.flags & trace::kSessionUnknownStartup) != 0;
   }
   void on(SessionBuild& sb, Nanos ts, const trace::SessionEnd&) {
     finish_ext(sb);
@@ -522,7 +554,6 @@ struct PlanBuilder::Impl {
     if (d.dir != trace::CopyDir::In || !copy_unit(sb)) return;
     sb.copy_tmp.push_back(
         CopyChunk{plan->arena.copy(d.data), static_cast<uint32_t>(d.data.size())});
-    plan->summary.copy_bytes += d.data.size();
   }
   void end_copy(SessionBuild& sb, bool fail) {
     Unit* unit = copy_unit(sb);
@@ -604,6 +635,9 @@ struct PlanBuilder::Impl {
       p.session_units[fill[u.session]++] = i;
       stmts += u.n_stmts;
       ++units;
+      // What the replay sends: the captured errors and COPY data of its units.
+      if (i < captured) p.summary.captured_errors += unit_tmp[i].errors;
+      for (uint32_t k = 0; k < u.n_copy; ++k) p.summary.copy_bytes += p.copy_chunks[u.first_copy + k].len;
     };
     for (uint32_t r : restore)
       if (r != kNone) place(r);

@@ -66,7 +66,9 @@ uint64_t fingerprint(std::string_view sql);  // 64-bit hash of normalize_sql
 // transaction still open at `end` is left unfinished: its session closes,
 // and the target rolls it back. Statements a session prepared before its
 // first replayed unit are prepared again (not counted) so that later
-// Executes still find them.
+// Executes still find them. A session the capture joined mid-stream inside
+// a transaction (its first statement ends inside one it did not open)
+// joins at its next idle point the same way, whatever the window.
 struct Window {
   Nanos begin = 0;
   Nanos end = std::numeric_limits<Nanos>::max();
@@ -89,6 +91,9 @@ struct WorkloadSummary {
   // Messages only a directly driven session re-sends: Executes that resume
   // a portal (row limits), Binds never executed. libpq has no call for them.
   uint64_t libpq_unsupported = 0;
+  // Sessions the capture joined mid-stream inside a transaction opened
+  // before it: each replays from its next idle point (see Window).
+  uint64_t joined_in_transaction = 0;
   Nanos duration_ns = 0;      // first session start to last session end
 };
 

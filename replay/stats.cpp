@@ -264,6 +264,9 @@ void print_dry_run(std::ostream& out, const WorkloadSummary& s) {
   out << "max concurrency: " << s.max_concurrency << " sessions\n";
   out << "statement fingerprints: " << s.fingerprints << "\n";
   if (s.unsupported) out << "not replayable: " << s.unsupported << " messages\n";
+  if (s.joined_in_transaction)
+    out << "sessions joined inside a transaction: " << s.joined_in_transaction
+        << " (the capture started mid-transaction; each replays from its next idle point)\n";
   if (s.libpq_unsupported)
     out << "not replayable through libpq: " << s.libpq_unsupported
         << " messages (resumed portals, Binds never executed; sent on directly driven sessions)\n";

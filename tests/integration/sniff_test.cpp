@@ -294,6 +294,57 @@ TEST_CASE("a session opened before the capture is joined at a message boundary",
   CHECK(sniff.out().find("1 joined mid-stream") != std::string::npos);
 }
 
+TEST_CASE("a session the capture joined inside a transaction replays from its next idle point",
+          "[integration][sniff][replay]") {
+  test::require_root("loopback packet capture");
+  auto& pg = test::shared_server();
+  PGconn* c = PQconnectdb(pg.conninfo().c_str());
+  REQUIRE(PQstatus(c) == CONNECTION_OK);
+  auto exec = [&](PGconn* conn, const char* sql) {
+    PGresult* res = PQexec(conn, sql);
+    INFO(sql << ": " << PQerrorMessage(conn));
+    REQUIRE((PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK));
+    std::string v;
+    for (int i = 0; i < PQntuples(res); ++i) v += std::string(i ? "," : "") + PQgetvalue(res, i, 0);
+    PQclear(res);
+    return v;
+  };
+  exec(c, "drop table if exists sniff_tail");
+  exec(c, "create table sniff_tail (id int)");
+  // The capture starts inside this transaction: it sees an INSERT and the
+  // ROLLBACK that undoes it, then an INSERT on its own.
+  exec(c, "begin");
+  exec(c, "insert into sniff_tail values (1)");
+  test::TempDir dir;
+  std::string trace_path = dir.file("tail.tlt");
+  Background sniff({TIERLAB_BINARY, "capture", "sniff", "--interface", "lo", "--port",
+                    std::to_string(pg.port()), "--out", trace_path},
+                   dir.file("sniff.out"));
+  REQUIRE(sniff.wait_for("capturing on"));
+  exec(c, "insert into sniff_tail values (2)");
+  exec(c, "rollback");
+  exec(c, "insert into sniff_tail values (3)");
+  REQUIRE(sniff.stop(SIGINT) == 0);
+  INFO(sniff.out() << sniff.err());
+  exec(c, "truncate sniff_tail");
+
+  auto dry = test::run_tierlab({"replay", trace_path, "--dry-run"});
+  INFO(dry.out << dry.err);
+  REQUIRE(dry.status == 0);
+  CHECK(dry.out.find("sessions joined inside a transaction: 1") != std::string::npos);
+  CHECK(dry.out.find("statements: 1\n") != std::string::npos);
+
+  // The replay commits nothing the capture rolled back.
+  auto r = test::run_tierlab({"replay", trace_path, "--db", pg.conninfo(), "--max-speed"});
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.err.find("sessions the capture joined inside a transaction: 1; each replays from its next idle point") !=
+        std::string::npos);
+  CHECK(exec(c, "select id from sniff_tail order by id") == "3");
+  exec(c, "drop table sniff_tail");
+  PQfinish(c);
+}
+
 TEST_CASE("packets the kernel dropped from a full ring are in the summary and the trace",
           "[integration][sniff]") {
   test::require_root("loopback packet capture");

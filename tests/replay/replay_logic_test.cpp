@@ -429,6 +429,18 @@ TEST_CASE("plan: COPY FROM STDIN started by Execute keeps its data", "[replay][p
   CHECK(p->summary.unsupported == 0);
   CHECK(p->summary.libpq_unsupported == 0);
   CHECK(p->summary.copy_bytes == 12);
+  CHECK(p->summary.captured_errors == 1);
+  // A window counts the COPY data and captured errors of what it replays.
+  Window second;
+  second.begin = 4 * kMs;
+  auto w = t.build(second);
+  CHECK(w->summary.copy_bytes == 4);
+  CHECK(w->summary.captured_errors == 1);
+  Window first;
+  first.end = 4 * kMs;
+  auto f = t.build(first);
+  CHECK(f->summary.copy_bytes == 8);
+  CHECK(f->summary.captured_errors == 0);
   REQUIRE(p->sessions[0].n_units == 2);
   const Unit& done = p->units[p->session_units[0]];
   CHECK(done.kind == UnitKind::Extended);
@@ -633,6 +645,7 @@ TEST_CASE("plan: a window that starts inside a captured transaction joins the se
   auto all = t.build();
   CHECK(all->summary.statements == 14);
   CHECK(all->summary.transactions == 6);
+  CHECK(all->summary.captured_errors == 1);
 
   Window from1;
   from1.begin = 1000 * kMs;
@@ -646,6 +659,7 @@ TEST_CASE("plan: a window that starts inside a captured transaction joins the se
   CHECK(p->summary.statements == 6);
   CHECK(p->summary.units == 6);
   CHECK(p->summary.transactions == 4);  // 'after', BEGIN..COMMIT, SELECT 2, SELECT 3
+  CHECK(p->summary.captured_errors == 0);  // session 3's failed SELECT is before the window
   CHECK(p->sessions[0].captured_transactions == 2);
   // The session still opens at the window's start.
   CHECK(p->sessions[0].begin == 1000 * kMs);
@@ -669,6 +683,55 @@ TEST_CASE("plan: a window that starts inside a captured transaction joins the se
   auto in = t.build(inside);
   CHECK(in->summary.statements == 1);  // SELECT 3
   CHECK(in->summary.transactions == 1);
+}
+
+TEST_CASE("plan: a session the capture joined inside a transaction replays from its next idle point",
+          "[replay][plan]") {
+  const uint32_t joined = trace::kSessionUnknownStartup;
+  Trace t;
+  for (uint64_t s = 1; s <= 5; ++s) t.add(0, s, trace::SessionBegin{"u", "d", "", "", 0, s == 5 ? 0 : joined});
+  // 1: the tail of a transaction opened before the capture, rolled back.
+  query(t, 10 * kMs, 1, "UPDATE t SET v = 1", 'T');
+  query(t, 20 * kMs, 1, "ROLLBACK", 'I');
+  query(t, 30 * kMs, 1, "SELECT 1", 'I');
+  // 2: idle when joined, opening a transaction first: all of it replays.
+  query(t, 11 * kMs, 2, "  /* app */ Begin Isolation Level Repeatable Read", 'T');
+  query(t, 21 * kMs, 2, "SELECT 2", 'T');
+  query(t, 31 * kMs, 2, "COMMIT", 'I');
+  // 3: inside a failed transaction when joined.
+  t.add(12 * kMs, 3, trace::Query{"SELECT * FROM missing"});
+  t.add(13 * kMs, 3, trace::Error{"42P01", "ERROR", "relation does not exist"});
+  t.add(13 * kMs, 3, trace::Ready{'E'});
+  query(t, 22 * kMs, 3, "ROLLBACK", 'I');
+  query(t, 32 * kMs, 3, "SELECT 3", 'I');
+  // 4: its first statement ends a transaction: replayed (a COMMIT outside
+  // one only warns).
+  query(t, 14 * kMs, 4, "COMMIT", 'I');
+  query(t, 24 * kMs, 4, "SELECT 4", 'I');
+  // 5: captured from its start; "START TRANSACTION" opens one.
+  query(t, 15 * kMs, 5, "start  transaction", 'T');
+  query(t, 25 * kMs, 5, "COMMIT", 'I');
+
+  auto p = t.build();
+  REQUIRE(p->sessions.size() == 5);
+  CHECK(replayed_sql(*p, 0) == std::vector<std::string>{"SELECT 1"});
+  CHECK(replayed_sql(*p, 1) ==
+        std::vector<std::string>{"  /* app */ Begin Isolation Level Repeatable Read", "SELECT 2", "COMMIT"});
+  CHECK(replayed_sql(*p, 2) == std::vector<std::string>{"SELECT 3"});
+  CHECK(replayed_sql(*p, 3) == std::vector<std::string>{"COMMIT", "SELECT 4"});
+  CHECK(replayed_sql(*p, 4) == std::vector<std::string>{"start  transaction", "COMMIT"});
+  CHECK(p->summary.joined_in_transaction == 2);
+  CHECK(p->summary.statements == 9);
+  CHECK(p->summary.transactions == 6);  // SELECT 1, 2's, SELECT 3, COMMIT, SELECT 4, 5's
+
+  // A session whose first statement ends inside a transaction it did not
+  // open is passed over until idle, with or without a window; a window that
+  // starts after it changes nothing.
+  Window later;
+  later.begin = 25 * kMs;
+  auto w = t.build(later);
+  CHECK(w->summary.joined_in_transaction == 0);
+  CHECK(replayed_sql(*w, 0) == std::vector<std::string>{"SELECT 1"});
 }
 
 TEST_CASE("plan: statements prepared in the transaction tail a window passes over are prepared again",
