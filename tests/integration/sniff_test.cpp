@@ -357,15 +357,33 @@ TEST_CASE("packets the kernel dropped from a full ring are in the summary and th
                     "--out", trace_path},
                    dir.file("sniff.out"));
   REQUIRE(sniff.wait_for("capturing on"));
+  // A session the capture sees before, during and after the overflow.
+  PGconn* c = PQconnectdb(pg.conninfo().c_str());
+  REQUIRE(PQstatus(c) == CONNECTION_OK);
+  auto exec = [&](const char* sql) {
+    PGresult* res = PQexec(c, sql);
+    INFO(sql << ": " << PQerrorMessage(c));
+    CHECK(PQresultStatus(res) == PGRES_TUPLES_OK);
+    PQclear(res);
+  };
+  exec("select 1");
   // A stopped capture reads nothing: two seconds of select-only traffic
-  // (megabytes of packets) overflow a 256 KiB ring.
+  // (megabytes of packets) overflow a 256 KiB ring, and the session's
+  // megabyte answer is lost with them.
   sniff.signal(SIGSTOP);
   std::string out;
   int rc = pg.run_tool("pgbench", {"-n", "-S", "-c", "2", "-T", "2"}, &out);
+  exec("select repeat('x', 1000000)");
   sniff.signal(SIGCONT);
   INFO(out);
   REQUIRE(rc == 0);
+  // Once the capture has read the ring, the session's next answer comes
+  // after the bytes it lost: a hole in its stream (the pgbench sessions
+  // ended while the ring was full, and their losses may show as none).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  exec("select 2");
   REQUIRE(sniff.stop(SIGINT) == 0);
+  PQfinish(c);
   std::string summary = sniff.out();
   INFO(summary << sniff.err());
 
