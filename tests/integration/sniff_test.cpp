@@ -32,6 +32,18 @@ namespace {
 
 using tierlab::test::Background;
 
+// Runs `sql` on `c`, which must succeed; returns the first column of its
+// rows, comma-separated.
+std::string exec(PGconn* c, const char* sql) {
+  PGresult* res = PQexec(c, sql);
+  INFO(sql << ": " << PQerrorMessage(c));
+  REQUIRE((PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK));
+  std::string v;
+  for (int i = 0; i < PQntuples(res); ++i) v += std::string(i ? "," : "") + PQgetvalue(res, i, 0);
+  PQclear(res);
+  return v;
+}
+
 struct SessionCounts {
   std::string user, database, client;
   uint32_t flags = 0;
@@ -243,16 +255,8 @@ TEST_CASE("a session opened before the capture is joined at a message boundary",
   auto& pg = test::shared_server();
   PGconn* c = PQconnectdb(pg.conninfo().c_str());
   REQUIRE(PQstatus(c) == CONNECTION_OK);
-  auto exec = [&](const char* sql) {
-    PGresult* res = PQexec(c, sql);
-    INFO(sql << ": " << PQerrorMessage(c));
-    REQUIRE((PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK));
-    std::string v = PQntuples(res) > 0 ? PQgetvalue(res, 0, 0) : "";
-    PQclear(res);
-    return v;
-  };
-  exec("create table if not exists sniff_join (id int)");
-  std::string port = exec("select inet_client_port()");
+  exec(c, "create table if not exists sniff_join (id int)");
+  std::string port = exec(c, "select inet_client_port()");
 
   test::TempDir dir;
   {
@@ -266,16 +270,16 @@ TEST_CASE("a session opened before the capture is joined at a message boundary",
                    dir.file("sniff.out"));
   REQUIRE(sniff.wait_for("capturing on"));
 
-  exec("select 1");
-  exec("select 2");
-  exec("select 3");
+  exec(c, "select 1");
+  exec(c, "select 2");
+  exec(c, "select 3");
   const char* params[1] = {"42"};
   PGresult* res = PQexecParams(c, "select $1::int", 1, nullptr, params, nullptr, nullptr, 0);
   REQUIRE(PQresultStatus(res) == PGRES_TUPLES_OK);
   PQclear(res);
-  exec("begin");
-  exec("insert into sniff_join values (1)");
-  exec("commit");
+  exec(c, "begin");
+  exec(c, "insert into sniff_join values (1)");
+  exec(c, "commit");
   REQUIRE(sniff.stop(SIGINT) == 0);
   PQfinish(c);
   INFO(sniff.out() << sniff.err());
@@ -300,15 +304,6 @@ TEST_CASE("a session the capture joined inside a transaction replays from its ne
   auto& pg = test::shared_server();
   PGconn* c = PQconnectdb(pg.conninfo().c_str());
   REQUIRE(PQstatus(c) == CONNECTION_OK);
-  auto exec = [&](PGconn* conn, const char* sql) {
-    PGresult* res = PQexec(conn, sql);
-    INFO(sql << ": " << PQerrorMessage(conn));
-    REQUIRE((PQresultStatus(res) == PGRES_TUPLES_OK || PQresultStatus(res) == PGRES_COMMAND_OK));
-    std::string v;
-    for (int i = 0; i < PQntuples(res); ++i) v += std::string(i ? "," : "") + PQgetvalue(res, i, 0);
-    PQclear(res);
-    return v;
-  };
   exec(c, "drop table if exists sniff_tail");
   exec(c, "create table sniff_tail (id int)");
   // The capture starts inside this transaction: it sees an INSERT and the
@@ -360,20 +355,14 @@ TEST_CASE("packets the kernel dropped from a full ring are in the summary and th
   // A session the capture sees before, during and after the overflow.
   PGconn* c = PQconnectdb(pg.conninfo().c_str());
   REQUIRE(PQstatus(c) == CONNECTION_OK);
-  auto exec = [&](const char* sql) {
-    PGresult* res = PQexec(c, sql);
-    INFO(sql << ": " << PQerrorMessage(c));
-    CHECK(PQresultStatus(res) == PGRES_TUPLES_OK);
-    PQclear(res);
-  };
-  exec("select 1");
+  exec(c, "select 1");
   // A stopped capture reads nothing: two seconds of select-only traffic
   // (megabytes of packets) overflow a 256 KiB ring, and the session's
   // megabyte answer is lost with them.
   sniff.signal(SIGSTOP);
   std::string out;
   int rc = pg.run_tool("pgbench", {"-n", "-S", "-c", "2", "-T", "2"}, &out);
-  exec("select repeat('x', 1000000)");
+  exec(c, "select repeat('x', 1000000)");
   sniff.signal(SIGCONT);
   INFO(out);
   REQUIRE(rc == 0);
@@ -381,7 +370,7 @@ TEST_CASE("packets the kernel dropped from a full ring are in the summary and th
   // after the bytes it lost: a hole in its stream (the pgbench sessions
   // ended while the ring was full, and their losses may show as none).
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  exec("select 2");
+  exec(c, "select 2");
   REQUIRE(sniff.stop(SIGINT) == 0);
   PQfinish(c);
   std::string summary = sniff.out();
