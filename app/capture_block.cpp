@@ -31,7 +31,7 @@ void run_block(const BlockOptions& o) {
   if (!o.duration.empty()) co.duration_ns = parse_positive_duration("--duration", o.duration);
   capture::check_block_capture_options(co);  // every flag before --out is created
   capture::BlockDevice dev = capture::resolve_block_device(o.device);
-  capture::require_block_capture_privileges();  // before creating --out
+  capture::require_block_tracing("");  // root and tracefs: before creating --out
   if (dev.from_partition)
     std::cerr << "capture block: block requests are issued to the whole disk; recording " << dev.name << "\n";
   auto writer = trace::open_writer(o.out);

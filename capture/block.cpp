@@ -370,9 +370,13 @@ size_t hardware_queues(uint32_t disk) {
 
 }  // namespace
 
-void require_block_capture_privileges() {
+std::string require_block_tracing(const std::string& tracefs) {
   if (::geteuid() != 0)
     throw RuntimeError("capture block needs root (it reads kernel block tracepoints from tracefs); run it as root");
+  std::string path = find_tracefs(tracefs);
+  if (::access((path + "/events/block/block_rq_issue").c_str(), F_OK) != 0)
+    throw RuntimeError("tracefs: the kernel has no block/block_rq_issue tracepoint");
+  return path;
 }
 
 BlockDevice resolve_block_device(const std::string& spec) {
@@ -447,10 +451,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
                                 const std::atomic<bool>* stop, const std::function<void()>& ready) {
   check_block_capture_options(opts);
   BlockDevice dev = resolve_block_device(opts.device);
-  require_block_capture_privileges();
-  std::string tracefs = find_tracefs(opts.tracefs);
-  if (::access((tracefs + "/events/block/block_rq_issue").c_str(), F_OK) != 0)
-    throw RuntimeError("tracefs: the kernel has no block/block_rq_issue tracepoint");
+  std::string tracefs = require_block_tracing(opts.tracefs);
 
   Instance inst(tracefs);
   const std::string& ip = inst.path();

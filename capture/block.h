@@ -46,8 +46,12 @@ struct BlockDevice {
 BlockDevice resolve_block_device(const std::string& spec);
 
 // Throws RuntimeError ("capture block needs root ...") unless the process
-// may read kernel tracepoints. capture_block() calls it too.
-void require_block_capture_privileges();
+// may read kernel tracepoints, or ("tracefs: ...") when tracefs cannot be
+// found or mounted (`tracefs`: "" = /sys/kernel/tracing, mounted if need
+// be) or the kernel lacks the block tracepoints. Returns the tracefs
+// mount. Callers check before creating the trace; capture_block() calls it
+// too.
+std::string require_block_tracing(const std::string& tracefs);
 
 struct BlockCaptureOptions {
   std::string device;             // as resolve_block_device() takes it

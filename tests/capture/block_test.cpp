@@ -117,3 +117,24 @@ TEST_CASE("block capture resolves devices by name, node, number and file", "[blo
   CHECK_THROWS_AS(capture::resolve_block_device("no-such-disk"), InputError);
   CHECK_THROWS_AS(capture::resolve_block_device("999:999"), InputError);
 }
+
+TEST_CASE("block tracing is checked before a trace is created: root, a tracefs, the block tracepoints", "[block]") {
+  require_root();
+  const std::string tracefs = capture::require_block_tracing("");
+  CHECK(fs::exists(tracefs + "/events/block/block_rq_issue"));
+  test::TempDir dir;
+  try {
+    capture::require_block_tracing(dir.path());
+    FAIL("a directory that is no tracefs was taken");
+  } catch (const RuntimeError& e) {
+    CHECK(std::string(e.what()) == "tracefs: " + dir.path() + " is not a mounted tracefs");
+  }
+  // A tracefs-like tree without the block tracepoints.
+  fs::create_directories(dir.path() + "/events/sched");
+  try {
+    capture::require_block_tracing(dir.path());
+    FAIL("a tracefs without block tracepoints was taken");
+  } catch (const RuntimeError& e) {
+    CHECK(std::string(e.what()) == "tracefs: the kernel has no block/block_rq_issue tracepoint");
+  }
+}
