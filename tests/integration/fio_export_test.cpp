@@ -140,3 +140,58 @@ TEST_CASE("fio-iolog export replays with fio on a scratch file, I/O for I/O", "[
     CHECK(std::filesystem::exists(dir + "/tierlab-replay.img"));
   }
 }
+
+TEST_CASE("fio-iolog export refuses a mounted loop device and the file behind it", "[fio][export]") {
+  tierlab::test::require_root("losetup and mount");
+  for (const char* tool : {"losetup", "mkfs.ext4", "mount", "umount"})
+    if (std::system((std::string("command -v ") + tool + " >/dev/null 2>&1").c_str()) != 0)
+      tierlab::test::skip(std::string(tool) + " is not installed");
+  char tmpl[] = "/var/tmp/tierlab-fio-loop-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  const std::string dir = tmpl;
+  const std::string img = dir + "/disk.img", mnt = dir + "/mnt";
+  std::filesystem::create_directory(mnt);
+  REQUIRE(std::system(("truncate -s 32M " + img + " && mkfs.ext4 -q -F " + img + " >/dev/null 2>&1").c_str()) == 0);
+  const std::string loop = tierlab::test::shell_output("losetup -f --show " + img + " 2>/dev/null");
+  if (loop.empty()) {
+    std::filesystem::remove_all(dir);
+    tierlab::test::skip("no free loop device");
+  }
+  struct Undo {
+    std::string dir, loop, mnt;
+    bool mounted = false;
+    ~Undo() {
+      if (mounted) (void)std::system(("umount " + mnt).c_str());
+      (void)std::system(("losetup -d " + loop).c_str());
+      std::filesystem::remove_all(dir);
+    }
+  } undo{dir, loop, mnt};
+  if (std::system(("mount " + loop + " " + mnt + " 2>/dev/null").c_str()) != 0)
+    tierlab::test::skip("cannot mount " + loop);
+  undo.mounted = true;
+
+  {
+    std::ofstream f(dir + "/in.iolog");
+    f << "fio version 3 iolog\n0 /x add\n0 /x open\n5 /x write 0 4096\n9 /x close\n";
+  }
+  REQUIRE(run_tierlab({"capture", "import", "--fio-iolog", dir + "/in.iolog", "--out", dir + "/t.tlt"}).status == 0);
+  auto exp = [&](const std::string& target) {
+    return run_tierlab({"trace", "export", dir + "/t.tlt", "--format", "fio-iolog", "--fio-file", target});
+  };
+  auto r = exp(loop);
+  CHECK(r.status == 2);
+  CHECK(r.err == "tierlab: --fio-file " + loop + ": " + loop + " is mounted on " + mnt +
+                     "; fio replaying the iolog would write to it (--allow-device to export anyway)\n");
+  r = exp(img);
+  CHECK(r.status == 2);
+  CHECK(tierlab::test::count_lines(r.err) == 1);
+  CHECK(r.err.find("--fio-file " + img + ": it backs " + loop + ": " + loop + " is mounted on " + mnt) !=
+        std::string::npos);
+  // Unmounted, the same device and file may be named.
+  REQUIRE(std::system(("umount " + mnt).c_str()) == 0);
+  undo.mounted = false;
+  r = exp(loop);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("0 " + loop + " write 0 4096\n") != std::string::npos);
+  CHECK(exp(img).status == 0);
+}
