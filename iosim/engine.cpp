@@ -260,7 +260,7 @@ void Engine::open_target() {
       uint64_t bytes = 0;
       for (const auto& r : todo) bytes += r.length;
       if (o_.on_layout) o_.on_layout(o_.target, bytes);
-      r_.laid_out_bytes = lay_out(o_.target, todo, o_.seed);
+      r_.laid_out_bytes = lay_out(o_.target, todo, o_.seed, o_.stop);
     }
   }
   if (size_ == 0) throw InputError(o_.target + ": is empty (give --size)");

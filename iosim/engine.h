@@ -219,8 +219,10 @@ uint64_t direct_io_alignment(const std::string& target);
 // Writes `ranges` of the file `path` with fill_pattern(seed): large O_DIRECT
 // writes where aligned and allowed, buffered ones elsewhere, then fdatasync,
 // and drops what went through the page cache. Returns the bytes written.
+// Stops early, between writes, once `stop` (if given) is non-zero.
 // InputError if the file cannot be opened for writing, RuntimeError if a
 // write fails.
-uint64_t lay_out(const std::string& path, const std::vector<ByteRange>& ranges, uint64_t seed);
+uint64_t lay_out(const std::string& path, const std::vector<ByteRange>& ranges, uint64_t seed,
+                 const std::atomic<int>* stop = nullptr);
 
 }  // namespace tierlab::iosim

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -91,7 +92,8 @@ std::vector<ByteRange> unwritten_ranges(int fd, uint64_t size) {
   return out;
 }
 
-uint64_t lay_out(const std::string& path, const std::vector<ByteRange>& ranges, uint64_t seed) {
+uint64_t lay_out(const std::string& path, const std::vector<ByteRange>& ranges, uint64_t seed,
+                 const std::atomic<int>* stop) {
   uint64_t total = 0;
   for (const auto& r : ranges) total += r.length;
   if (!total) return 0;
@@ -116,9 +118,11 @@ uint64_t lay_out(const std::string& path, const std::vector<ByteRange>& ranges, 
   std::unique_ptr<void, decltype(&std::free)> buf(mem, &std::free);
   auto* b = static_cast<uint8_t*>(mem);
   std::string error;
+  uint64_t written = 0;
   for (const auto& r : ranges) {
     uint64_t pos = r.offset, end = r.offset + r.length;
     while (pos < end && error.empty()) {
+      if (stop && stop->load(std::memory_order_relaxed)) break;
       uint64_t len = std::min<uint64_t>(kLayoutChunk, end - pos);
       // A chunk that does not start aligned goes up to the next boundary.
       if (pos % kDirectAlign) len = std::min<uint64_t>(len, kDirectAlign - pos % kDirectAlign);
@@ -137,6 +141,7 @@ uint64_t lay_out(const std::string& path, const std::vector<ByteRange>& ranges, 
         break;
       }
       pos += uint64_t(n);
+      written += uint64_t(n);
     }
   }
   if (error.empty() && ::fdatasync(bfd) != 0) error = errno_message(path + ": fdatasync after laying out", errno);
@@ -145,7 +150,7 @@ uint64_t lay_out(const std::string& path, const std::vector<ByteRange>& ranges, 
   if (dfd >= 0) ::close(dfd);
   ::close(bfd);
   if (!error.empty()) throw RuntimeError(error);
-  return total;
+  return written;
 }
 
 uint64_t direct_io_alignment(const std::string& target) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -205,4 +206,21 @@ TEST_CASE("layout: direct I/O alignment comes from the target", "[engine][layout
   CHECK(a >= 512);
   CHECK((a & (a - 1)) == 0);
   CHECK(before == a);
+}
+
+TEST_CASE("layout: a stop request ends the layout between writes", "[engine][layout]") {
+  VarTmpDir dir;
+  const std::string f = dir.file("stopped");
+  int fd = ::open(f.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, 32 << 20) == 0);
+  extents(f);  // skips without FIEMAP
+  auto todo = unwritten_ranges(fd, 32 << 20);
+  ::close(fd);
+  std::atomic<int> stop{2};  // SIGINT, before the first write
+  CHECK(lay_out(f, todo, 1, &stop) == 0);
+  CHECK(written_bytes(f, 32 << 20) == 0);
+  stop = 0;
+  CHECK(lay_out(f, todo, 1, &stop) == 32 << 20);
+  CHECK(written_bytes(f, 32 << 20) == 32 << 20);
 }
