@@ -252,4 +252,15 @@ TEST_CASE("cli: iosim run -P prints progress lines on stderr", "[engine][cli]") 
   r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "-P", "-1"});
   CHECK(r.status == 2);
   CHECK(tierlab::test::count_lines(r.err) == 1);
+  // On a terminal (script(1) gives the run a pseudo-terminal): a line every second by default.
+  if (std::system("command -v script >/dev/null 2>&1") == 0) {
+    std::string out = tierlab::test::shell_output("script -qec '" + std::string(TIERLAB_BINARY) +
+                                                  " iosim run --target " + dir.file("data") +
+                                                  " --runtime 2500ms' /dev/null");
+    INFO(out);
+    size_t n = 0;
+    for (size_t p = 0; (p = out.find("progress: ", p)) != std::string::npos; ++p) ++n;
+    CHECK(n >= 1);  // at 1 s and 2 s, unless the machine is too busy to wake the printer
+    CHECK(n <= 2);
+  }
 }
