@@ -2,6 +2,7 @@
 #include "app/command.h"
 #include "app/stop_signals.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
 #include "iosim/engine.h"
@@ -50,6 +51,7 @@ struct RunOptions {
   bool no_pm_qos = false;
   uint64_t seed = 1;
   std::string json;       // path, "-" = stdout
+  double progress_s = -1;  // -P: progress line period; 0 = none; < 0 = 1 s when stderr is a terminal
 };
 
 // Pattern requests for the engine (closed loop).
@@ -93,11 +95,14 @@ uint64_t existing_size(const std::string& path) {
 // SIGINT and SIGTERM during a run, taken by a watcher thread through
 // StopSignals: the first sets `signal` (the engine's stop flag: the run
 // stops issuing, drains and reports); a second one ends the process at once,
-// for a run whose drain does not finish. Construct before any other thread
-// starts; the destructor stops and joins the watcher.
+// for a run whose drain does not finish. The same thread owns the progress
+// output: with a period, a line on stderr every `progress_ns` of the run
+// from `live`. Construct before any other thread starts; the destructor
+// stops and joins the watcher.
 class RunStopper {
  public:
-  RunStopper() : watcher_([this] { watch(); }) {}
+  RunStopper(const iosim::EngineLive* live, int64_t progress_ns)
+      : live_(live), progress_ns_(progress_ns), watcher_([this] { watch(); }) {}
   ~RunStopper() {
     done_.store(true);
     watcher_.join();
@@ -109,22 +114,43 @@ class RunStopper {
 
  private:
   void watch() {
+    int64_t next_tick = 0;
+    uint64_t p_ios = 0, p_bytes = 0;
+    int64_t p_lat = 0;
     while (!done_.load()) {
       int sig = signals_.wait(50'000'000);
-      if (!sig) continue;
-      if (signal_.exchange(sig) != 0) {
+      if (sig && signal_.exchange(sig) != 0) {
         std::fprintf(stderr, "tierlab: iosim run: %s again: exiting without a summary\n", signal_name(sig));
         std::_Exit(128 + sig);
       }
+      if (!live_ || progress_ns_ <= 0) continue;
+      const int64_t start = live_->start_ns.load(std::memory_order_relaxed);
+      if (!start) continue;  // laying out, or not started
+      if (!next_tick) next_tick = start + progress_ns_;
+      const int64_t now = clock_ns(CLOCK_MONOTONIC);
+      if (now < next_tick) continue;
+      uint64_t ios = live_->ios.load(std::memory_order_relaxed);
+      uint64_t bytes = live_->bytes.load(std::memory_order_relaxed);
+      int64_t lat = live_->lat_sum_ns.load(std::memory_order_relaxed);
+      const double secs = double(progress_ns_) / 1e9;
+      const uint64_t n = ios - p_ios;
+      std::fprintf(stderr, "progress: %.1f s, %.0f IOPS, %.1f MiB/s, lat %.3f ms\n", double(next_tick - start) / 1e9,
+                   double(n) / secs, double(bytes - p_bytes) / secs / 1048576.0,
+                   n ? double(lat - p_lat) / double(n) / 1e6 : 0.0);
+      p_ios = ios;
+      p_bytes = bytes;
+      p_lat = lat;
+      while (next_tick <= now) next_tick += progress_ns_;
     }
   }
 
+  const iosim::EngineLive* live_;
+  int64_t progress_ns_;
   StopSignals signals_;  // before the watcher starts: every thread inherits the mask
   std::atomic<int> signal_{0};
   std::atomic<bool> done_{false};
   std::thread watcher_;
 };
-
 
 std::string human_count(double v) {
   char b[32];
@@ -202,11 +228,19 @@ void print_summary(const RunOptions& o, const iosim::EngineOptions& eo, const io
                   "allows; those ran at device speed\n",
                   (unsigned long long)r.slower_than_tier, (unsigned long long)r.ios);
   }
-  std::printf("  retries: short=%llu (eof %llu) eagain=%llu eintr=%llu", (unsigned long long)r.short_ios,
+  std::printf("  retries: short=%llu (eof %llu) eagain=%llu eintr=%llu\n", (unsigned long long)r.short_ios,
               (unsigned long long)r.eof_short, (unsigned long long)r.eagain, (unsigned long long)r.eintr);
-  if (r.wrapped) std::printf(" wrapped=%llu", (unsigned long long)r.wrapped);
-  if (r.skipped) std::printf(" skipped=%llu", (unsigned long long)r.skipped);
-  std::printf("\n");
+  if (r.wrapped)
+    std::printf("  wrapped: %llu I/Os started beyond the end of the target (%s) and were moved into it "
+                "(offset modulo its size)\n",
+                (unsigned long long)r.wrapped, format_bytes(double(r.target_size)).c_str());
+  if (r.skipped)
+    std::printf("  skipped: %llu I/Os were not issued: trims (discards) and zero-length requests, which the "
+                "engine does not drive\n",
+                (unsigned long long)r.skipped);
+  if (r.laid_out_bytes)
+    std::printf("  laid out before the run: %s written (holes or unwritten extents)\n",
+                format_bytes(double(r.laid_out_bytes)).c_str());
   if (o.verify)
     std::printf("  verify: %.1f MiB checked, no mismatch%s\n", r.verified_bytes / 1048576.0,
                 r.stopped ? " (stopped: the written data was not read back)" : "");
@@ -228,6 +262,10 @@ void run_iosim(const RunOptions& o) {
     if (eo.size == 0) throw InputError("--size: must be above 0 (leave it out to use the whole target)");
   }
   if (!o.runtime.empty()) eo.runtime_ns = parse_positive_duration("--runtime", o.runtime);
+  const double progress_s = o.progress_s >= 0 ? o.progress_s : (::isatty(STDERR_FILENO) ? 1.0 : 0.0);
+  // O_DIRECT needs offsets and lengths in multiples of the target's
+  // alignment: checked here, not found out by the first I/O mid-run.
+  const uint64_t align = o.direct ? iosim::direct_io_alignment(o.target) : 1;
 
   std::optional<models::Catalog> catalog;
   std::unique_ptr<iosim::Shaper> shaper;
@@ -249,6 +287,11 @@ void run_iosim(const RunOptions& o) {
     for (const auto& q : sched) {
       eo.max_block = std::max(eo.max_block, q.length);
       writes |= q.op == trace::IoOp::Write || q.op == trace::IoOp::Discard;
+      if ((q.op == trace::IoOp::Read || q.op == trace::IoOp::Write) && (q.offset % align || q.length % align))
+        throw InputError("--direct: " + o.trace + " has a " + (q.op == trace::IoOp::Read ? "read" : "write") +
+                         " of " + std::to_string(q.length) + " bytes at offset " + std::to_string(q.offset) +
+                         ", not in multiples of " + std::to_string(align) + " bytes, the direct I/O alignment of " +
+                         o.target + " (drop --direct)");
     }
     eo.open_loop = true;
     eo.verify_existing = !writes;
@@ -263,6 +306,9 @@ void run_iosim(const RunOptions& o) {
     spec.seed = o.seed;
     spec.size = eo.size ? eo.size : existing_size(o.target);
     iosim::validate(spec);
+    if (spec.bs % align)
+      throw InputError("--bs " + o.bs + ": not a multiple of " + std::to_string(align) +
+                       " bytes, the direct I/O alignment of " + o.target + " (--direct)");
     eo.max_block = uint32_t(spec.bs);
     eo.verify_existing = spec.rw == iosim::Rw::RandRead || spec.rw == iosim::Rw::Read;
     eo.read_only = eo.verify_existing;
@@ -274,10 +320,16 @@ void run_iosim(const RunOptions& o) {
   }
 
   OutputFile json(o.json, "--json");  // "-": stdout, at the end
+  eo.on_layout = [](const std::string& target, uint64_t bytes) {
+    std::fprintf(stderr, "tierlab: iosim run: laying out %s: %s (holes and unwritten extents, whose reads "
+                 "would not reach the device)\n", target.c_str(), format_bytes(double(bytes)).c_str());
+  };
+  iosim::EngineLive live;
+  eo.live = &live;
   iosim::EngineResult r;
   int stopped_by = 0;
   {
-    RunStopper stopper;
+    RunStopper stopper(&live, int64_t(progress_s * 1e9));
     eo.stop = &stopper.signal();
     r = iosim::run_engine(eo, *source);
     stopped_by = stopper.signal().load();
@@ -324,6 +376,7 @@ void run_iosim(const RunOptions& o) {
     j["eintr"] = r.eintr;
     j["wrapped"] = r.wrapped;
     j["skipped"] = r.skipped;
+    j["laid_out_bytes"] = r.laid_out_bytes;
     j["device_slower_than_tier"] = r.slower_than_tier;
     if (eo.shaper) {
       j["throttled_ios"] = shaper->stats().throttled_ios;
@@ -363,10 +416,14 @@ void setup_iosim_run(CLI::App& parent) {
                   "(0 = all that are ready at once)")
       ->capture_default_str();
   sub->add_option("--size", opt->size,
-                  "bytes of the target to use, above 0; a regular file is created/extended to it");
+                  "bytes of the target to use, above 0; a regular file is created/extended to it. Holes and "
+                  "unwritten extents of a regular file are written (laid out) before the run, as fio lays out "
+                  "a new file, so that reads reach the device");
   trace->excludes(
       sub->add_option("--rwmixread", opt->rwmixread, "percent reads for randrw/readwrite")->capture_default_str());
-  sub->add_flag("--direct", opt->direct, "O_DIRECT (bypass the page cache)");
+  sub->add_flag("--direct", opt->direct,
+                "O_DIRECT (bypass the page cache); --bs and a --trace's offsets and lengths must be multiples "
+                "of the target's direct I/O alignment (statx, or its logical block size)");
   sub->add_option("--tier", opt->tier, "hold completions back like this tier (tierlab tiers list)");
   sub->add_option("--tiers-file", opt->tiers_file, "JSON file with more tiers");
   sub->add_option("--runtime", opt->runtime,
@@ -380,6 +437,10 @@ void setup_iosim_run(CLI::App& parent) {
                 "at 0 during the run, as cyclictest does)");
   sub->add_option("--seed", opt->seed, "seed of the pattern, latencies and verify data")->capture_default_str();
   sub->add_option("--json", opt->json, "write the results as JSON to this file (- : JSON on stdout only)");
+  sub->add_option("-P,--progress", opt->progress_s,
+                  "print a progress line on stderr every SEC seconds (0: none; default: every second when "
+                  "stderr is a terminal)")
+      ->check(CLI::Range(0.0, 1e6));
   sub->callback([opt] { run_iosim(*opt); });
 }
 

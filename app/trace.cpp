@@ -23,11 +23,13 @@
 #include <cstdio>
 #include <ctime>
 #include <fcntl.h>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <vector>
 
@@ -999,24 +1001,174 @@ struct ExportOptions {
   std::string format;
   std::string out;
   std::string fio_file;  // fio-iolog: name every I/O with this file
+  bool allow_device = false;
 };
+
+// fio-iolog without --fio-file: every I/O names this file (relative: fio
+// creates it in its working directory), never the captured device.
+constexpr const char* kFioPlaceholder = "tierlab-replay.img";
+
+std::string read_line(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "re");
+  if (!f) return "";
+  char buf[256];
+  std::string s = std::fgets(buf, sizeof buf, f) ? buf : "";
+  std::fclose(f);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// /sys/dev/block/MAJ:MIN of a device number.
+std::string sysfs_dev(dev_t d) {
+  return "/sys/dev/block/" + std::to_string(major(d)) + ":" + std::to_string(minor(d));
+}
+
+std::string dev_name(dev_t d) {
+  std::FILE* f = std::fopen((sysfs_dev(d) + "/uevent").c_str(), "re");
+  if (f) {
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, f)) {
+      std::string l = buf;
+      if (l.rfind("DEVNAME=", 0) == 0) {
+        std::fclose(f);
+        while (!l.empty() && l.back() == '\n') l.pop_back();
+        return "/dev/" + l.substr(8);
+      }
+    }
+    std::fclose(f);
+  }
+  return std::to_string(major(d)) + ":" + std::to_string(minor(d));
+}
+
+// How the block device `d` is in use: "" if it is not mounted (its own
+// file system, /proc/self/mountinfo), held (/sys/.../holders: a device
+// mapper or md array on it), a swap area (/proc/swaps), or a whole disk with
+// a partition that is any of these.
+std::string device_use(dev_t d, int depth = 0) {
+  const std::string mm = std::to_string(major(d)) + ":" + std::to_string(minor(d));
+  if (std::FILE* f = std::fopen("/proc/self/mountinfo", "re")) {
+    char buf[4096];
+    while (std::fgets(buf, sizeof buf, f)) {
+      std::istringstream l(buf);
+      std::string id, parent, devno, root, point;
+      l >> id >> parent >> devno >> root >> point;
+      if (devno == mm) {
+        std::fclose(f);
+        return dev_name(d) + " is mounted on " + point;
+      }
+    }
+    std::fclose(f);
+  }
+  if (std::FILE* f = std::fopen("/proc/swaps", "re")) {
+    char buf[4096];
+    while (std::fgets(buf, sizeof buf, f)) {
+      std::istringstream l(buf);
+      std::string path;
+      l >> path;
+      struct stat st{};
+      if (::stat(path.c_str(), &st) == 0 && S_ISBLK(st.st_mode) && st.st_rdev == d) {
+        std::fclose(f);
+        return dev_name(d) + " is a swap area";
+      }
+    }
+    std::fclose(f);
+  }
+  const std::string sys = sysfs_dev(d);
+  std::error_code ec;
+  for (const auto& h : std::filesystem::directory_iterator(sys + "/holders", ec))
+    return dev_name(d) + " is held by /dev/" + h.path().filename().string();
+  if (depth == 0) {
+    // A whole disk: each of its partitions (a subdirectory with a "partition" file).
+    for (const auto& e : std::filesystem::directory_iterator(sys, ec)) {
+      if (!std::filesystem::exists(e.path() / "partition", ec)) continue;
+      unsigned maj = 0, min = 0;
+      if (std::sscanf(read_line((e.path() / "dev").string()).c_str(), "%u:%u", &maj, &min) != 2) continue;
+      std::string why = device_use(makedev(maj, min), 1);
+      if (!why.empty()) return dev_name(d) + " holds a partition: " + why;
+    }
+  }
+  return "";
+}
+
+// Why fio must not write to `path` (--fio-file): "" if it may. A block
+// device in use (device_use), or a file that backs a loop device in use.
+std::string fio_file_in_use(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return "";  // fio creates it
+  if (S_ISBLK(st.st_mode)) return device_use(st.st_rdev);
+  if (!S_ISREG(st.st_mode)) return "";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/sys/block", ec)) {
+    std::string backing = read_line((e.path() / "loop/backing_file").string());
+    if (backing.empty()) continue;
+    struct stat bs{};
+    if (::stat(backing.c_str(), &bs) != 0 || bs.st_dev != st.st_dev || bs.st_ino != st.st_ino) continue;
+    unsigned maj = 0, min = 0;
+    if (std::sscanf(read_line((e.path() / "dev").string()).c_str(), "%u:%u", &maj, &min) != 2) continue;
+    std::string why = device_use(makedev(maj, min));
+    if (!why.empty()) return "it backs /dev/" + e.path().filename().string() + ": " + why;
+  }
+  return "";
+}
+
+std::string format_names() {
+  std::string names;
+  for (const auto& f : export_formats()) names += (names.empty() ? "" : ", ") + std::string(f.name);
+  return names + ", fio-iolog";
+}
+
+void run_fio_export(const ExportOptions& o) {
+  if (!o.fio_file.empty() && !o.allow_device) {
+    std::string why = fio_file_in_use(o.fio_file);
+    if (!why.empty())
+      throw InputError("--fio-file " + o.fio_file + ": " + why +
+                       "; fio replaying the iolog would write to it (--allow-device to export anyway)");
+  }
+  auto r = open_reader(o.file);
+  Output out(o.out);
+  std::ostringstream text;
+  capture::FioExportOptions fo;
+  fo.filename = o.fio_file.empty() ? kFioPlaceholder : o.fio_file;
+  fo.trims = false;  // fio 3.33 refuses trim lines ("bad ddir: 2")
+  if (o.fio_file.empty())
+    fo.comment = std::string("tierlab: I/O names the placeholder ") + kFioPlaceholder +
+                 ", not the captured device; fio --replay_redirect=PATH replays it on PATH";
+  capture::FioExportStats st = capture::write_fio_iolog_v3(*r, text, fo);
+  out.write(text.str());
+  out.finish();
+  std::string from;
+  for (const auto& s : st.sources) from += (from.empty() ? "" : ", ") + s;
+  if (st.ios == 0)
+    std::fprintf(stderr, "tierlab: fio-iolog: the trace has no block I/O to export%s\n",
+                 st.trims_dropped ? " but trims" : "");
+  else if (o.fio_file.empty())
+    std::fprintf(stderr,
+                 "tierlab: fio-iolog: %llu I/Os name the placeholder %s, not the trace's %s; replay them on a "
+                 "scratch file of at least %llu bytes (%s) with fio --read_iolog=FILE --replay_redirect=PATH, or "
+                 "export with --fio-file PATH\n",
+                 (unsigned long long)st.ios, kFioPlaceholder, from.c_str(), (unsigned long long)st.end,
+                 format_bytes(double(st.end)).c_str());
+  else
+    std::fprintf(stderr, "tierlab: fio-iolog: %llu I/Os name %s (the trace's %s); it needs at least %llu bytes (%s)\n",
+                 (unsigned long long)st.ios, o.fio_file.c_str(), from.c_str(), (unsigned long long)st.end,
+                 format_bytes(double(st.end)).c_str());
+  if (st.trims_dropped)
+    std::fprintf(stderr, "tierlab: fio-iolog: %llu trim%s left out: fio 3.33 refuses trim lines (\"bad ddir: 2\")\n",
+                 (unsigned long long)st.trims_dropped, st.trims_dropped == 1 ? "" : "s");
+}
 
 void run_export(const ExportOptions& o) {
   if (o.format == "fio-iolog") {  // block I/O as a fio iolog v3 (capture/import.h)
-    auto r = open_reader(o.file);
-    Output out(o.out);
-    std::ostringstream text;
-    capture::FioExportOptions fo;
-    fo.filename = o.fio_file;
-    capture::write_fio_iolog_v3(*r, text, fo);
-    out.write(text.str());
-    out.finish();
+    run_fio_export(o);
     return;
   }
+  if (!o.fio_file.empty() || o.allow_device)
+    throw InputError(std::string(o.fio_file.empty() ? "--allow-device" : "--fio-file") +
+                     ": only used with --format fio-iolog");
   std::unique_ptr<Exporter> ex;
   for (const auto& f : export_formats())
     if (o.format == f.name) ex = f.make();
-  if (!ex) throw InputError("--format " + o.format + ": unknown export format");
+  if (!ex) throw InputError("--format " + o.format + ": unknown export format (known: " + format_names() + ")");
   auto r = open_reader(o.file);
   Output out(o.out);
   std::string line;
@@ -1050,14 +1202,18 @@ void setup_trace(CLI::App& parent) {
   sd->callback([dump] { run_dump(*dump); });
 
   auto exp = std::make_shared<ExportOptions>();
-  auto* se = tr.add_subcommand("export", "write every record as JSON lines or CSV");
+  auto* se = tr.add_subcommand("export", "write every record as JSON lines or CSV, or the block I/O as a fio iolog");
   se->add_option("FILE", exp->file, "trace file (.tlt)")->required();
   std::string names;
   for (const auto& f : export_formats()) names += (names.empty() ? "" : "|") + std::string(f.name);
   names += "|fio-iolog";
   se->add_option("--format,-f", exp->format, "output format: " + names)->required();
   se->add_option("--fio-file", exp->fio_file,
-                 "fio-iolog: name every I/O with this file or device (default: from the trace)");
+                 "fio-iolog: name every I/O with this file or device (default: the placeholder "
+                 "tierlab-replay.img, never the captured device); a mounted block device, one holding a "
+                 "mounted partition, swap or a device mapper, or a file backing a loop device in use is "
+                 "refused");
+  se->add_flag("--allow-device", exp->allow_device, "fio-iolog: accept a --fio-file that is in use");
   se->add_option("--out,-o", exp->out, "write to this file (mode 0600) instead of stdout");
   se->footer(kCsvHelp);
   se->callback([exp] { run_export(*exp); });

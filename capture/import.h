@@ -32,6 +32,7 @@
 #include <istream>
 #include <ostream>
 #include <string>
+#include <vector>
 
 namespace tierlab::capture {
 
@@ -53,14 +54,33 @@ struct FioExportOptions {
   // names from the trace (fio.file.N metadata), or the block device's node
   // (/dev/NAME from sysfs) for captured block I/O.
   std::string filename;
+  // Write trim lines. fio 3.33 (Debian 12) refuses every one ("bad ddir:
+  // 2") and replays the rest; false leaves them out and counts them.
+  bool trims = true;
+  // Appended to the version line after "  # ". fio compares only the start
+  // of that line with "fio version 3 iolog" (and reads at most 255 bytes of
+  // it: keep the comment short); import_fio_iolog() accepts it too.
+  std::string comment;
+};
+
+struct FioExportStats {
+  uint64_t ios = 0;            // I/O lines written (sync and datasync included)
+  uint64_t trims_dropped = 0;  // trims left out (FioExportOptions::trims false)
+  uint64_t syncs = 0;          // sync and datasync lines
+  uint64_t end = 0;            // highest offset + length of a read, write or trim
+  // The names the trace gives its files or devices (fio.file.N metadata, or
+  // /dev/NAME of captured block I/O), in order of first I/O, whichever name
+  // the export used.
+  std::vector<std::string> sources;
 };
 
 // Writes the trace's BlockIo records as a fio iolog version 3. A trace
-// imported from a fio iolog version 3 comes out byte for byte as it went in.
-// Otherwise times are relative to the first I/O, each file gets "add" and
-// "open" lines before its first I/O and "close" lines at the end, and lines
-// are in issue-time order. Returns the number of I/O lines written.
-uint64_t write_fio_iolog_v3(trace::Reader& in, std::ostream& out,
-                            const FioExportOptions& opts = {});
+// imported from a fio iolog version 3, exported with no filename, no comment
+// and trims, comes out byte for byte as it went in. Otherwise times are
+// relative to the first I/O, each file gets "add" and "open" lines before
+// its first I/O and "close" lines at the end (one file when renamed), lines
+// are in issue-time order, and sync/datasync lines carry offset and length
+// 0.
+FioExportStats write_fio_iolog_v3(trace::Reader& in, std::ostream& out, const FioExportOptions& opts = {});
 
 }  // namespace tierlab::capture

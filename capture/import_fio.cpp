@@ -64,8 +64,13 @@ ImportStats import_fio_iolog(std::istream& in, const std::string& name, trace::W
   st.lines = 1;
   std::string_view head = line;
   while (!head.empty() && (head.back() == '\r' || head.back() == ' ')) head.remove_suffix(1);
-  if (head == kV2) st.version = 2;
-  else if (head == kV3) st.version = 3;
+  // fio compares only the start of the line; tierlab's exports put a
+  // comment after the version ("fio version 3 iolog  # ...").
+  auto is = [&](std::string_view v) {
+    return head.substr(0, v.size()) == v && (head.size() == v.size() || head[v.size()] == ' ' || head[v.size()] == '\t');
+  };
+  if (is(kV2)) st.version = 2;
+  else if (is(kV3)) st.version = 3;
   else bad(name, 1, "not a fio iolog version 2 or 3 (first line is \"" + std::string(head) + "\")");
   out.write(0, 0, trace::Meta{"fio.iolog.version", st.version == 2 ? "2" : "3"});
 
@@ -153,11 +158,15 @@ struct Line {
 
 }  // namespace
 
-uint64_t write_fio_iolog_v3(trace::Reader& in, std::ostream& out, const FioExportOptions& opts) {
-  out << kV3 << '\n';
+FioExportStats write_fio_iolog_v3(trace::Reader& in, std::ostream& out, const FioExportOptions& opts) {
+  out << kV3;
+  if (!opts.comment.empty()) out << "  # " << opts.comment;
+  out << '\n';
+  FioExportStats st;
   trace::Record rec;
   bool first = true, imported = false;
-  uint64_t ios = 0;
+  // An imported iolog comes out as it went in, unless renamed or filtered.
+  const bool verbatim = opts.filename.empty() && opts.trims;
   char buf[64];
   auto us = [&](trace::Nanos ts) {
     auto [p, ec] = std::to_chars(buf, buf + sizeof buf, uint64_t(ts < 0 ? 0 : ts / 1000));
@@ -166,6 +175,7 @@ uint64_t write_fio_iolog_v3(trace::Reader& in, std::ostream& out, const FioExpor
   };
 
   std::map<uint32_t, std::string> names;  // fio.file.N
+  std::map<uint32_t, bool> seen;          // devices whose name is in st.sources
   // Captured traces: lines collected, then sorted by time.
   std::vector<Line> lines;
   std::map<uint32_t, bool> opened;
@@ -179,10 +189,7 @@ uint64_t write_fio_iolog_v3(trace::Reader& in, std::ostream& out, const FioExpor
       if (m->key.substr(0, 9) == "fio.file.") {
         std::string_view rest = m->key.substr(9);
         if (rest == "add" || rest == "open" || rest == "close") {
-          if (imported) {
-            std::string_view name = opts.filename.empty() ? m->value : std::string_view(opts.filename);
-            out << us(rec.ts) << ' ' << name << ' ' << rest << '\n';
-          }
+          if (imported && verbatim) out << us(rec.ts) << ' ' << m->value << ' ' << rest << '\n';
         } else {
           uint32_t idx = 0;
           auto [p, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), idx);
@@ -196,30 +203,34 @@ uint64_t write_fio_iolog_v3(trace::Reader& in, std::ostream& out, const FioExpor
       first = false;
       continue;
     }
-    const char* act = fio_action_name(b->op, b->flags);
-    if (imported) {
-      std::string_view name;
-      if (!opts.filename.empty()) name = opts.filename;
-      else {
-        auto it = names.find(b->device);
-        if (it == names.end()) names[b->device] = "file" + std::to_string(b->device);
-        name = names[b->device];
-      }
-      out << us(rec.ts) << ' ' << name << ' ' << act << ' ' << b->offset << ' ' << b->length << '\n';
-      ++ios;
+    if (b->op == trace::IoOp::Discard && !opts.trims) {
+      ++st.trims_dropped;
       continue;
     }
-    if (ios == 0 || rec.ts < base) base = rec.ts;
+    const bool flush = b->op == trace::IoOp::Flush;
+    if (flush) ++st.syncs;
+    else st.end = std::max(st.end, b->offset + b->length);
+    auto it = names.find(b->device);
+    if (it == names.end())
+      it = names.emplace(b->device, imported ? "file" + std::to_string(b->device) : device_node(b->device)).first;
+    if (!seen[b->device]) {
+      seen[b->device] = true;
+      st.sources.push_back(it->second);
+    }
+    const std::string& name = opts.filename.empty() ? it->second : opts.filename;
+    const char* act = fio_action_name(b->op, b->flags);
+    ++st.ios;
+    if (imported && verbatim) {
+      out << us(rec.ts) << ' ' << name << ' ' << act << ' ' << b->offset << ' ' << b->length << '\n';
+      continue;
+    }
+    if (st.ios == 1 || rec.ts < base) base = rec.ts;
     first = false;
     if (rec.ts > last) last = rec.ts;
-    std::string name = opts.filename;
-    if (name.empty()) {
-      auto it = names.find(b->device);
-      if (it == names.end()) it = names.emplace(b->device, device_node(b->device)).first;
-      name = it->second;
-    }
     std::ostringstream l;
-    l << ' ' << name << ' ' << act << ' ' << b->offset << ' ' << b->length;
+    l << ' ' << name << ' ' << act << ' ';
+    if (flush) l << "0 0";
+    else l << b->offset << ' ' << b->length;
     uint32_t key = opts.filename.empty() ? b->device : 0;  // one file when renamed
     if (!opened[key]) {
       opened[key] = true;
@@ -228,20 +239,19 @@ uint64_t write_fio_iolog_v3(trace::Reader& in, std::ostream& out, const FioExpor
       lines.push_back(Line{INT64_MIN, seq++, ' ' + name + " open"});
     }
     lines.push_back(Line{rec.ts, seq++, l.str()});
-    ++ios;
   }
-  if (!imported) {
+  if (!(imported && verbatim)) {
     std::stable_sort(lines.begin(), lines.end(), [](const Line& a, const Line& b) {
       return a.ts != b.ts ? a.ts < b.ts : a.seq < b.seq;
     });
     for (auto& l : lines) out << us(l.ts == INT64_MIN ? 0 : l.ts - base) << l.text << '\n';
     for (auto& [dev, o] : opened) {
       (void)o;
-      std::string name = opts.filename.empty() ? names[dev] : opts.filename;
+      const std::string& name = opts.filename.empty() ? names[dev] : opts.filename;
       out << us(last - base) << ' ' << name << " close\n";
     }
   }
-  return ios;
+  return st;
 }
 
 }  // namespace tierlab::capture

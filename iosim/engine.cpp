@@ -252,7 +252,16 @@ void Engine::open_target() {
     } else if (o_.size) {
       size_ = o_.size;  // use the first --size bytes
     }
-    align_ = o_.direct ? 4096 : 1;
+    align_ = o_.direct ? direct_io_alignment(o_.target) : 1;
+    // What posix_fallocate left unwritten, and any hole, is written now:
+    // reads of it would otherwise be answered without the device.
+    std::vector<ByteRange> todo = unwritten_ranges(fd_, size_);
+    if (!todo.empty()) {
+      uint64_t bytes = 0;
+      for (const auto& r : todo) bytes += r.length;
+      if (o_.on_layout) o_.on_layout(o_.target, bytes);
+      r_.laid_out_bytes = lay_out(o_.target, todo, o_.seed, o_.stop);
+    }
   }
   if (size_ == 0) throw InputError(o_.target + ": is empty (give --size)");
   if (o_.direct) align_ = std::max<uint64_t>(align_, 512);
@@ -427,6 +436,12 @@ void Engine::finish(uint32_t i, Nanos now) {
     ++r_.ios;
     r_.bytes += s.done;
     if (done > last_done_) last_done_ = done;
+    if (o_.live) {  // single writer: plain load and store
+      EngineLive& l = *o_.live;
+      l.ios.store(l.ios.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      l.bytes.store(l.bytes.load(std::memory_order_relaxed) + s.done, std::memory_order_relaxed);
+      l.lat_sum_ns.store(l.lat_sum_ns.load(std::memory_order_relaxed) + lat, std::memory_order_relaxed);
+    }
     if (o_.completion_log && o_.completion_log->size() < o_.completion_log->capacity())
       o_.completion_log->push_back(s.tier_done ? s.tier_done : done);
   }
@@ -482,6 +497,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
   // The schedule's epoch: every request is due at epoch + (at - t0).
   const Nanos epoch = mono_ns() + (open_loop ? 200'000 : 0);
   if (counted) start_ = open_loop ? epoch : mono_ns();
+  if (counted && o_.live) o_.live->start_ns.store(start_, std::memory_order_relaxed);
   // Closed loop: every slot is ready at the start (its stream's first I/O).
   for (Slot& s : slots_) s.freed = counted ? start_ : 0;
 

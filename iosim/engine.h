@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,15 @@ class VectorSource : public IoSource {
 // kIoIncomplete flag are kept (they were issued). Throws like the Reader.
 std::vector<TimedIo> load_trace_schedule(trace::Reader& reader);
 
+// Counters of a run in progress, for another thread to read (progress
+// lines). The engine's thread is the only writer; relaxed atomics.
+struct EngineLive {
+  std::atomic<int64_t> start_ns{0};  // CLOCK_MONOTONIC when the run's I/O began; 0 before
+  std::atomic<uint64_t> ios{0};      // counted I/Os completed so far
+  std::atomic<uint64_t> bytes{0};
+  std::atomic<int64_t> lat_sum_ns{0};  // sum of their latencies (OpStats::lat)
+};
+
 struct EngineOptions {
   std::string target;        // regular file or block device
   bool direct = false;       // O_DIRECT; buffers are 4 KiB aligned
@@ -97,6 +107,14 @@ struct EngineOptions {
   // skipped without it (EngineResult::cpu_latency_held says which).
   bool hold_cpu_latency = true;
   bool allow_create = true;  // a missing regular file is created with --size
+  // A regular file is laid out before the run: the parts of [0, size) that
+  // hold no written data (holes, and unwritten extents such as those
+  // posix_fallocate leaves, which the file system answers reads of without
+  // the device) are written with the verify pattern of `seed` (non-zero, so
+  // no compressing or deduplicating layer can skip them), as fio writes a
+  // new file out. Called with the target and the bytes to write before
+  // writing them; may be empty.
+  std::function<void(const std::string& target, uint64_t bytes)> on_layout;
   // The source only reads (and flushes): the target is opened read-only
   // unless it has to be created or extended to `size`, so a file the user
   // may only read can be driven, as fio does.
@@ -114,6 +132,8 @@ struct EngineOptions {
   // slower than that is counted in slower_than_tier and release_lag), else
   // the reap time.
   std::vector<Nanos>* completion_log = nullptr;
+  // Not owned; null = none. Updated as I/Os complete (see EngineLive).
+  EngineLive* live = nullptr;
 };
 
 struct OpStats {
@@ -160,6 +180,7 @@ struct EngineResult {
   uint64_t slower_than_tier = 0;  // device latency exceeded the tier's
   uint64_t verified_bytes = 0;
   uint64_t target_size = 0;
+  uint64_t laid_out_bytes = 0;  // written before the run (see EngineOptions::on_layout)
   std::string tier;          // tier name, "" without shaping
   bool cpu_latency_held = false;  // see EngineOptions::hold_cpu_latency
   bool stopped = false;      // ended early through EngineOptions::stop
@@ -175,5 +196,33 @@ EngineResult run_engine(const EngineOptions& opts, IoSource& source);
 
 // The verify pattern: the byte at file offset `off` for `seed`.
 void fill_pattern(uint8_t* buf, uint64_t off, uint32_t len, uint64_t seed);
+
+struct ByteRange {
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// The parts of [0, size) of the regular file open as `fd` that hold no
+// written data: holes, and extents FIEMAP marks FIEMAP_EXTENT_UNWRITTEN
+// (allocated but never written: reads return zeros without the device).
+// Sorted, merged. Where the file system has no FIEMAP, its holes
+// (SEEK_DATA/SEEK_HOLE). Throws RuntimeError if FIEMAP fails otherwise.
+std::vector<ByteRange> unwritten_ranges(int fd, uint64_t size);
+
+// The alignment O_DIRECT needs of offsets and lengths on `target`: statx's
+// stx_dio_offset_align where the kernel reports it (Linux 6.1+), else a
+// block device's logical block size (BLKSSZGET); for a file not created
+// yet, the logical block size of the device under its directory; 4096 when
+// none of these says.
+uint64_t direct_io_alignment(const std::string& target);
+
+// Writes `ranges` of the file `path` with fill_pattern(seed): large O_DIRECT
+// writes where aligned and allowed, buffered ones elsewhere, then fdatasync,
+// and drops what went through the page cache. Returns the bytes written.
+// Stops early, between writes, once `stop` (if given) is non-zero.
+// InputError if the file cannot be opened for writing, RuntimeError if a
+// write fails.
+uint64_t lay_out(const std::string& path, const std::vector<ByteRange>& ranges, uint64_t seed,
+                 const std::atomic<int>* stop = nullptr);
 
 }  // namespace tierlab::iosim

@@ -3,12 +3,16 @@
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 using tierlab::test::run_tierlab;
 using tierlab::test::TempDir;
@@ -30,9 +34,90 @@ TEST_CASE("cli: fio iolog v3 -> capture import -> trace export --format fio-iolo
   auto imp = run_tierlab({"capture", "import", "--fio-iolog", dir.file("in.iolog"), "--out", dir.file("t.tlt")});
   REQUIRE(imp.status == 0);
   CHECK(imp.out.find("3 I/Os") != std::string::npos);
-  auto exp = run_tierlab({"trace", "export", dir.file("t.tlt"), "--format", "fio-iolog"});
+  // Named for the target given, as a fresh iolog: times from the first I/O.
+  auto exp = run_tierlab({"trace", "export", dir.file("t.tlt"), "--format", "fio-iolog", "--fio-file",
+                          dir.file("scratch")});
+  INFO(exp.err);
   REQUIRE(exp.status == 0);
-  CHECK(exp.out == log);
+  const std::string s = dir.file("scratch");
+  CHECK(exp.out == "fio version 3 iolog\n0 " + s + " add\n0 " + s + " open\n0 " + s + " read 4096 4096\n258 " + s +
+                       " write 0 65536\n259 " + s + " datasync 0 0\n259 " + s + " close\n");
+  CHECK(exp.err == "tierlab: fio-iolog: 3 I/Os name " + s + " (the trace's /data/file); it needs at least 65536 bytes "
+                   "(64.0 KiB)\n");
+}
+
+TEST_CASE("cli: trace export --format fio-iolog names a placeholder, never the captured device", "[import][cli]") {
+  TempDir dir;
+  {
+    std::ofstream f(dir.file("in.iolog"));
+    f << "fio version 3 iolog\n0 /dev/sda add\n0 /dev/sda open\n5 /dev/sda write 0 4096\n"
+         "6 /dev/sda trim 4096 4096\n7 /dev/sda trim 8192 4096\n8 /dev/sda read 8192 4096\n9 /dev/sda close\n";
+  }
+  REQUIRE(run_tierlab({"capture", "import", "--fio-iolog", dir.file("in.iolog"), "--out", dir.file("t.tlt")}).status ==
+          0);
+  auto r = run_tierlab({"trace", "export", dir.file("t.tlt"), "--format", "fio-iolog"});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("/dev/sda") == std::string::npos);
+  CHECK(r.out.find(" trim ") == std::string::npos);
+  CHECK(r.out.rfind("fio version 3 iolog  # tierlab: I/O names the placeholder tierlab-replay.img, not the captured "
+                    "device",
+                    0) == 0);
+  CHECK(r.out.find("\n0 tierlab-replay.img write 0 4096\n3 tierlab-replay.img read 8192 4096\n") != std::string::npos);
+  CHECK(r.err ==
+        "tierlab: fio-iolog: 2 I/Os name the placeholder tierlab-replay.img, not the trace's /dev/sda; replay them on "
+        "a scratch file of at least 12288 bytes (12.0 KiB) with fio --read_iolog=FILE --replay_redirect=PATH, or "
+        "export with --fio-file PATH\n"
+        "tierlab: fio-iolog: 2 trims left out: fio 3.33 refuses trim lines (\"bad ddir: 2\")\n");
+
+  // The valid formats are listed for one that is not.
+  r = run_tierlab({"trace", "export", dir.file("t.tlt"), "--format", "xml"});
+  CHECK(r.status == 2);
+  CHECK(r.err == "tierlab: --format xml: unknown export format (known: jsonl, csv, fio-iolog)\n");
+  r = run_tierlab({"trace", "export", dir.file("t.tlt"), "--format", "csv", "--fio-file", dir.file("x")});
+  CHECK(r.status == 2);
+  CHECK(r.err == "tierlab: --fio-file: only used with --format fio-iolog\n");
+}
+
+TEST_CASE("cli: trace export refuses a --fio-file that holds the mounted root file system", "[import][cli]") {
+  TempDir dir;
+  {
+    std::ofstream f(dir.file("in.iolog"));
+    f << "fio version 3 iolog\n0 /x add\n0 /x open\n5 /x write 0 4096\n9 /x close\n";
+  }
+  REQUIRE(run_tierlab({"capture", "import", "--fio-iolog", dir.file("in.iolog"), "--out", dir.file("t.tlt")}).status ==
+          0);
+  // The device under / and, if that is a partition, its whole disk.
+  struct stat st{};
+  REQUIRE(::stat("/", &st) == 0);
+  const std::string sys = "/sys/dev/block/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  std::string name = tierlab::test::shell_output("sed -n 's/^DEVNAME=//p' " + sys + "/uevent 2>/dev/null");
+  struct stat node{};
+  if (name.empty() || ::stat(("/dev/" + name).c_str(), &node) != 0 || !S_ISBLK(node.st_mode))
+    tierlab::test::skip("the root file system is not on a block device with a node in /dev (" + sys + ")");
+  std::vector<std::string> devices{"/dev/" + name};
+  std::string disk = tierlab::test::shell_output("test -e " + sys + "/partition && sed -n 's/^DEVNAME=//p' " + sys +
+                                                 "/../uevent");
+  if (!disk.empty()) devices.push_back("/dev/" + disk);
+  for (const auto& dev : devices) {
+    INFO(dev);
+    auto r = run_tierlab({"trace", "export", dir.file("t.tlt"), "--format", "fio-iolog", "--fio-file", dev, "--out",
+                          dir.file("out.iolog")});
+    CHECK(r.status == 2);
+    CHECK(tierlab::test::count_lines(r.err) == 1);
+    CHECK(r.err.rfind("tierlab: --fio-file " + dev + ": ", 0) == 0);
+    CHECK(r.err.find(" is mounted on /") != std::string::npos);
+    CHECK(r.err.find("--allow-device") != std::string::npos);
+    CHECK(!std::ifstream(dir.file("out.iolog")).good());  // refused before --out is created
+    // --allow-device: the user says so; only the iolog is written, never the device.
+    r = run_tierlab({"trace", "export", dir.file("t.tlt"), "--format", "fio-iolog", "--fio-file", dev,
+                     "--allow-device"});
+    CHECK(r.status == 0);
+    CHECK(r.out.find("0 " + dev + " write 0 4096\n") != std::string::npos);
+  }
+  // A file on that file system is fine.
+  auto r = run_tierlab({"trace", "export", dir.file("t.tlt"), "--format", "fio-iolog", "--fio-file", dir.file("img")});
+  CHECK(r.status == 0);
 }
 
 TEST_CASE("cli: capture import reports a malformed line with file and line, exit 2", "[import][cli]") {

@@ -236,3 +236,68 @@ TEST_CASE("captured block I/O exports as a fio iolog v3", "[import]") {
         "1 /tmp/replay-target read 0 8192\n"
         "1 /tmp/replay-target close\n");
 }
+
+TEST_CASE("fio iolog export for fio 3.33: trims left out and counted, a comment on the version line", "[import]") {
+  auto sink = std::make_unique<trace::MemorySink>();
+  auto* mem = sink.get();
+  trace::Writer w(std::move(sink));
+  {
+    const uint32_t dev = (7u << 20) | 3;
+    w.write(1'000'000'000, 0, trace::BlockIo{1'000'100'000, dev, 4096, 4096, trace::IoOp::Write, 0, 42});
+    w.write(1'000'010'000, 0, trace::BlockIo{1'000'110'000, dev, 1 << 20, 8192, trace::IoOp::Discard, 0, 42});
+    // A device flush: the request's sector and size mean nothing to fio.
+    w.write(1'000'020'000, 0, trace::BlockIo{1'000'120'000, dev, 77, 0, trace::IoOp::Flush, trace::kIoMeta, 42});
+    w.write(1'000'030'000, 0, trace::BlockIo{1'000'130'000, dev, 0, 0, trace::IoOp::Flush, 0, 42});
+    w.write(1'000'040'000, 0, trace::BlockIo{1'000'140'000, dev, 65536, 512, trace::IoOp::Read, 0, 42});
+    w.close();
+  }
+  capture::FioExportOptions o;
+  o.filename = "scratch.img";
+  o.trims = false;
+  o.comment = "exported";
+  trace::Reader r(trace::memory_source(mem->bytes()));
+  std::ostringstream out;
+  capture::FioExportStats st = capture::write_fio_iolog_v3(r, out, o);
+  CHECK(out.str() ==
+        "fio version 3 iolog  # exported\n"
+        "0 scratch.img add\n"
+        "0 scratch.img open\n"
+        "0 scratch.img write 4096 4096\n"
+        "20 scratch.img sync 0 0\n"
+        "30 scratch.img datasync 0 0\n"
+        "40 scratch.img read 65536 512\n"
+        "40 scratch.img close\n");
+  CHECK(st.ios == 4);
+  CHECK(st.trims_dropped == 1);
+  CHECK(st.syncs == 2);
+  CHECK(st.end == 65536 + 512);  // the dropped trim does not count
+  REQUIRE(st.sources.size() == 1);
+  CHECK(st.sources[0].rfind("/dev/", 0) == 0);  // the device's node, named though not used
+
+  // The comment does not stop the export from being imported again.
+  capture::ImportStats ist;
+  auto again = import_text(out.str(), capture::import_fio_iolog, &ist);
+  CHECK(ist.version == 3);
+  CHECK(ist.ios == 4);
+  CHECK(error_of("fio version 3 iologx\n", false).rfind("sample.log:1: not a fio iolog", 0) == 0);
+
+  // An imported iolog renamed or filtered is written out afresh, one file.
+  const std::string two_files =
+      "fio version 3 iolog\n"
+      "1 /a add\n1 /b add\n2 /a open\n2 /b open\n"
+      "10 /a read 0 4096\n20 /b trim 0 4096\n30 /b write 4096 4096\n"
+      "40 /a close\n40 /b close\n";
+  auto bytes = import_text(two_files, capture::import_fio_iolog);
+  trace::Reader r2(trace::memory_source(bytes));
+  std::ostringstream out2;
+  st = capture::write_fio_iolog_v3(r2, out2, o);
+  CHECK(out2.str() ==
+        "fio version 3 iolog  # exported\n"
+        "0 scratch.img add\n"
+        "0 scratch.img open\n"
+        "0 scratch.img read 0 4096\n"
+        "20 scratch.img write 4096 4096\n"
+        "20 scratch.img close\n");
+  CHECK(st.sources == std::vector<std::string>{"/a", "/b"});
+  CHECK(st.trims_dropped == 1);
+}

@@ -4,7 +4,11 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 using tierlab::test::run_tierlab;
 using tierlab::test::TempDir;
@@ -139,4 +143,124 @@ TEST_CASE("cli: iosim run --json - writes the JSON alone on stdout", "[engine][c
   auto j = nlohmann::json::parse(r.out);  // throws on any text around it
   CHECK(j["ios"] == 300);
   CHECK(j["stopped"] == "");
+}
+
+TEST_CASE("cli: iosim run lays out a new file and says so", "[engine][cli][layout]") {
+  // /var/tmp: the root file system, with FIEMAP (a tmpfs /tmp has none).
+  char tmpl[] = "/var/tmp/tierlab-cli-layout-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl));
+  const std::string dir = tmpl;
+  struct Rm {
+    std::string d;
+    ~Rm() { std::filesystem::remove_all(d); }
+  } rm{dir};
+  const std::string f = dir + "/new.img";
+  auto r = run_tierlab({"iosim", "run", "--target", f, "--size", "4m", "--rw", "randread", "--bs", "4k", "--direct",
+                        "--ios", "200", "--json", dir + "/o.json"});
+  require_io_uring_cli(r);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("tierlab: iosim run: laying out " + f + ": 4.0 MiB") != std::string::npos);
+  CHECK(r.out.find("laid out before the run: 4.0 MiB written") != std::string::npos);
+  std::ifstream jf(dir + "/o.json");
+  auto j = nlohmann::json::parse(jf);
+  CHECK(j["laid_out_bytes"] == 4 << 20);
+  // filefrag (e2fsprogs) reads FIEMAP: no extent is left "unwritten".
+  std::string frag = tierlab::test::shell_output("filefrag -v " + f + " 2>&1");
+  INFO(frag);
+  if (frag.find("FIEMAP failed") == std::string::npos && !frag.empty()) {
+    CHECK(frag.find("unwritten") == std::string::npos);
+    CHECK(frag.find(" found") != std::string::npos);
+  }
+  // Laid out once: the next run says nothing about it.
+  r = run_tierlab({"iosim", "run", "--target", f, "--rw", "randread", "--ios", "10"});
+  REQUIRE(r.status == 0);
+  CHECK(r.err.find("laying out") == std::string::npos);
+}
+
+TEST_CASE("cli: iosim run --direct checks the alignment before the run", "[engine][cli]") {
+  TempDir dir;
+  // 3000 is a multiple of no logical block size: refused before any I/O, naming --bs.
+  auto r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--bs", "3000", "--direct",
+                        "--ios", "100"});
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(tierlab::test::count_lines(r.err) == 1);
+  CHECK(r.err.rfind("tierlab: --bs 3000: not a multiple of ", 0) == 0);
+  CHECK(r.err.find("direct I/O alignment of " + dir.file("data")) != std::string::npos);
+  CHECK(r.out.empty());
+  // Without --direct any size goes.
+  r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--bs", "3000", "--ios", "100"});
+  require_io_uring_cli(r);
+  CHECK(r.status == 0);
+  // A trace's unaligned I/O, likewise.
+  {
+    std::ofstream f(dir.file("u.iolog"));
+    f << "fio version 3 iolog\n0 /x add\n0 /x open\n10 /x read 0 4096\n20 /x read 1000 3000\n30 /x close\n";
+  }
+  REQUIRE(run_tierlab({"capture", "import", "--fio-iolog", dir.file("u.iolog"), "--out", dir.file("u.tlt")}).status ==
+          0);
+  r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--trace", dir.file("u.tlt"), "--direct"});
+  CHECK(r.status == 2);
+  CHECK(tierlab::test::count_lines(r.err) == 1);
+  CHECK(r.err.find("--direct: " + dir.file("u.tlt") + " has a read of 3000 bytes at offset 1000") !=
+        std::string::npos);
+}
+
+TEST_CASE("cli: iosim run says in words what wrapped and skipped I/Os are", "[engine][cli]") {
+  TempDir dir;
+  {
+    std::ofstream f(dir.file("w.iolog"));
+    f << "fio version 3 iolog\n0 /x add\n0 /x open\n10 /x read 0 4096\n"
+         "20 /x read 104857600 4096\n30 /x trim 0 4096\n40 /x read 209715200 4096\n50 /x close\n";
+  }
+  REQUIRE(run_tierlab({"capture", "import", "--fio-iolog", dir.file("w.iolog"), "--out", dir.file("w.tlt")}).status ==
+          0);
+  auto r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "1m", "--trace", dir.file("w.tlt")});
+  require_io_uring_cli(r);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("wrapped=") == std::string::npos);
+  CHECK(r.out.find("skipped=") == std::string::npos);
+  CHECK(r.out.find("  wrapped: 2 I/Os started beyond the end of the target (1.0 MiB) and were moved into it") !=
+        std::string::npos);
+  CHECK(r.out.find("  skipped: 1 I/Os were not issued: trims (discards) and zero-length requests") !=
+        std::string::npos);
+}
+
+TEST_CASE("cli: iosim run -P prints progress lines on stderr", "[engine][cli]") {
+  TempDir dir;
+  auto r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--runtime", "1200ms", "-P",
+                        "0.25", "--json", "-"});
+  require_io_uring_cli(r);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  size_t lines = 0;
+  for (size_t p = 0; (p = r.err.find("progress: ", p)) != std::string::npos; ++p) ++lines;
+  CHECK(lines >= 3);
+  CHECK(r.err.find(" IOPS, ") != std::string::npos);
+  CHECK(r.err.find(" MiB/s, lat ") != std::string::npos);
+  CHECK(nlohmann::json::parse(r.out)["ios"].get<uint64_t>() > 0);  // stdout keeps the JSON alone
+  // Not a terminal and no -P: no progress lines; -P 0: none either.
+  for (std::vector<std::string> extra : {std::vector<std::string>{}, std::vector<std::string>{"-P", "0"}}) {
+    std::vector<std::string> args{"iosim", "run", "--target", dir.file("data"), "--runtime", "600ms"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    r = run_tierlab(args);
+    REQUIRE(r.status == 0);
+    CHECK(r.err.find("progress: ") == std::string::npos);
+  }
+  r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "-P", "-1"});
+  CHECK(r.status == 2);
+  CHECK(tierlab::test::count_lines(r.err) == 1);
+  // On a terminal (script(1) gives the run a pseudo-terminal): a line every second by default.
+  if (std::system("command -v script >/dev/null 2>&1") == 0) {
+    std::string out = tierlab::test::shell_output("script -qec '" + std::string(TIERLAB_BINARY) +
+                                                  " iosim run --target " + dir.file("data") +
+                                                  " --runtime 2500ms' /dev/null");
+    INFO(out);
+    size_t n = 0;
+    for (size_t p = 0; (p = out.find("progress: ", p)) != std::string::npos; ++p) ++n;
+    CHECK(n >= 1);  // at 1 s and 2 s, unless the machine is too busy to wake the printer
+    CHECK(n <= 2);
+  }
 }
