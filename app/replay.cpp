@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
 
@@ -34,6 +35,14 @@ struct ReplayOptions {
   std::string io = "auto";
   std::string log;
 };
+
+std::string printf_string(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string seconds(trace::Nanos ns) { return printf_string("%.3f s", static_cast<double>(ns) / 1e9); }
 
 nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
   nlohmann::json a = nlohmann::json::array();
@@ -127,6 +136,9 @@ void run_replay(const ReplayOptions& o) {
   std::ostream& text = o.json == "-" ? std::cerr : std::cout;
   auto reader = trace::open_reader(o.file);
   replay::Workload w = replay::load(*reader, window);
+  if (window.begin > w.summary().trace_end_ns)
+    throw InputError("--begin " + o.begin + " is past the end of the trace: " + o.file + " is " +
+                     seconds(w.summary().trace_end_ns) + " long");
   if (o.dry_run) {
     replay::print_dry_run(text, w.summary());
     json.write(dry_run_json(w.summary()).dump(2) + "\n");

@@ -95,6 +95,9 @@ struct WorkloadSummary {
   // before it: each replays from its next idle point (see Window).
   uint64_t joined_in_transaction = 0;
   Nanos duration_ns = 0;      // first session start to last session end
+  // The trace's length: its last record of any kind, from the trace start
+  // (as Window counts); 0 for a trace without records.
+  Nanos trace_end_ns = 0;
 };
 
 class Workload {

@@ -253,6 +253,18 @@ TEST_CASE("replay refuses bad numbers, an unschedulable speed and a trace with n
     b.end(2000 * kMs, 1);
     b.close();
   }
+  // Two sessions with 3 s between them.
+  std::string gap = dir.file("gap.tlt");
+  {
+    TraceBuilder b(gap);
+    b.begin(0, 1, "postgres");
+    b.query(10 * kMs, 1, "SELECT 1", "SELECT", true, 1);
+    b.end(2000 * kMs, 1);
+    b.begin(5000 * kMs, 2, "postgres");
+    b.query(5010 * kMs, 2, "SELECT 1", "SELECT", true, 1);
+    b.end(6000 * kMs, 2);
+    b.close();
+  }
   const std::string down = "host=127.0.0.1 port=1";
   struct Case {
     std::vector<std::string> args;
@@ -265,10 +277,14 @@ TEST_CASE("replay refuses bad numbers, an unschedulable speed and a trace with n
            {{"--speed", "fast"}, "tierlab: --speed: fast is not a number greater than 0\n"},
            {{"-P", "nan"}, "tierlab: --progress: nan is not a number of 0 or more\n"},
            {{"--speed", "1e-12"}, "tierlab: --speed 1e-12: the captured 2.000 s would take more than 146 years\n"},
-           {{"--begin", "1h"}, "tierlab: " + path + ": nothing to replay: no client session sends anything in the "
-                                                    "window (--begin 1h, --end none)\n"},
+           {{"--begin", "1h"}, "tierlab: --begin 1h is past the end of the trace: " + path + " is 2.000 s long\n"},
+           {{"--begin", "2.5s", "--dry-run"},
+            "tierlab: --begin 2.5s is past the end of the trace: " + path + " is 2.000 s long\n"},
+           {{"--begin", "2.5s", "--end", "4s"},
+            "tierlab: " + gap + ": nothing to replay: no client session sends anything in the window (--begin 2.5s, "
+                                "--end 4s)\n"},
        }) {
-    std::vector<std::string> args{"replay", path, "--db", down};
+    std::vector<std::string> args{"replay", c.args[1] == "2.5s" && c.args.size() == 4 ? gap : path, "--db", down};
     args.insert(args.end(), c.args.begin(), c.args.end());
     auto r = tierlab::test::run_tierlab(args);
     INFO(c.args[0] << " " << c.args[1]);

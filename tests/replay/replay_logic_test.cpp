@@ -588,6 +588,15 @@ TEST_CASE("plan: the window counts from the trace start, idle time before the fi
   Window first_ms;
   first_ms.end = 1 * kMs;
   CHECK(load_memory(early.recs, start, first_ms).summary().statements == 1);
+
+  // The trace's length, for a --begin past it: its last record from the
+  // start, whatever the window, and records of no session count too.
+  CHECK(load_memory(t.recs, start, Window{}).summary().trace_end_ns == 5202 * kMs);
+  CHECK(load_memory(t.recs, start, until4).summary().trace_end_ns == 5202 * kMs);
+  Trace io = t;
+  io.add(start + 7000 * kMs, 0, trace::BlockIo{});
+  CHECK(load_memory(io.recs, start, Window{}).summary().trace_end_ns == 7000 * kMs);
+  CHECK(load_memory({}, start, Window{}).summary().trace_end_ns == 0);
 }
 
 namespace {
