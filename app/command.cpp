@@ -110,6 +110,11 @@ int run_cli(const std::vector<std::string>& args) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "tierlab 0.1.0");
   setup_all(app);
+  // Bare `tierlab`: the help, which lists the subcommands, then one line.
+  if (args.empty()) {
+    std::cerr << app.help() << "tierlab: a subcommand is required (see the list above)\n";
+    return 2;
+  }
   // CLI11 reports an unknown subcommand as "A subcommand is required": name it.
   if (!args.empty() && !args[0].empty() && args[0][0] != '-') {
     bool known = false;

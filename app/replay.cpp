@@ -8,8 +8,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace tierlab::app {
 namespace {
@@ -33,7 +38,40 @@ struct ReplayOptions {
   std::string wire = "direct";
   std::string io = "auto";
   std::string log;
+  std::string max_divergence = "0";
 };
+
+// --max-divergence: a fraction ("0.01") or a percentage ("1%") from 0 to
+// 1; nullopt for anything else.
+std::optional<double> parse_rate(const std::string& text) {
+  std::string t = text;
+  const bool pct = !t.empty() && t.back() == '%';
+  if (pct) t.pop_back();
+  const char* b = t.c_str();
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(b, &end);
+  if (end == b || *end != 0 || errno != 0 || !std::isfinite(v)) return std::nullopt;
+  if (pct) v /= 100;
+  if (v < 0 || v > 1) return std::nullopt;
+  return v;
+}
+
+std::string printf_string(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string seconds(trace::Nanos ns) { return printf_string("%.3f s", static_cast<double>(ns) / 1e9); }
+
+CLI::Validator rate_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return parse_rate(text) ? "" : text + " is not a fraction from 0 to 1 or a percentage from 0% to 100%";
+      },
+      "");
+}
 
 nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
   nlohmann::json a = nlohmann::json::array();
@@ -43,9 +81,15 @@ nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
   return a;
 }
 
-nlohmann::json report_json(const replay::Report& r) {
+nlohmann::json report_json(const replay::Report& r, double max_rate) {
   nlohmann::json errs = nlohmann::json::object();
   for (const auto& [state, n] : r.errors_by_sqlstate) errs[state] = n;
+  // The first error of each SQLSTATE: the target's message, and the
+  // statement (normalised) it answered, null when none did.
+  nlohmann::json firsts = nlohmann::json::object();
+  for (const auto& e : r.first_errors)
+    firsts[e.sqlstate] = {{"message", e.message},
+                          {"statement", e.statement.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.statement)}};
   nlohmann::json j = {
       {"sessions", r.sessions},
       {"sessions_failed", r.sessions_failed},
@@ -68,6 +112,8 @@ nlohmann::json report_json(const replay::Report& r) {
       {"captured_duration_s", r.captured_duration_s},
       {"connect_s", r.connect_s},
       {"cpu_s", r.cpu_s},
+      {"cpu_us_per_transaction",
+       r.cpu_us_per_transaction() >= 0 ? nlohmann::json(r.cpu_us_per_transaction()) : nlohmann::json(nullptr)},
       {"latency_ms",
        {{"avg", r.lat_avg_ms}, {"stddev", r.lat_stddev_ms}, {"p50", r.lat_p50_ms},
         {"p90", r.lat_p90_ms}, {"p99", r.lat_p99_ms}, {"p999", r.lat_p999_ms}, {"max", r.lat_max_ms}}},
@@ -75,7 +121,13 @@ nlohmann::json report_json(const replay::Report& r) {
        {{"avg", r.lag_avg_ms}, {"p99", r.lag_p99_ms}, {"max", r.lag_max_ms},
         {"tierlab_p99", r.own_lag_p99_ms}, {"tierlab_max", r.own_lag_max_ms}}},
       {"errors_by_sqlstate", errs},
-      {"divergence", {{"error_status", r.divergence_error_status}, {"row_count", r.divergence_row_count}}},
+      {"first_errors", firsts},
+      {"divergence",
+       {{"error_status", r.divergence_error_status},
+        {"row_count", r.divergence_row_count},
+        {"failed_ok_at_capture", r.divergence_new_errors},
+        {"rate", r.divergence_rate},
+        {"max_rate", max_rate}}},
       {"unsupported", r.unsupported},
       {"slowed", deltas_json(r.slowed)},
       {"sped_up", deltas_json(r.sped_up)},
@@ -106,6 +158,7 @@ void run_replay(const ReplayOptions& o) {
   if (!o.begin.empty()) window.begin = parse_duration("--begin", o.begin);
   if (!o.end.empty()) window.end = parse_duration("--end", o.end);
   if (window.end <= window.begin) throw InputError("--end must be after --begin");
+  const double max_rate = *parse_rate(o.max_divergence);  // checked by rate_check()
   if (!o.dry_run && o.db.empty()) throw InputError("--db CONNINFO is required (the target PostgreSQL)");
   replay::Options opts;
   opts.conninfo = o.db;
@@ -127,6 +180,9 @@ void run_replay(const ReplayOptions& o) {
   std::ostream& text = o.json == "-" ? std::cerr : std::cout;
   auto reader = trace::open_reader(o.file);
   replay::Workload w = replay::load(*reader, window);
+  if (window.begin > w.summary().trace_end_ns)
+    throw InputError("--begin " + o.begin + " is past the end of the trace: " + o.file + " is " +
+                     seconds(w.summary().trace_end_ns) + " long");
   if (o.dry_run) {
     replay::print_dry_run(text, w.summary());
     json.write(dry_run_json(w.summary()).dump(2) + "\n");
@@ -163,7 +219,7 @@ void run_replay(const ReplayOptions& o) {
     return stopped(e.what());  // stopped while connecting: nothing ran
   }
   replay::print_report(text, r);
-  json.write(report_json(r).dump(2) + "\n");
+  json.write(report_json(r, max_rate).dump(2) + "\n");
   // The report is out; what makes it incomplete fails the command.
   if (!r.log_error.empty())
     throw RuntimeError("--log " + r.log_path + ": " + r.log_error + " after " + std::to_string(r.log_lines) +
@@ -172,6 +228,11 @@ void run_replay(const ReplayOptions& o) {
   if (r.sessions_failed)
     throw RuntimeError("replay: " + std::to_string(r.sessions_failed) + " of " + std::to_string(r.sessions) +
                        " sessions failed (" + r.first_session_error + "); the results are incomplete");
+  if (r.divergence_rate > max_rate)
+    throw RuntimeError("replay: divergence " + replay::percent(r.divergence_rate) + " of statements above " +
+                       "--max-divergence " + printf_string("%g%%", max_rate * 100) + " (" +
+                       std::to_string(r.divergence_new_errors) + " of " + std::to_string(r.statements) +
+                       " failed that succeeded at capture; errors by SQLSTATE above)");
 }
 
 void setup_replay(CLI::App& parent) {
@@ -185,6 +246,8 @@ void setup_replay(CLI::App& parent) {
       "where the capture has none; the replay says when sessions go elsewhere).\n"
       "Credentials come from --db, libpq's environment (PGPASSWORD, ...) and ~/.pgpass.\n"
       "SIGINT or SIGTERM stops the replay: the report and --json cover what ran (exit 128 + signal).\n"
+      "Exit status 1, after the report and --json: sessions failed, or statements failed that\n"
+      "succeeded at capture (divergence) in a share of the statements above --max-divergence.\n"
       "libpq opens every connection; on a plaintext one tierlab then sends each captured request\n"
       "itself, a Query or the extended-protocol messages up to a Sync as the client sent them\n"
       "(statement and portal names, row limits, formats), and reads the answers. --wire libpq\n"
@@ -218,6 +281,12 @@ void setup_replay(CLI::App& parent) {
   cmd->add_option("--user-map", o->user_map,
                   "file of captured=target user names, one per line ('#' comments)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--max-divergence", o->max_divergence,
+                  "exit 0 although up to RATE of the statements (0.01 or 1%) failed that succeeded at "
+                  "capture; above it the replay exits 1 after its report")
+      ->check(rate_check())
+      ->type_name("RATE")
+      ->capture_default_str();
   cmd->add_flag("--rt", o->rt, "run the worker threads at real-time priority (SCHED_FIFO; root)");
   cmd->add_flag("--no-pm-qos", o->no_pm_qos,
                 "timed replay: let idle CPUs sleep deeply (by default /dev/cpu_dma_latency is held at 0 "

@@ -863,7 +863,7 @@ class Worker {
         if (!busy) return true;  // a FATAL while idle: the close follows
         char state[6];
         wire::error_sqlstate(body, len, state);
-        count_error(s, state);
+        count_error(s, state, wire::error_message(body, len));
         answer(s, true, state, false, 0);
         return true;
       }
@@ -1029,12 +1029,13 @@ class Worker {
     if (!state || std::strlen(state) != 5) state = "XX000";
     std::memcpy(out, state, 5);
     out[5] = 0;
-    count_error(s, out);
+    const char* message = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    count_error(s, out, message ? message : "");
   }
   // Every error the target answers, of any message of the unit in flight
   // (a Parse's too); the first one's SQLSTATE goes to the round-trip log.
-  void count_error(Slot& s, const char* state) {
-    stats_.errors.add(state);
+  void count_error(Slot& s, const char* state, std::string_view message) {
+    stats_.error(state, message);
     live_.add(live_.errors, 1);
     if (!s.unit_state[0]) std::memcpy(s.unit_state, state, sizeof s.unit_state);
     s.txn_failed = true;

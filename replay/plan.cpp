@@ -121,6 +121,8 @@ struct PlanBuilder::Impl {
   std::unordered_map<std::string_view, const char*> sql_intern;
   std::unordered_map<uint64_t, uint32_t> hash_fp;
   Nanos origin = 0;  // the trace start: Window times are from here
+  Nanos last_ts = 0;       // the latest record of any kind
+  bool any_record = false;
 
   const char* intern_sql(std::string_view sql, uint32_t* fp_out) {
     auto it = sql_intern.find(sql);
@@ -400,6 +402,8 @@ struct PlanBuilder::Impl {
   }
 
   void add(const trace::Record& r) {
+    last_ts = std::max(last_ts, r.ts);
+    any_record = true;
     if (r.session == 0) return;
     SessionBuild& sb = session(r.session, r.ts);
     Session& s = plan->sessions[sb.index];
@@ -695,6 +699,7 @@ struct PlanBuilder::Impl {
     sum.max_concurrency = static_cast<uint64_t>(most);
     sum.fingerprints = p.fingerprints.size();
     sum.duration_ns = p.sessions.empty() ? 0 : last - p.t0;
+    sum.trace_end_ns = any_record ? rel(last_ts) : 0;
     unit_tmp.clear();
     unit_tmp.shrink_to_fit();
     return plan;

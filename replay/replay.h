@@ -95,6 +95,9 @@ struct WorkloadSummary {
   // before it: each replays from its next idle point (see Window).
   uint64_t joined_in_transaction = 0;
   Nanos duration_ns = 0;      // first session start to last session end
+  // The trace's length: its last record of any kind, from the trace start
+  // (as Window counts); 0 for a trace without records.
+  Nanos trace_end_ns = 0;
 };
 
 class Workload {
@@ -155,11 +158,24 @@ struct Options {
   std::function<const char*(long timeout_ns)> wait_stop;
 };
 
+// Latency of one fingerprint, over the statements that succeeded both at
+// capture and in the replay (a failed statement answers quickly, which says
+// nothing of its speed).
 struct FingerprintDelta {
   std::string sql;            // normalised text
-  uint64_t count = 0;         // statements replayed with this fingerprint
+  uint64_t count = 0;         // statements compared
   double captured_ms = 0;     // mean captured latency
   double replay_ms = 0;       // mean replay latency
+};
+
+// The first error the target answered with one SQLSTATE.
+struct FirstError {
+  std::string sqlstate;       // "other": beyond the SQLSTATEs the replay tells apart
+  uint64_t count = 0;         // errors with this SQLSTATE
+  std::string message;        // the target's primary message of the first
+  // Normalised text (as FingerprintDelta::sql) of the statement it answered;
+  // "" when no statement did (a Parse nothing executed).
+  std::string statement;
 };
 
 struct Report {
@@ -175,8 +191,14 @@ struct Report {
   uint64_t statements = 0;
   uint64_t errors = 0;
   std::vector<std::pair<std::string, uint64_t>> errors_by_sqlstate;  // sorted
-  uint64_t divergence_error_status = 0;
+  std::vector<FirstError> first_errors;  // one per SQLSTATE, sorted as errors_by_sqlstate
+  uint64_t divergence_error_status = 0;  // ok vs error, or another SQLSTATE, either way
   uint64_t divergence_row_count = 0;
+  // Statements that succeeded at capture and failed in the replay, and
+  // their share of the statements replayed (0 when none ran): what
+  // `tierlab replay --max-divergence` limits.
+  uint64_t divergence_new_errors = 0;
+  double divergence_rate = 0;
   uint64_t unsupported = 0;         // captured messages not re-sent (see WorkloadSummary)
   // Max speed: from the start (every session that starts at once connected)
   // to the last session's end, so tps is "without initial connection time"
@@ -194,6 +216,12 @@ struct Report {
   // same machine is taken from the server (reading the trace and building
   // the plan come before and are not in it).
   double cpu_s = 0;
+  // cpu_s per transaction ended (processed or failed), microseconds; < 0
+  // when none ended.
+  double cpu_us_per_transaction() const {
+    const uint64_t ended = transactions + failed_transactions;
+    return ended ? cpu_s * 1e6 / static_cast<double>(ended) : -1;
+  }
   bool realtime = false;            // workers ran at SCHED_FIFO
   double slice_ms = 0;              // workers' scheduler slice (timed replays: 0.1 ms); 0: the kernel's default
   std::string io;                   // the workers' event loop: io_uring or epoll
@@ -226,8 +254,11 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress = null
 // "" when it can.
 std::string uring_unsupported();
 
-// pgbench-like text report.
+// pgbench-like text report. Messages and statements of first_errors are
+// shown on one line each, cut to 100 and 80 characters.
 void print_report(std::ostream& out, const Report& r);
+// A fraction as a percentage: "99.98%", "0.0012%", "0%".
+std::string percent(double fraction);
 void print_dry_run(std::ostream& out, const WorkloadSummary& s);
 
 }  // namespace tierlab::replay

@@ -2,6 +2,7 @@
 #include "replay/stats.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 
@@ -27,37 +28,81 @@ uint64_t SqlstateCounts::key(const char* s) {
   return k | (1ull << 56);  // never zero
 }
 
-void SqlstateCounts::add(const char* sqlstate, uint64_t n) {
-  total_ += n;
-  uint64_t k = key(sqlstate);
+std::string SqlstateCounts::name(uint64_t key) {
+  std::string s;
+  for (int b = 0; b < 5; ++b) {
+    char c = static_cast<char>((key >> (8 * b)) & 0xff);
+    if (c) s += c;
+  }
+  return s;
+}
+
+size_t SqlstateCounts::slot(uint64_t k, bool* added) {
+  *added = false;
   size_t i = (k * 0x9E3779B97F4A7C15ull) >> 56;  // top 8 bits
   for (size_t probe = 0; probe < kSlots; ++probe, i = (i + 1) % kSlots) {
-    if (keys_[i] == k) {
-      counts_[i] += n;
-      return;
-    }
+    if (keys_[i] == k) return i;
     if (keys_[i] == 0) {
       keys_[i] = k;
-      counts_[i] = n;
-      return;
+      *added = true;
+      return i;
     }
   }
-  other_ += n;
+  return kSlots;
+}
+
+size_t SqlstateCounts::find(uint64_t k) const {
+  size_t i = (k * 0x9E3779B97F4A7C15ull) >> 56;
+  for (size_t probe = 0; probe < kSlots; ++probe, i = (i + 1) % kSlots) {
+    if (keys_[i] == k) return i;
+    if (keys_[i] == 0) return kSlots;
+  }
+  return kSlots;
+}
+
+void SqlstateCounts::add(const char* sqlstate, uint64_t n, std::string_view message) {
+  total_ += n;
+  bool added;
+  size_t i = slot(key(sqlstate), &added);
+  if (i == kSlots) {
+    other_ += n;
+    return;
+  }
+  counts_[i] += n;
+  if (added) {
+    // Slow path, once per SQLSTATE.
+    message_[i].assign(message);
+    first_at_[i] = std::chrono::steady_clock::now().time_since_epoch().count();
+    statement_[i] = kNoStatement;
+  }
+}
+
+void SqlstateCounts::attach(const char* sqlstate, uint32_t fp) {
+  size_t i = find(key(sqlstate));
+  if (i != kSlots && statement_[i] == kNoStatement) statement_[i] = fp;
 }
 
 uint64_t SqlstateCounts::get(const char* sqlstate) const {
-  uint64_t k = key(sqlstate);
-  for (size_t i = 0; i < kSlots; ++i)
-    if (keys_[i] == k) return counts_[i];
-  return 0;
+  size_t i = find(key(sqlstate));
+  return i == kSlots ? 0 : counts_[i];
 }
 
 void SqlstateCounts::merge(const SqlstateCounts& o) {
-  for (size_t i = 0; i < kSlots; ++i) {
-    if (!o.keys_[i]) continue;
-    char s[6] = {0};
-    for (int b = 0; b < 5; ++b) s[b] = static_cast<char>((o.keys_[i] >> (8 * b)) & 0xff);
-    add(s, o.counts_[i]);
+  for (size_t j = 0; j < kSlots; ++j) {
+    if (!o.keys_[j]) continue;
+    total_ += o.counts_[j];
+    bool added;
+    size_t i = slot(o.keys_[j], &added);
+    if (i == kSlots) {
+      other_ += o.counts_[j];
+      continue;
+    }
+    counts_[i] += o.counts_[j];
+    if (added || o.first_at_[j] < first_at_[i]) {
+      message_[i] = o.message_[j];
+      first_at_[i] = o.first_at_[j];
+      statement_[i] = o.statement_[j];
+    }
   }
   other_ += o.other_;
   total_ += o.other_;
@@ -65,17 +110,16 @@ void SqlstateCounts::merge(const SqlstateCounts& o) {
 
 std::vector<std::pair<std::string, uint64_t>> SqlstateCounts::sorted() const {
   std::vector<std::pair<std::string, uint64_t>> v;
-  for (size_t i = 0; i < kSlots; ++i) {
-    if (!keys_[i]) continue;
-    std::string s;
-    for (int b = 0; b < 5; ++b) {
-      char c = static_cast<char>((keys_[i] >> (8 * b)) & 0xff);
-      if (c) s += c;
-    }
-    v.emplace_back(s, counts_[i]);
-  }
-  std::sort(v.begin(), v.end());
-  if (other_) v.emplace_back("other", other_);
+  for (const First& f : firsts()) v.emplace_back(f.sqlstate, f.count);
+  return v;
+}
+
+std::vector<SqlstateCounts::First> SqlstateCounts::firsts() const {
+  std::vector<First> v;
+  for (size_t i = 0; i < kSlots; ++i)
+    if (keys_[i]) v.push_back(First{name(keys_[i]), counts_[i], message_[i], statement_[i]});
+  std::sort(v.begin(), v.end(), [](const First& a, const First& b) { return a.sqlstate < b.sqlstate; });
+  if (other_) v.push_back(First{"other", other_, "", kNoStatement});
   return v;
 }
 
@@ -86,6 +130,7 @@ Divergence compare(const Outcome& c, const Outcome& r) {
   if (!c_known || !r_known) return d;  // skipped or unknown on one side
   if (c.status != r.status) {
     d.error_status = true;
+    d.new_error = r.status == Status::Error;
   } else if (c.status == Status::Error) {
     d.error_status = std::memcmp(c.sqlstate, r.sqlstate, 5) != 0;
   } else if (c.has_rows && r.has_rows && c.rows != r.rows) {
@@ -103,6 +148,7 @@ void Stats::merge(const Stats& o) {
   failed_transactions += o.failed_transactions;
   div_error_status += o.div_error_status;
   div_row_count += o.div_row_count;
+  div_new_errors += o.div_new_errors;
   sessions_failed += o.sessions_failed;
   sessions_stopped += o.sessions_stopped;
   sessions_direct += o.sessions_direct;
@@ -130,8 +176,15 @@ void fill_report(Report& r, const Stats& s, const Plan& plan, Nanos duration_ns)
   r.statements = s.statements;
   r.errors = s.errors.total();
   r.errors_by_sqlstate = s.errors.sorted();
+  for (const auto& f : s.errors.firsts())
+    r.first_errors.push_back(FirstError{
+        f.sqlstate, f.count, f.message,
+        f.statement < plan.fingerprints.size() ? plan.fingerprints[f.statement] : std::string()});
   r.divergence_error_status = s.div_error_status;
   r.divergence_row_count = s.div_row_count;
+  r.divergence_new_errors = s.div_new_errors;
+  r.divergence_rate =
+      s.statements ? static_cast<double>(s.div_new_errors) / static_cast<double>(s.statements) : 0;
   r.unsupported = plan.summary.unsupported + s.unsupported;
   r.duration_s = static_cast<double>(duration_ns) / 1e9;
   r.tps = r.duration_s > 0 ? static_cast<double>(r.transactions) / r.duration_s : 0;
@@ -155,7 +208,7 @@ void fill_report(Report& r, const Stats& s, const Plan& plan, Nanos duration_ns)
     if (f.pairs == 0) continue;
     FingerprintDelta d;
     d.sql = i < plan.fingerprints.size() ? plan.fingerprints[i] : std::string();
-    d.count = f.count;
+    d.count = f.pairs;
     d.captured_ms = ms(f.captured_ns / static_cast<double>(f.pairs));
     d.replay_ms = ms(f.replay_ns / static_cast<double>(f.pairs));
     deltas.push_back(std::move(d));
@@ -181,6 +234,26 @@ std::string shorten(const std::string& sql) {
   return sql.size() <= 100 ? sql : sql.substr(0, 97) + "...";
 }
 
+// `text` on one line (every run of whitespace one space), cut to at most
+// `max` bytes with "..." at a character boundary.
+std::string one_line(std::string_view text, size_t max) {
+  std::string out;
+  bool space = false;
+  for (char c : text) {
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
+      space = !out.empty();
+      continue;
+    }
+    if (space) out += ' ';
+    space = false;
+    out += c;
+  }
+  if (out.size() <= max) return out;
+  size_t cut = max - 3;
+  while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;  // UTF-8 continuation
+  return out.substr(0, cut) + "...";
+}
+
 void print_deltas(std::ostream& out, const char* title, const std::vector<FingerprintDelta>& v) {
   out << title << (v.empty() ? " none\n" : "\n");
   for (const auto& d : v) {
@@ -191,6 +264,12 @@ void print_deltas(std::ostream& out, const char* title, const std::vector<Finger
 }
 
 }  // namespace
+
+std::string percent(double fraction) {
+  const double v = fraction * 100;
+  if (v == 0) return "0%";
+  return fmt(v < 0.01 ? "%.2g%%" : "%.2f%%", v);
+}
 
 void print_report(std::ostream& out, const Report& r) {
   out << "replay mode: " << (r.max_speed ? std::string("max speed") : fmt("speed %g", r.speed)) << "\n";
@@ -237,8 +316,12 @@ void print_report(std::ostream& out, const Report& r) {
         << (r.cpu_latency_held ? "held at 0 us (/dev/cpu_dma_latency)" : "not held (--no-pm-qos, or not root)")
         << "\n";
   out << "tps = " << fmt("%.6f", r.tps) << (r.max_speed ? " (without initial connection time)" : "") << "\n";
-  out << "replayer CPU = " << fmt("%.3f", r.cpu_s) << " s in the worker and connection threads";
-  if (r.transactions) out << " (" << fmt("%.1f", r.cpu_s * 1e6 / static_cast<double>(r.transactions)) << " us per transaction)";
+  out << "replayer CPU = " << fmt("%.3f", r.cpu_s) << " s in the worker and connection threads (";
+  if (r.cpu_us_per_transaction() >= 0)
+    out << fmt("%.1f", r.cpu_us_per_transaction()) << " us per transaction"
+        << (r.failed_transactions ? ", failed ones included)" : ")");
+  else
+    out << "per transaction: n/a, none ended)";
   out << "\n";
   if (!r.log_path.empty())
     out << "round-trip log: " << r.log_lines << " lines in " << r.log_path
@@ -246,8 +329,15 @@ void print_report(std::ostream& out, const Report& r) {
   out << "errors by SQLSTATE:" << (r.errors_by_sqlstate.empty() ? " none" : "");
   for (const auto& [state, n] : r.errors_by_sqlstate) out << " " << state << "=" << n;
   out << "\n";
+  for (const FirstError& e : r.first_errors) {
+    if (e.message.empty() && e.statement.empty()) continue;
+    out << "  " << e.sqlstate << " first: " << (e.message.empty() ? "(no message)" : one_line(e.message, 100))
+        << "\n";
+    if (!e.statement.empty()) out << "    in: " << one_line(e.statement, 80) << "\n";
+  }
   out << "divergence: " << r.divergence_error_status << " error status, " << r.divergence_row_count
-      << " row count\n";
+      << " row count; " << r.divergence_new_errors << " of " << r.statements
+      << " statements failed that succeeded at capture (" << percent(r.divergence_rate) << ")\n";
   if (r.unsupported) out << "not replayable (see tierlab replay --help): " << r.unsupported << " messages\n";
   print_deltas(out, "slowed down most (mean, captured -> replay):", r.slowed);
   print_deltas(out, "sped up most (mean, captured -> replay):", r.sped_up);

@@ -128,4 +128,16 @@ void error_sqlstate(const char* body, size_t len, char out[6]) {
   }
 }
 
+std::string_view error_message(const char* body, size_t len) {
+  size_t i = 0;
+  while (i < len && body[i] != '\0') {
+    char field = body[i++];
+    size_t start = i;
+    while (i < len && body[i] != '\0') ++i;
+    if (field == 'M') return std::string_view(body + start, i - start);
+    ++i;
+  }
+  return {};
+}
+
 }  // namespace tierlab::replay::wire

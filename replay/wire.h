@@ -43,5 +43,9 @@ inline uint32_t get32(const char* p) {
 // The SQLSTATE field ('C') of an ErrorResponse body; "XX000" when the body
 // (maybe cut short) has none. Writes five characters and a NUL.
 void error_sqlstate(const char* body, size_t len, char out[6]);
+// The primary message field ('M') of an ErrorResponse body, pointing into
+// it: as much of it as `len` holds when the body was cut short; "" when the
+// body has none.
+std::string_view error_message(const char* body, size_t len);
 
 }  // namespace tierlab::replay::wire

@@ -33,10 +33,18 @@ TEST_CASE("cli: an unknown subcommand is one line and status 2", "[cli]") {
   check_bad_input({"no-such-command"}, "no-such-command");
 }
 
-TEST_CASE("cli: no subcommand at all is one line and status 2", "[cli]") {
+TEST_CASE("cli: no subcommand at all prints the help, which lists the subcommands, and status 2", "[cli]") {
   auto r = run_tierlab({});
+  INFO(r.err);
   CHECK(r.status == 2);
-  CHECK(count_lines(r.err) == 1);
+  CHECK(r.out.empty());
+  for (const char* sub : {"sandbox", "capture", "trace", "replay", "iosim", "profile", "project"})
+    CHECK(r.err.find(std::string("\n  ") + sub + " ") != std::string::npos);
+  // The help as --help prints it, then one line saying what was missing.
+  auto help = run_tierlab({"--help"});
+  CHECK(help.status == 0);
+  CHECK(r.err == help.out + "tierlab: a subcommand is required (see the list above)\n");
+  CHECK(tierlab::app::run_cli({}) == 2);
 }
 
 TEST_CASE("cli: an unknown flag is one line and status 2", "[cli]") {

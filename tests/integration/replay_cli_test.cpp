@@ -230,8 +230,11 @@ TEST_CASE("sessions connect to their captured databases, --database moves them, 
   }
   auto r = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo("tierlab_dbx")});
   INFO(r.out << r.err);
-  CHECK(r.status == 0);
+  // The INSERT succeeded at capture and fails there: divergence, exit 1.
+  CHECK(r.status == 1);
   CHECK(r.out.find("errors by SQLSTATE: 42P01=1") != std::string::npos);
+  CHECK(r.err.find("tierlab: replay: divergence 100.00% of statements above --max-divergence 0% (1 of 1 failed") !=
+        std::string::npos);
   CHECK(r.err.find("tierlab: replay: --db names dbname=tierlab_dbx, but sessions connect to their captured "
                    "databases (postgres); --database tierlab_dbx sends every session there\n") != std::string::npos);
   r = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo("tierlab_dbx"), "--database", "tierlab_dbx"});
@@ -253,6 +256,18 @@ TEST_CASE("replay refuses bad numbers, an unschedulable speed and a trace with n
     b.end(2000 * kMs, 1);
     b.close();
   }
+  // Two sessions with 3 s between them.
+  std::string gap = dir.file("gap.tlt");
+  {
+    TraceBuilder b(gap);
+    b.begin(0, 1, "postgres");
+    b.query(10 * kMs, 1, "SELECT 1", "SELECT", true, 1);
+    b.end(2000 * kMs, 1);
+    b.begin(5000 * kMs, 2, "postgres");
+    b.query(5010 * kMs, 2, "SELECT 1", "SELECT", true, 1);
+    b.end(6000 * kMs, 2);
+    b.close();
+  }
   const std::string down = "host=127.0.0.1 port=1";
   struct Case {
     std::vector<std::string> args;
@@ -265,10 +280,22 @@ TEST_CASE("replay refuses bad numbers, an unschedulable speed and a trace with n
            {{"--speed", "fast"}, "tierlab: --speed: fast is not a number greater than 0\n"},
            {{"-P", "nan"}, "tierlab: --progress: nan is not a number of 0 or more\n"},
            {{"--speed", "1e-12"}, "tierlab: --speed 1e-12: the captured 2.000 s would take more than 146 years\n"},
-           {{"--begin", "1h"}, "tierlab: " + path + ": nothing to replay: no client session sends anything in the "
-                                                    "window (--begin 1h, --end none)\n"},
+           {{"--begin", "1h"}, "tierlab: --begin 1h is past the end of the trace: " + path + " is 2.000 s long\n"},
+           {{"--begin", "2.5s", "--dry-run"},
+            "tierlab: --begin 2.5s is past the end of the trace: " + path + " is 2.000 s long\n"},
+           {{"--begin", "2.5s", "--end", "4s"},
+            "tierlab: " + gap + ": nothing to replay: no client session sends anything in the window (--begin 2.5s, "
+                                "--end 4s)\n"},
+           {{"--max-divergence", "5"}, "tierlab: --max-divergence: 5 is not a fraction from 0 to 1 or a percentage "
+                                       "from 0% to 100%\n"},
+           {{"--max-divergence", "150%"}, "tierlab: --max-divergence: 150% is not a fraction from 0 to 1 or a "
+                                          "percentage from 0% to 100%\n"},
+           {{"--max-divergence", "-1%"}, "tierlab: --max-divergence: -1% is not a fraction from 0 to 1 or a "
+                                         "percentage from 0% to 100%\n"},
+           {{"--max-divergence", "some"}, "tierlab: --max-divergence: some is not a fraction from 0 to 1 or a "
+                                          "percentage from 0% to 100%\n"},
        }) {
-    std::vector<std::string> args{"replay", path, "--db", down};
+    std::vector<std::string> args{"replay", c.args[1] == "2.5s" && c.args.size() == 4 ? gap : path, "--db", down};
     args.insert(args.end(), c.args.begin(), c.args.end());
     auto r = tierlab::test::run_tierlab(args);
     INFO(c.args[0] << " " << c.args[1]);
@@ -299,4 +326,98 @@ TEST_CASE("replay refuses bad numbers, an unschedulable speed and a trace with n
   CHECK(r.status == 0);
   CHECK(nlohmann::json::parse(r.out)["round_trips"] == 1);
   CHECK(r.err.find("round trips: 1\n") != std::string::npos);
+}
+
+TEST_CASE("statements that fail but succeeded at capture fail the replay after its report, up to --max-divergence",
+          "[replay][pg][cli][divergence]") {
+  // The capture's database had the table; the target has none (the report
+  // of a replay against an empty database, made small): per session one
+  // transaction that works and five pgbench-like ones that now fail.
+  auto& pg = tierlab::test::shared_server();
+  pg.sql("DROP TABLE IF EXISTS tierlab_div_accounts");
+  TempDir dir;
+  std::string path = dir.file("div.tlt");
+  {
+    TraceBuilder b(path);
+    for (uint64_t s = 1; s <= 3; ++s) {
+      b.begin(0, s, pg.superuser());
+      Nanos t = static_cast<Nanos>(s) * kMs;
+      b.query(t, s, "SELECT 1", "SELECT", true, 1);
+      for (int i = 0; i < 5; ++i) {
+        t += 100 * kMs;
+        const std::string aid = std::to_string(i * 10 + static_cast<int>(s));
+        b.query(t, s, "BEGIN", "BEGIN", false, 0, kMs, 'T');
+        // 20 ms each at capture: answered at once with an error now, they
+        // would top the "sped up" list if failures counted.
+        b.query(t + 2 * kMs, s, "UPDATE tierlab_div_accounts SET abalance = abalance + 5 WHERE aid = " + aid,
+                "UPDATE", true, 1, 20 * kMs, 'T');
+        b.query(t + 30 * kMs, s, "SELECT abalance FROM tierlab_div_accounts WHERE aid = " + aid, "SELECT", true, 1,
+                20 * kMs, 'T');
+        b.query(t + 60 * kMs, s, "END", "COMMIT", false, 0);
+      }
+      b.end(700 * kMs, s);
+    }
+    b.close();
+  }
+  for (std::string wire : {"direct", "libpq"}) {
+    INFO("--wire " << wire);
+    std::string json = dir.file("div-" + wire + ".json");
+    auto r = tierlab::test::run_tierlab(
+        {"replay", path, "--db", pg.conninfo(), "--max-speed", "--threads", "2", "--wire", wire, "--json", json});
+    INFO(r.out << r.err);
+    CHECK(r.status == 1);
+    // The whole report first, then one line saying why the replay failed.
+    CHECK(r.out.find("number of transactions actually processed: 3\n") != std::string::npos);
+    CHECK(r.out.find("number of failed transactions: 15 (83.333%)\n") != std::string::npos);
+    CHECK(r.out.find("errors by SQLSTATE: 25P02=15 42P01=15\n"
+                     "  25P02 first: current transaction is aborted, commands ignored until end of transaction "
+                     "block\n"
+                     "    in: select abalance from tierlab_div_accounts where aid=?\n"
+                     "  42P01 first: relation \"tierlab_div_accounts\" does not exist\n"
+                     "    in: update tierlab_div_accounts set abalance=abalance+? where aid=?\n"
+                     "divergence: 30 error status, 0 row count; 30 of 63 statements failed that succeeded at "
+                     "capture (47.62%)\n") != std::string::npos);
+    const size_t lists = r.out.find("slowed down most (mean, captured -> replay):");
+    REQUIRE(lists != std::string::npos);
+    CHECK(r.out.find("tierlab_div", lists) == std::string::npos);
+    CHECK(r.out.find("us per transaction, failed ones included)") != std::string::npos);
+    CHECK(r.err == "tierlab: replay: divergence 47.62% of statements above --max-divergence 0% (30 of 63 failed "
+                   "that succeeded at capture; errors by SQLSTATE above)\n");
+    auto j = read_json(json);
+    CHECK(j["first_errors"]["42P01"]["message"] == "relation \"tierlab_div_accounts\" does not exist");
+    CHECK(j["first_errors"]["42P01"]["statement"] ==
+          "update tierlab_div_accounts set abalance=abalance+? where aid=?");
+    CHECK(j["first_errors"]["25P02"]["statement"] == "select abalance from tierlab_div_accounts where aid=?");
+    CHECK(j["divergence"]["failed_ok_at_capture"] == 30);
+    CHECK(j["divergence"]["rate"].get<double>() == Approx(30.0 / 63));
+    CHECK(j["divergence"]["max_rate"] == 0);
+    // The replayer's CPU over the 18 transactions that ended, not the 3 that
+    // did not fail.
+    CHECK(j["cpu_us_per_transaction"].get<double>() == Approx(j["cpu_s"].get<double>() * 1e6 / 18));
+    for (const auto& d : j["sped_up"]) CHECK(d["sql"].get<std::string>().find("tierlab_div") == std::string::npos);
+    for (const auto& d : j["slowed"]) CHECK(d["sql"].get<std::string>().find("tierlab_div") == std::string::npos);
+  }
+  // --max-divergence allows up to a fraction or a percentage of the statements.
+  for (const char* allowed : {"0.5", "47.62%", "100%"}) {
+    INFO("--max-divergence " << allowed);
+    std::string json = dir.file("allowed.json");
+    auto r = tierlab::test::run_tierlab(
+        {"replay", path, "--db", pg.conninfo(), "--max-speed", "--max-divergence", allowed, "--json", json});
+    INFO(r.out << r.err);
+    CHECK(r.status == 0);
+    CHECK(r.err.empty());
+    CHECK(read_json(json)["divergence"]["max_rate"].get<double>() > 0.47);
+  }
+  auto r = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--max-speed", "--max-divergence", "0.4"});
+  CHECK(r.status == 1);
+  CHECK(r.err.find("divergence 47.62% of statements above --max-divergence 40% (30 of 63") != std::string::npos);
+  // With the table there, nothing diverges: exit 0.
+  pg.sql("CREATE TABLE tierlab_div_accounts (aid int PRIMARY KEY, abalance int)");
+  pg.sql("INSERT INTO tierlab_div_accounts SELECT g, 0 FROM generate_series(1, 60) g");
+  r = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--max-speed"});
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("errors by SQLSTATE: none\n") != std::string::npos);
+  CHECK(r.out.find("0 of 63 statements failed that succeeded at capture (0%)\n") != std::string::npos);
+  pg.sql("DROP TABLE tierlab_div_accounts");
 }

@@ -72,8 +72,40 @@ std::shared_ptr<const Plan> workload(int n) {
   return b.finish();
 }
 
-uint64_t allocations_of_run(const pgtmp::Server& pg, int n, bool direct, const std::string& log, Report* out) {
-  Workload w(workload(n));
+// 4 sessions, each `n` times: a simple query on a table the target does
+// not have (42P01) and an extended one that divides by zero (22012), both
+// successful at capture.
+std::shared_ptr<const Plan> failing_workload(int n) {
+  PlanBuilder b;
+  const Nanos ms = 1000000;
+  std::vector<uint32_t> types{23};
+  std::vector<int16_t> fmts;
+  std::vector<trace::Param> zero{trace::Param{0, false, "0"}};
+  for (uint64_t s = 1; s <= 4; ++s) {
+    Nanos ts = 0;
+    auto add = [&](trace::Body body) { b.add(trace::Record{ts, s, std::move(body)}); };
+    add(trace::SessionBegin{"", "", "", "", 0, 0});
+    add(trace::Ready{'I'});
+    for (int i = 0; i < n; ++i) {
+      ts += ms;
+      add(trace::Query{"SELECT * FROM tierlab_alloc_missing"});
+      add(trace::Result{"SELECT", true, 0});
+      add(trace::Ready{'I'});
+      add(trace::Parse{"", "SELECT 1 / $1::int", types});
+      add(trace::Bind{"", "", zero, fmts});
+      add(trace::Execute{"", 0});
+      add(trace::Sync{});
+      add(trace::Result{"SELECT", true, 1});
+      add(trace::Ready{'I'});
+    }
+    add(trace::SessionEnd{});
+  }
+  return b.finish();
+}
+
+uint64_t allocations_of_run(const pgtmp::Server& pg, int n, bool direct, const std::string& log, Report* out,
+                            bool failing = false) {
+  Workload w(failing ? failing_workload(n) : workload(n));
   Options o;
   o.log_path = log;
   o.conninfo = pg.conninfo();
@@ -116,5 +148,29 @@ TEST_CASE("replay dispatch allocates nothing per statement", "[replay][pg][alloc
   CHECK(a_small > 0);  // the counter is live: set-up allocates
   // 5,400 more statements, the same allocations: only set-up (plan-sized
   // tables, threads, the report) allocates.
+  CHECK(a_large == a_small);
+}
+
+TEST_CASE("replay dispatch allocates nothing per failed statement: each SQLSTATE's first message once",
+          "[replay][pg][alloc]") {
+  auto& pg = tierlab::test::shared_server();
+  const bool direct = GENERATE(true, false);
+  INFO((direct ? "driven directly" : "through libpq"));
+  Report small, large;
+  allocations_of_run(pg, 50, direct, "", &small, true);
+  uint64_t a_small = allocations_of_run(pg, 50, direct, "", &small, true);
+  uint64_t a_large = allocations_of_run(pg, 500, direct, "", &large, true);
+  INFO("allocations: " << a_small << " for " << small.errors << " errors, " << a_large << " for " << large.errors);
+  REQUIRE(large.statements == 4 * 2 * 500);
+  REQUIRE(large.errors == 4 * 2 * 500);
+  CHECK(large.divergence_new_errors == large.statements);
+  REQUIRE(large.first_errors.size() == 2);
+  CHECK(large.first_errors[0].sqlstate == "22012");
+  CHECK(large.first_errors[0].message == "division by zero");
+  CHECK(large.first_errors[0].statement == "select ?/?::int");
+  CHECK(large.first_errors[1].sqlstate == "42P01");
+  CHECK(large.first_errors[1].message == "relation \"tierlab_alloc_missing\" does not exist");
+  CHECK(large.first_errors[1].statement == "select * from tierlab_alloc_missing");
+  // 3,600 more failed statements, the same allocations.
   CHECK(a_large == a_small);
 }

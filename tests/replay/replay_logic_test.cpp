@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <sstream>
 
 using namespace tierlab;
 using namespace tierlab::replay;
@@ -245,6 +246,150 @@ TEST_CASE("sqlstate table counts many distinct states", "[replay][stats]") {
   CHECK(c.total() == 300);
   auto v = c.sorted();
   CHECK(v.back().first == "other");
+}
+
+TEST_CASE("divergence: a statement that succeeded at capture and fails now is a new error", "[replay][stats]") {
+  CHECK(compare(ok_rows(1), err("42P01")).new_error);
+  CHECK_FALSE(compare(err("42P01"), ok_rows(1)).new_error);
+  CHECK_FALSE(compare(err("23505"), err("42P01")).new_error);
+  CHECK_FALSE(compare(err("42P01"), err("42P01")).new_error);
+  Outcome skipped;
+  skipped.status = Status::Skipped;
+  CHECK_FALSE(compare(ok_rows(1), skipped).new_error);
+}
+
+TEST_CASE("errors by SQLSTATE keep the first message and the statement it answered", "[replay][stats]") {
+  Stmt update, select;
+  update.fp = 0;
+  update.captured = ok_rows(1);
+  select.fp = 1;
+  select.captured = ok_rows(1);
+  Stats a(2), b(2);
+  // Worker b sees its 42P01 first, worker a its 25P02 first.
+  b.error("42P01", "relation \"accounts\" does not exist");
+  b.statement(update, err("42P01"), kMs);
+  a.error("25P02", "current transaction is aborted, commands ignored until end of transaction block");
+  a.statement(select, err("25P02"), kMs);
+  for (int i = 0; i < 3; ++i) {
+    // Later ones keep neither their message nor their statement.
+    a.error("42P01", "relation \"other\" does not exist");
+    a.statement(select, err("42P01"), kMs);
+    b.error("25P02", "a later message");
+    b.statement(update, err("25P02"), kMs);
+  }
+  // An error no statement answers (a Parse): its statement is the next one
+  // that fails the same way.
+  a.error("42703", "column \"x\" does not exist");
+  a.statement(update, ok_rows(1), kMs);
+  a.statement(select, err("42703"), kMs);
+  Stats total(2);
+  total.merge(a);
+  total.merge(b);
+  CHECK(total.errors.get("42P01") == 4);
+  CHECK(total.errors.get("25P02") == 4);
+  auto f = total.errors.firsts();
+  REQUIRE(f.size() == 3);
+  CHECK(f[0].sqlstate == "25P02");
+  CHECK(f[0].count == 4);
+  CHECK(f[0].message == "current transaction is aborted, commands ignored until end of transaction block");
+  CHECK(f[0].statement == 1);
+  CHECK(f[1].sqlstate == "42703");
+  CHECK(f[1].statement == 1);
+  CHECK(f[2].sqlstate == "42P01");
+  CHECK(f[2].message == "relation \"accounts\" does not exist");
+  CHECK(f[2].statement == 0);
+  // Merged the other way round, the earlier first message still wins.
+  Stats other(2);
+  other.merge(b);
+  other.merge(a);
+  CHECK(other.errors.firsts()[2].message == "relation \"accounts\" does not exist");
+  CHECK(other.errors.firsts()[0].message == f[0].message);
+
+  Plan plan;
+  plan.fingerprints = {"update accounts set v = v + ? where id = ?", "select v from accounts where id = ?"};
+  Report r;
+  fill_report(r, total, plan, 1'000'000'000);
+  REQUIRE(r.first_errors.size() == 3);
+  CHECK(r.first_errors[2].statement == plan.fingerprints[0]);
+  CHECK(r.first_errors[2].count == 4);
+  // 9 of 10 statements failed that succeeded at capture.
+  CHECK(r.divergence_new_errors == 9);
+  CHECK(r.divergence_rate == Approx(0.9));
+}
+
+TEST_CASE("failed statements are left out of the slowed and sped up lists", "[replay][stats]") {
+  Stmt fast_fail, slow_fail, ok;
+  fast_fail.fp = 0;  // 5 ms at capture, fails at once now: not "sped up"
+  fast_fail.captured = ok_rows(1);
+  fast_fail.captured_latency = 5 * kMs;
+  slow_fail.fp = 1;  // failed at capture and now, slower: not "slowed"
+  slow_fail.captured = err("40001");
+  slow_fail.captured_latency = kMs;
+  ok.fp = 2;
+  ok.captured = ok_rows(1);
+  ok.captured_latency = 2 * kMs;
+  Stats s(3);
+  for (int i = 0; i < 10; ++i) {
+    s.statement(fast_fail, err("42P01"), kMs / 10);
+    s.statement(slow_fail, err("40001"), 9 * kMs);
+    s.statement(ok, ok_rows(1), kMs);
+  }
+  // Half of the third fingerprint failed: only its successes are compared.
+  for (int i = 0; i < 10; ++i) s.statement(ok, err("57014"), 50 * kMs);
+  Plan plan;
+  plan.fingerprints = {"update missing", "select failing", "select ok"};
+  Report r;
+  fill_report(r, s, plan, 1'000'000'000);
+  CHECK(r.slowed.empty());
+  REQUIRE(r.sped_up.size() == 1);
+  CHECK(r.sped_up[0].sql == "select ok");
+  CHECK(r.sped_up[0].count == 10);
+  CHECK(r.sped_up[0].replay_ms == Approx(1.0));
+}
+
+TEST_CASE("report: first error per SQLSTATE on one line, divergence rate, CPU per transaction", "[replay][stats]") {
+  Report r;
+  r.transactions = 1;
+  r.failed_transactions = 4474;
+  r.statements = 22370;
+  r.errors = 22366;
+  r.cpu_s = 0.45;
+  r.errors_by_sqlstate = {{"25P02", 17892}, {"42P01", 4474}};
+  r.first_errors = {
+      {"25P02", 17892, "current transaction is aborted, commands ignored until end of transaction block",
+       "select abalance from pgbench_accounts where aid = ?"},
+      {"42P01", 4474, "relation \"pgbench_accounts\" does not exist",
+       "update pgbench_accounts\n   set abalance = abalance + ?  where aid = ? and bid in (select bid from "
+       "pgbench_branches where bbalance > ?)"}};
+  r.divergence_error_status = 22366;
+  r.divergence_new_errors = 22366;
+  r.divergence_rate = 22366.0 / 22370;
+  std::ostringstream out;
+  print_report(out, r);
+  const std::string text = out.str();
+  INFO(text);
+  CHECK(text.find("errors by SQLSTATE: 25P02=17892 42P01=4474\n"
+                  "  25P02 first: current transaction is aborted, commands ignored until end of transaction block\n"
+                  "    in: select abalance from pgbench_accounts where aid = ?\n"
+                  "  42P01 first: relation \"pgbench_accounts\" does not exist\n"
+                  "    in: update pgbench_accounts set abalance = abalance + ? where aid = ? and bid in ...\n"
+                  "divergence: 22366 error status, 0 row count; 22366 of 22370 statements failed that succeeded "
+                  "at capture (99.98%)\n") != std::string::npos);
+  // The replayer's CPU spread over every transaction that ended, not over
+  // the one that did not fail.
+  CHECK(text.find("replayer CPU = 0.450 s in the worker and connection threads (100.6 us per transaction, failed "
+                  "ones included)\n") != std::string::npos);
+  CHECK(r.cpu_us_per_transaction() == Approx(0.45e6 / 4475));
+  // None ended: no figure.
+  r.transactions = r.failed_transactions = 0;
+  CHECK(r.cpu_us_per_transaction() < 0);
+  std::ostringstream none;
+  print_report(none, r);
+  CHECK(none.str().find("replayer CPU = 0.450 s in the worker and connection threads (per transaction: n/a, none "
+                        "ended)\n") != std::string::npos);
+  CHECK(percent(0) == "0%");
+  CHECK(percent(0.5) == "50.00%");
+  CHECK(percent(0.000012) == "0.0012%");
 }
 
 // --- building plans from record sequences -------------------------------------
@@ -588,6 +733,15 @@ TEST_CASE("plan: the window counts from the trace start, idle time before the fi
   Window first_ms;
   first_ms.end = 1 * kMs;
   CHECK(load_memory(early.recs, start, first_ms).summary().statements == 1);
+
+  // The trace's length, for a --begin past it: its last record from the
+  // start, whatever the window, and records of no session count too.
+  CHECK(load_memory(t.recs, start, Window{}).summary().trace_end_ns == 5202 * kMs);
+  CHECK(load_memory(t.recs, start, until4).summary().trace_end_ns == 5202 * kMs);
+  Trace io = t;
+  io.add(start + 7000 * kMs, 0, trace::BlockIo{});
+  CHECK(load_memory(io.recs, start, Window{}).summary().trace_end_ns == 7000 * kMs);
+  CHECK(load_memory({}, start, Window{}).summary().trace_end_ns == 0);
 }
 
 namespace {
