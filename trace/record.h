@@ -158,9 +158,9 @@ struct BlockIo {
   // Absolute CLOCK_MONOTONIC time the earliest bio of the request was
   // queued to the block layer, at or before the issue (trace format 1.2);
   // 0 when unknown (older traces, importers, a bio not seen). Issue minus
-  // this is the time the request waited in the block layer (scheduler,
-  // plugging, and whatever held it before it was queued that the capture
-  // could see).
+  // this is the time the request waited in the block layer: the I/O
+  // scheduler, plugging, and a cgroup IOPS limit where the capture saw the
+  // bio's submission (capture/block.h).
   Nanos queued_ns = 0;
 };
 
