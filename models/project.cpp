@@ -386,6 +386,18 @@ void capture_tier(const Profile& p, const ProjectOptions& o, Projection& out) {
     out.notes.push_back("the capture ran at " + fmt("%.0f", rate) + " IOPS, below its tier's cap of " +
                         fmt("%.0f", cap) + ": the cap did not bind, and the queue time before issue is kept "
                         "on every tier");
+  // At a cap the requests wait for it: queue times shorter than the
+  // device's own service did not see that wait (cgroup throttling of a
+  // whole disk holds bios before the block layer traces them).
+  const bool short_queues =
+      p.has_queue_times && (p.queued_read.count == 0 || p.queued_read.mean_s < p.native_read.mean_s) &&
+      (p.queued_write.count == 0 || p.queued_write.mean_s < p.native_write.mean_s);
+  if (out.capture_capped && short_queues)
+    out.notes.push_back("the capture ran at its tier's cap (" + out.capture_tier +
+                        ") but its requests waited before issue less than the device served them: the queue "
+                        "times did not see the wait for the cap (cgroup throttling of a whole disk; capture on "
+                        "a partition), which is in 'other', so a tier without the cap is projected with no gain "
+                        "from losing it (a lower bound)");
   if (out.capture_capped && !p.has_queue_times)
     out.notes.push_back("the capture ran at its tier's cap (" + out.capture_tier +
                         ") but the trace has no queue times before issue (trace format 1.2, capture block "

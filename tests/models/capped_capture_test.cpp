@@ -151,6 +151,22 @@ TEST_CASE("project: a capped capture without queue times says the cap's wait is 
   CHECK(said);
 }
 
+TEST_CASE("project: a capped capture whose queue times missed the cap's wait says so", "[project][capped]") {
+  Profile p = capped_profile(false);
+  p.has_queue_times = true;  // the block layer's queueing only: 5 us a read
+  p.queued_read = {10000, 5e-6, 5e-6, 1e-5};
+  p.queued_s_per_tx = 1e-5;
+  ProjectOptions o;
+  o.captured_iops_cap = 1000;
+  auto pr = project(p, {tier("uncapped", 0)}, o);
+  bool said = false;
+  for (const auto& n : pr.notes) said = said || n.find("did not see the wait for the cap") != std::string::npos;
+  CHECK(said);
+  // With the wait seen, no such note.
+  auto seen = project(capped_profile(), {tier("uncapped", 0)}, o);
+  for (const auto& n : seen.notes) CHECK(n.find("did not see the wait") == std::string::npos);
+}
+
 TEST_CASE("project: a captured tier whose cap the capture did not reach keeps its queueing",
           "[project][capped]") {
   Profile p = capped_profile();
