@@ -22,6 +22,8 @@ struct ProjectCliOptions {
   std::string memory;
   std::string capture_memory;
   bool kernel_uncapped = false;
+  std::string captured_on;
+  double captured_iops_cap = 0;
   std::string json_out;
   std::string html_out;
 };
@@ -63,6 +65,16 @@ void run_project(const ProjectCliOptions& o) {
   models::Catalog catalog = models::load_catalog(o.tiers_file);
   std::vector<models::Tier> tiers;
   for (const auto& name : o.tiers) tiers.push_back(catalog.get(name));
+  if (!o.captured_on.empty() && o.captured_iops_cap != 0)
+    throw InputError("--captured-on and --captured-iops-cap: give one of them");
+  if (!o.captured_on.empty()) {
+    const models::Tier* t = catalog.find(o.captured_on);
+    if (!t) throw InputError("--captured-on " + o.captured_on + ": no such tier (known: " + catalog.names() + ")");
+    po.captured_tier = *t;
+  }
+  if (!(o.captured_iops_cap >= 0) || o.captured_iops_cap > 1e9)
+    throw InputError("--captured-iops-cap: expected IOPS from 1 to 1e9, got " + std::to_string(o.captured_iops_cap));
+  po.captured_iops_cap = o.captured_iops_cap;
 
   // The outputs next, as iosim simulate does: a path that cannot be written
   // fails before the trace is read. "-" puts that output alone on stdout,
@@ -103,6 +115,12 @@ void setup_project(CLI::App& parent) {
   sub->add_flag("--kernel-writes-uncapped", opts->kernel_uncapped,
                 "leave the kernel's own writes (writeback of buffered writes, journal) out of the IOPS caps "
                 "and count only what the server's processes submit, as cgroup v1 blkio throttling does");
+  sub->add_option("--captured-on", opts->captured_on,
+                  "the tier the capture ran on (a name from the catalog or --tiers-file): a capture that ran at "
+                  "its caps waited for them, and each projected tier replaces that wait with its own");
+  sub->add_option("--captured-iops-cap", opts->captured_iops_cap,
+                  "the capture's device was capped at N IOPS (reads and writes together); "
+                  "without this or --captured-on, a cap the profile detects is used");
   sub->add_option("--json", opts->json_out, "also write the projection as JSON to this file (- : JSON on stdout only)");
   sub->add_option("--html", opts->html_out,
                   "also write a self-contained HTML report to this file (- : HTML on stdout only)");

@@ -113,7 +113,7 @@ uint64_t load(const uint8_t* p, const Field& f) {
 }
 
 // Event kinds, in the order events of the same instant are processed.
-enum : uint8_t { kBio = 0, kIssue = 1, kComplete = 2 };
+enum : uint8_t { kRemap = 0, kBio = 1, kIssue = 2, kComplete = 3 };
 
 struct Ev {
   trace::Nanos ts;
@@ -124,6 +124,7 @@ struct Ev {
   uint8_t kind;
   uint8_t carried;
   char rwbs[10];
+  trace::Nanos queued;  // an issue: when its earliest bio was queued (0 unknown)
 };
 
 // The operation letter of an rwbs string: "FWS" (preflush write) -> 'W',
@@ -132,6 +133,12 @@ struct Ev {
 char op_letter(const char* r) {
   if (r[0] == 'F' && r[1] && std::strchr("WRDNF", r[1])) return r[1];
   return r[0];
+}
+
+// A bio that asks for a cache flush: PREFLUSH, and on a device without
+// FUA also a FUA write (the flush machinery follows it with a flush).
+bool asks_flush(const char* rwbs, bool fua) {
+  return fua ? rwbs[0] == 'F' : std::strchr(rwbs, 'F') != nullptr;
 }
 
 void rwbs_to_op(const char* r, trace::IoOp& op, uint8_t& flags) {
@@ -295,6 +302,134 @@ class InflightTable {
   size_t used_ = 0;
 };
 
+// When the bios of the requests not issued yet were queued, and by whom,
+// for a BlockIo's queued_ns and pid. Two tracepoints see a bio before its
+// request: block_bio_remap, for a bio submitted to a partition, in the
+// submitter's context before cgroup blkio throttling can hold it; and
+// block_bio_queue, after the throttle (a bio it held is queued by the
+// throttle's kernel worker when released, and its request issued by that
+// worker). The earliest of the two counts. Keyed by whole-disk sector: a
+// request covers bios from its sector on (back merges follow the first
+// bio, a front merge starts the request); a bio split into several
+// requests gives each of them its time. Fixed capacity, open addressing,
+// no allocation after construction; when it fills, bios queued more than
+// kStale ago (that never became a request of this device) are dropped.
+class BioQueue {
+ public:
+  static constexpr trace::Nanos kStale = 10'000'000'000;
+  explicit BioQueue(size_t cap_pow2) : slots_(cap_pow2), scratch_(cap_pow2), mask_(cap_pow2 - 1) {}
+
+  void add(trace::Nanos ts, uint64_t sector, uint32_t sectors, int32_t pid, char op) {
+    if (sectors == 0) return;  // a flush without data: no request of its own to time
+    Slot* s = find(sector);
+    if (s) {
+      // The same bio seen twice (remap, then queue), or a stale one.
+      if (s->op != op || ts < s->ts || s->ts + kStale < ts) *s = Slot{true, op, sectors, pid, sector, ts};
+      return;
+    }
+    if (used_ * 4 >= slots_.size() * 3) purge(ts);
+    if (used_ * 4 >= slots_.size() * 3) return;  // still full: this bio goes untimed
+    place(Slot{true, op, sectors, pid, sector, ts});
+  }
+
+  // For a request of `sectors` from `sector` of operation `op`: the
+  // earliest queue time of the bios it covers and their submitter's pid;
+  // false when none was seen.
+  bool take(uint64_t sector, uint32_t sectors, char op, trace::Nanos& queued, int32_t& pid) {
+    bool found = false;
+    const uint64_t end = sector + sectors;
+    // Invariant: every bio of the request before `at` has been taken.
+    for (uint64_t at = sector; at < end;) {
+      Slot* s = find(at);
+      if (!s) break;
+      Slot b = *s;
+      erase(static_cast<size_t>(s - slots_.data()));
+      if (b.op == op && (!found || b.ts < queued)) {
+        queued = b.ts;
+        pid = b.pid;
+        found = true;
+      }
+      uint64_t next = at + b.sectors;
+      if (next > end) {  // split: the rest is another request's
+        place(Slot{true, b.op, static_cast<uint32_t>(next - end), b.pid, end, b.ts});
+        next = end;
+      }
+      at = next;
+    }
+    return found;
+  }
+
+ private:
+  struct Slot {
+    bool used = false;
+    char op = 0;
+    uint32_t sectors = 0;
+    int32_t pid = 0;
+    uint64_t sector = 0;
+    trace::Nanos ts = 0;
+  };
+  static size_t hash(uint64_t sector) {
+    uint64_t x = sector * 0x9e3779b97f4a7c15ull;
+    return size_t(x ^ (x >> 29));
+  }
+  Slot* find(uint64_t sector) {
+    for (size_t i = hash(sector) & mask_; slots_[i].used; i = (i + 1) & mask_)
+      if (slots_[i].sector == sector) return &slots_[i];
+    return nullptr;
+  }
+  void place(const Slot& v) {
+    size_t i = hash(v.sector) & mask_;
+    while (slots_[i].used) i = (i + 1) & mask_;
+    slots_[i] = v;
+    ++used_;
+  }
+  void erase(size_t i) {
+    // Backward-shift deletion keeps every probe chain intact.
+    size_t j = i;
+    for (;;) {
+      slots_[i].used = false;
+      for (;;) {
+        j = (j + 1) & mask_;
+        if (!slots_[j].used) {
+          --used_;
+          return;
+        }
+        size_t k = hash(slots_[j].sector) & mask_;
+        if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
+        break;
+      }
+      slots_[i] = slots_[j];
+      i = j;
+    }
+  }
+  void purge(trace::Nanos now) {
+    size_t n = 0;
+    for (auto& s : slots_)
+      if (s.used && s.ts + kStale >= now) scratch_[n++] = s;
+    for (auto& s : slots_) s.used = false;
+    used_ = 0;
+    for (size_t i = 0; i < n; ++i) place(scratch_[i]);
+  }
+  std::vector<Slot> slots_, scratch_;
+  size_t mask_;
+  size_t used_ = 0;
+};
+
+// Remembers when a bio (a block_bio_queue or block_bio_remap event) was
+// queued, and by whom.
+void queue_bio(BioQueue& q, const Ev& e) { q.add(e.ts, e.sector, e.bytes / 512, e.pid, op_letter(e.rwbs)); }
+
+// An issued request: the queue time of its earliest bio, and the pid of
+// that bio's submitter (the process a throttle's worker issued it for).
+void time_queued(BioQueue& q, Ev& issue) {
+  trace::Nanos queued = 0;
+  int32_t pid = 0;
+  if (q.take(issue.sector, issue.bytes / 512, op_letter(issue.rwbs), queued, pid) && queued <= issue.ts) {
+    issue.queued = queued;
+    issue.pid = pid;
+  }
+}
+
 std::string find_tracefs(const std::string& given) {
   if (!given.empty()) {
     if (::access((given + "/events").c_str(), F_OK) != 0)
@@ -324,6 +459,7 @@ class Instance {
       write_file(path_ + "/events/block/block_rq_issue/enable", "0");
       write_file(path_ + "/events/block/block_rq_complete/enable", "0");
       if (bio_enabled) write_file(path_ + "/events/block/block_bio_queue/enable", "0");
+      if (remap_enabled) write_file(path_ + "/events/block/block_bio_remap/enable", "0");
     } catch (...) {
     }
     for (int fd : fds) ::close(fd);
@@ -333,6 +469,7 @@ class Instance {
   std::vector<int> fds;
   std::vector<int> cpus;
   bool bio_enabled = false;
+  bool remap_enabled = false;
 
  private:
   std::string path_;
@@ -466,25 +603,28 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
 
   // The flush machinery issues a device's flush requests from a kblockd
   // worker; the bios that asked for them name the process (fdatasync's
-  // caller, the journal thread). Only those bios are recorded: PREFLUSH
-  // ones, and on a device without FUA also FUA writes (each is followed by
-  // a flush). Bios are queued on the partition, so its number counts too.
+  // caller, the journal thread): PREFLUSH ones, and on a device without FUA
+  // also FUA writes (each is followed by a flush). Every bio is recorded,
+  // for the queue times of the requests (BioQueue) as well. Bios are
+  // queued on the partition, so its number counts too.
   const std::string disk_sys = "/sys/dev/block/" + major_minor(dev.dev);
-  EventFormat fb;
-  bool bio_events = false;
+  EventFormat fb, fr;
+  bool bio_events = false, remap_events = false;
+  const bool fua = trim(read_file(disk_sys + "/queue/fua")) == "1";
   if (::access((ip + "/events/block/block_bio_queue/format").c_str(), F_OK) == 0) {
     fb = read_format(ip + "/events/block/block_bio_queue/format");
     std::string devs;
     for (uint32_t d : disk_and_partitions(dev.dev))
       devs += (devs.empty() ? "dev == " : " || dev == ") + std::to_string(d);
-    bool fua = trim(read_file(disk_sys + "/queue/fua")) == "1";
-    try {
-      write_file(ip + "/events/block/block_bio_queue/filter",
-                 "(" + devs + ") && rwbs ~ \"" + (fua ? "F*" : "*F*") + "\"");
-      bio_events = true;
-    } catch (const RuntimeError&) {
-      // A kernel without string globs in filters: flushes keep the worker's pid.
-    }
+    write_file(ip + "/events/block/block_bio_queue/filter", devs);
+    bio_events = true;
+  }
+  if (::access((ip + "/events/block/block_bio_remap/format").c_str(), F_OK) == 0) {
+    // A bio submitted to a partition, in its submitter's context, before
+    // cgroup blkio throttling holds it; its dev is then the disk's.
+    fr = read_format(ip + "/events/block/block_bio_remap/format");
+    write_file(ip + "/events/block/block_bio_remap/filter", "dev == " + std::to_string(dev.dev));
+    remap_events = true;
   }
   const size_t flush_slots = hardware_queues(dev.dev);
 
@@ -528,6 +668,10 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
     write_file(ip + "/events/block/block_bio_queue/enable", "1");
     inst.bio_enabled = true;
   }
+  if (remap_events) {
+    write_file(ip + "/events/block/block_bio_remap/enable", "1");
+    inst.remap_enabled = true;
+  }
   write_file(ip + "/tracing_on", "1");
   if (ready) ready();
 
@@ -535,6 +679,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   InflightTable table(1 << 16);
   FlushQueue flushes(4096);
   FlushBios flush_bios(256);
+  BioQueue bio_queue(1 << 16);
   std::vector<Ev> batch, carry;
   batch.reserve(1 << 16);
   carry.reserve(1 << 16);
@@ -555,6 +700,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
     rwbs_to_op(issue.rwbs, b.op, b.flags);
     if (incomplete) b.flags |= trace::kIoIncomplete;
     b.pid = issue.pid;
+    if (issue.queued > 0 && issue.queued <= issue.ts) b.queued_ns = issue.queued;
     out.write(issue.ts, 0, b);
   };
   // A flush request: pid of the bio it was issued for, offset 0 whatever
@@ -616,12 +762,16 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
       if (pos > endp || len < 2) break;
       uint16_t id;
       std::memcpy(&id, data, 2);
-      const EventFormat* f = id == fi.id ? &fi : id == fc.id ? &fc : bio_events && id == fb.id ? &fb : nullptr;
+      const EventFormat* f = id == fi.id                   ? &fi
+                             : id == fc.id                 ? &fc
+                             : bio_events && id == fb.id   ? &fb
+                             : remap_events && id == fr.id ? &fr
+                                                           : nullptr;
       if (!f) continue;
       ++st.events;
       Ev e{};
       e.ts = trace::Nanos(ts);
-      e.kind = f == &fi ? kIssue : f == &fc ? kComplete : kBio;
+      e.kind = f == &fi ? kIssue : f == &fc ? kComplete : f == &fb ? kBio : kRemap;
       e.dev = uint32_t(load(data, f->dev));
       e.sector = load(data, f->sector);
       e.pid = int32_t(load(data, f->pid));
@@ -641,9 +791,10 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
     std::sort(batch.begin(), batch.end(), [](const Ev& a, const Ev& b) {
       return a.ts != b.ts ? a.ts < b.ts : a.kind < b.kind;
     });
-    for (const Ev& e : batch) {
-      if (e.kind == kBio) {
-        flush_bios.add(e.ts, e.pid);
+    for (Ev& e : batch) {
+      if (e.kind == kBio || e.kind == kRemap) {
+        if (e.kind == kBio && asks_flush(e.rwbs, fua)) flush_bios.add(e.ts, e.pid);
+        queue_bio(bio_queue, e);
         continue;
       }
       const bool flush_op = op_letter(e.rwbs) == 'F';
@@ -655,6 +806,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
         continue;
       }
       if (e.kind == kIssue) {
+        time_queued(bio_queue, e);
         if (!want_pid(e.pid)) {
           ++st.filtered;
           continue;

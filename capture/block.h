@@ -21,6 +21,18 @@
 // or FUA) queued before it: the process whose fdatasync or journal commit
 // caused it.
 //
+// Queue times (BlockIo.queued_ns): every bio queued on the device or its
+// partitions is seen (block_bio_queue), and a bio submitted to a partition
+// also at its remapping to the disk (block_bio_remap), which the kernel
+// traces in the submitter's context before cgroup blkio throttling can hold
+// the bio. A request's queue time is the earliest of its bios' (by sector:
+// merged bios, the parts of a split one), and its pid that bio's submitter:
+// a request the throttle held is issued by the throttle's kernel worker, on
+// behalf of that process. block_bio_queue alone comes after the throttle (a
+// held bio is queued by the worker when released), so on a whole disk
+// (no partition) the wait for a cgroup IOPS limit is not in the queue time
+// and such requests keep the worker's pid.
+//
 // Needs root (RuntimeError saying so otherwise).
 #pragma once
 

@@ -189,6 +189,7 @@ std::string projection_html(const Projection& p, const Profile& profile) {
   h << "<p class=\"note\">Closed queueing model solved by exact mean value analysis: CPU with "
        "one server per vCPU, the tier's I/O latency and parallelism, its IOPS and throughput caps "
        "as rate-limited queues, the captured think time. p99 is a gamma-fit estimate.</p>\n";
+  h << "<p>" << esc(capture_tier_line(p)) << ".</p>\n";
   for (const auto& n : p.notes) h << "<p class=\"note\">note: " << esc(n) << "</p>\n";
   h << "</body></html>\n";
   return h.str();

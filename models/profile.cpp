@@ -66,6 +66,7 @@ struct IoRec {
   uint32_t length = 0;
   trace::IoOp op = trace::IoOp::Read;
   bool file = false;  // a FileIo flush (fdatasync), not a block request
+  Nanos queued = 0;   // BlockIo.queued_ns: 0 unknown
 };
 
 struct Session {
@@ -206,7 +207,7 @@ struct ProfileBuilder::Impl {
             auto& s = touch(r);
             if (b.status == 'I') end_transaction(s, r.ts);
           } else if constexpr (std::is_same_v<T, BlockIo>) {
-            ios.push_back(IoRec{r.ts, b.complete_ns, b.pid, b.length, b.op, false});
+            ios.push_back(IoRec{r.ts, b.complete_ns, b.pid, b.length, b.op, false, b.queued_ns});
             if (b.op == IoOp::Read && b.length > 0) {
               uint64_t first = b.offset / opts.page_bytes;
               uint64_t last = (b.offset + b.length - 1) / opts.page_bytes;
@@ -265,6 +266,7 @@ struct ProfileBuilder::Impl {
 
   Profile finish(const std::string& source);
   void block_io(Profile& p, Nanos w0, Nanos w1);
+  void detect_cap(Profile& p, Nanos w0, Nanos w1) const;
   void samples(Profile& p, Nanos w0, Nanos w1);
   void memory(Profile& p);
 };
@@ -342,7 +344,8 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
   for (const auto& [id, s] : sessions)
     if (s.pid != 0) backends.insert(s.pid);
 
-  Histogram rd, wr, fl;
+  Histogram rd, wr, fl, qrd, qwr;
+  double queued = 0;  // queue time of the I/Os attributed to transactions, ns
   double reads = 0, read_bytes = 0, writes = 0, write_bytes = 0, flushes = 0;
   double other_reads = 0, bg_writes = 0, bg_write_bytes = 0, all_reads = 0, all_writes = 0;
   double srv_writes = 0, srv_write_bytes = 0;
@@ -359,6 +362,9 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
     } else if (io.file && io.op == trace::IoOp::Flush && io.complete > io.ts) {
       fl.record(io.complete - io.ts);
     }
+    const bool has_queued = !io.file && io.queued > 0 && io.queued <= io.ts;
+    if (has_queued && io.op == trace::IoOp::Read) qrd.record(io.ts - io.queued);
+    if (has_queued && io.op == trace::IoOp::Write) qwr.record(io.ts - io.queued);
     if (io.ts < w0 || io.ts > w1) continue;
     if (!io.file) {
       if (io.op == trace::IoOp::Read) ++all_reads;
@@ -403,9 +409,11 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
         ++reads;
         read_bytes += io.length;
         templates[tx->tmpl].reads += 1;
+        if (has_queued) queued += static_cast<double>(io.ts - io.queued);
         break;
       case trace::IoOp::Write:
         if (io.file) break;
+        if (has_queued) queued += static_cast<double>(io.ts - io.queued);
         ++writes;
         write_bytes += io.length;
         templates[tx->tmpl].writes += 1;
@@ -436,10 +444,46 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
   p.native_flush = summarise(fl);
   p.device_read_iops = all_reads / p.duration_s;
   p.device_write_iops = all_writes / p.duration_s;
+  p.has_queue_times = qrd.count() + qwr.count() > 0;
+  p.queued_read = summarise(qrd);
+  p.queued_write = summarise(qwr);
+  p.queued_s_per_tx = queued / kNs / n;
+  detect_cap(p, w0, w1);
   if (!p.has_block_io)
     p.notes.push_back("no block I/O in the trace: device reads and writes per transaction unknown");
   else if (backends.empty())
     p.notes.push_back("no backend pids (BackendKeyData) in the trace: device I/O not attributed");
+}
+
+void ProfileBuilder::Impl::detect_cap(Profile& p, Nanos w0, Nanos w1) const {
+  // An IOPS cap shows as an op whose rate holds steady while its requests
+  // wait before issue: a workload that is not capped varies its rate with
+  // its mix and does not wait before issue longer than the device serves.
+  // A steady rate alone is no sign (a closed loop at its own pace is
+  // steady too), nor is waiting alone (an I/O scheduler's queue).
+  constexpr Nanos kS = 1'000'000'000;
+  const int64_t whole = (w1 - w0) / kS;
+  if (!p.has_queue_times || whole < 5 || p.queued_s_per_tx < 0.1 * p.latency.mean_s) return;
+  for (trace::IoOp op : {trace::IoOp::Read, trace::IoOp::Write}) {
+    const LatencySummary& q = op == trace::IoOp::Read ? p.queued_read : p.queued_write;
+    const LatencySummary& dev = op == trace::IoOp::Read ? p.native_read : p.native_write;
+    if (q.count == 0 || q.mean_s < std::max(1e-4, dev.mean_s)) continue;
+    std::vector<double> bins(static_cast<size_t>(whole), 0.0);
+    for (const auto& io : ios)
+      if (!io.file && io.op == op && io.ts >= w0 && (io.ts - w0) / kS < whole)
+        bins[static_cast<size_t>((io.ts - w0) / kS)] += 1;
+    double mean = 0;
+    for (double b : bins) mean += b;
+    mean /= static_cast<double>(whole);
+    std::sort(bins.begin(), bins.end());
+    const size_t k = bins.size();
+    const double median = bins[k / 2], lo = bins[k / 10], hi = bins[k - 1 - k / 10];
+    if (median < 20 || lo < 0.9 * median || hi > 1.1 * median) continue;
+    p.cap_bound = true;
+    p.cap_op = std::string(trace::op_name(op));
+    p.cap_iops = mean;
+    return;
+  }
 }
 
 void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
@@ -686,6 +730,20 @@ void print_profile(std::ostream& out, const Profile& p) {
     line("read", p.native_read);
     line("write", p.native_write);
     line("flush", p.native_flush);
+    if (p.has_queue_times) {
+      out << "  queued before issue:";
+      if (p.queued_read.count)
+        out << " read mean " << ms(p.queued_read.mean_s) << ", p99 " << ms(p.queued_read.p99_s) << " ("
+            << p.queued_read.count << ")" << (p.queued_write.count ? ";" : "");
+      if (p.queued_write.count)
+        out << " write mean " << ms(p.queued_write.mean_s) << ", p99 " << ms(p.queued_write.p99_s) << " ("
+            << p.queued_write.count << ")";
+      out << "; " << ms(p.queued_s_per_tx) << " per transaction (storage time)\n";
+    }
+    if (p.cap_bound)
+      out << "  this capture looks cap-bound at ~" << fmt("%.0f", p.cap_iops) << " " << p.cap_op
+          << " IOPS: steady while its requests waited before issue (project takes it as the capture's "
+             "tier; give --captured-on or --captured-iops-cap to say otherwise)\n";
   }
   out << "\nmemory at capture: "
       << (p.memory_bytes > 0 ? format_bytes(p.memory_bytes) : std::string("unknown"))
@@ -736,6 +794,7 @@ std::string profile_json(const Profile& p, int indent) {
   per["sync_writes"] = p.sync_writes_per_tx;
   per["sync_write_bytes"] = p.write_bytes_per_tx;
   per["wal_flushes"] = p.flushes_per_tx;
+  per["queued_ms"] = p.has_queue_times ? nlohmann::json(p.queued_s_per_tx * 1e3) : nlohmann::json();
   auto opt = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(); };
   per["pg_blks_read"] = opt(p.pg_blks_read_per_tx);
   per["pg_blks_hit"] = opt(p.pg_blks_hit_per_tx);
@@ -759,6 +818,15 @@ std::string profile_json(const Profile& p, int indent) {
   dev["read_latency"] = lat_json(p.native_read);
   dev["write_latency"] = lat_json(p.native_write);
   dev["flush_latency"] = lat_json(p.native_flush);
+  if (p.has_queue_times) {
+    dev["queued_read"] = lat_json(p.queued_read);
+    dev["queued_write"] = lat_json(p.queued_write);
+  }
+  dev["cap_bound"] = p.cap_bound;
+  if (p.cap_bound) {
+    dev["cap_op"] = p.cap_op;
+    dev["cap_iops"] = p.cap_iops;
+  }
   j["device"] = dev;
   j["memory_bytes"] = p.memory_bytes;
   j["shared_buffers_bytes"] = p.shared_buffers_bytes;

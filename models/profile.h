@@ -117,6 +117,26 @@ struct Profile {
   LatencySummary native_flush;
   double device_read_iops = 0;      // all device reads / duration
   double device_write_iops = 0;
+  // Block-layer queueing: issue minus the queue time of the request's
+  // earliest bio (BlockIo.queued_ns, trace format 1.2), for the requests
+  // whose queue time the capture saw; has_queue_times false when none.
+  // Time a request waits to be issued (an IOPS cap's throttling, the I/O
+  // scheduler) is storage time.
+  bool has_queue_times = false;
+  LatencySummary queued_read;
+  LatencySummary queued_write;
+  // The queue time of the I/Os attributed to transactions (reads and the
+  // backend's own writes), per transaction.
+  double queued_s_per_tx = 0;
+  // The capture looks bound by an IOPS cap: the device's per-second count
+  // of one op held steady (the middle 80% of the whole seconds within 10%
+  // of their median) while that op's requests waited before their issue at
+  // least as long as the device took to serve them and the transactions
+  // waited at least a tenth of their latency so. `project` takes it as the
+  // capture's tier unless given one.
+  bool cap_bound = false;
+  std::string cap_op;               // "read" or "write"
+  double cap_iops = 0;              // the ceiling: the op's mean rate over the whole seconds
 
   // Memory at capture (Meta "memory.bytes" and "setting.shared_buffers");
   // 0 when unknown.

@@ -118,6 +118,9 @@ struct Demands {
   FlushCycle cycle;
   double capture_tps = 0;
   int capture_clients = 1;
+  // Time queued before issue per transaction, a delay of its own (storage
+  // time): the measured one where it is kept (see project()), else 0.
+  double queued_s = 0;
 };
 
 // A rate cap: the tier admits `limit` units per second; a transaction takes
@@ -161,7 +164,7 @@ struct Cap {
 
 struct Network {
   std::vector<Station> stations;
-  int think = 0, cpu = 1, storage = 2, other = 3, commit = -1;
+  int think = 0, cpu = 1, storage = 2, other = 3, commit = -1, queued = -1;
   double io_var = 0;  // compound-Poisson variance of the device service time
   double read_ios = 0, write_ios = 0, bytes = 0;  // counted per transaction
   // The server's own writes: at most these per second, these per transaction
@@ -250,6 +253,10 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
     n.stations.emplace_back("commit", StationKind::Cycle, 0, 1,
                             [c](double x, int clients) { return c->residence_s(x, clients); });
   }
+  if (d.queued_s > 0) {
+    n.queued = static_cast<int>(n.stations.size());
+    n.stations.push_back({"queued", StationKind::Delay, d.queued_s, 1});
+  }
   // Caps that the flush cycle's I/O draws on take it per cycle (it paces the
   // cycle, see models/group_commit.h), not as a bound per transaction.
   auto cap = [&](const char* name, double per_tx, double fixed, double fixed_per_tx, double rate,
@@ -333,6 +340,73 @@ double mean_latency_s(const Latency& l) {
   return m;
 }
 
+namespace {
+
+// Sets the Projection's capture_tier* fields and queued_s_per_tx (see
+// project.h), with notes where the queue times cannot say what they should.
+void capture_tier(const Profile& p, const ProjectOptions& o, Projection& out) {
+  Tier caps;  // only its rate caps count
+  if (o.captured_tier) {
+    caps = *o.captured_tier;
+    out.capture_tier_source = "known";
+    out.capture_tier = caps.name;
+  } else if (o.captured_iops_cap > 0) {
+    caps.total_iops = o.captured_iops_cap;
+    out.capture_tier_source = "known";
+    out.capture_tier = fmt("%.0f IOPS", o.captured_iops_cap);
+  } else if (p.cap_bound) {
+    (p.cap_op == "write" ? caps.write_iops : caps.read_iops) = p.cap_iops;
+    out.capture_tier_source = "detected";
+    out.capture_tier = p.cap_op + " IOPS cap ~" + fmt("%.0f", p.cap_iops);
+  } else {
+    out.capture_tier_source = "assumed uncapped";
+  }
+  double total_cap = caps.total_iops;
+  if (caps.burst.enabled()) total_cap = total_cap > 0 ? std::min(total_cap, caps.burst.refill_iops) : caps.burst.refill_iops;
+  // The rates the capture ran at against the caps (10% short of one is
+  // taken as at it: a token bucket's rate is not reached exactly).
+  const double rd = p.device_read_iops;
+  const double wr = p.device_write_iops + (caps.count_flushes ? p.flushes_per_tx * p.tps : 0);
+  struct {
+    double rate, cap;
+  } at[] = {{rd, caps.read_iops}, {wr, caps.write_iops}, {rd + wr, total_cap}};
+  bool any = false;
+  double rate = 0, cap = 0;
+  for (const auto& a : at)
+    if (a.cap > 0) {
+      any = true;
+      if (a.rate >= 0.9 * a.cap) out.capture_capped = true;
+      if (rate == 0 || a.rate / a.cap > rate / cap) {
+        rate = a.rate;
+        cap = a.cap;
+      }
+    }
+  out.queued_s_per_tx = p.has_queue_times ? p.queued_s_per_tx : 0.0;
+  if (any && !out.capture_capped && p.has_block_io)
+    out.notes.push_back("the capture ran at " + fmt("%.0f", rate) + " IOPS, below its tier's cap of " +
+                        fmt("%.0f", cap) + ": the cap did not bind, and the queue time before issue is kept "
+                        "on every tier");
+  // At a cap the requests wait for it: queue times shorter than the
+  // device's own service did not see that wait (cgroup throttling of a
+  // whole disk holds bios before the block layer traces them).
+  const bool short_queues =
+      p.has_queue_times && (p.queued_read.count == 0 || p.queued_read.mean_s < p.native_read.mean_s) &&
+      (p.queued_write.count == 0 || p.queued_write.mean_s < p.native_write.mean_s);
+  if (out.capture_capped && short_queues)
+    out.notes.push_back("the capture ran at its tier's cap (" + out.capture_tier +
+                        ") but its requests waited before issue less than the device served them: the queue "
+                        "times did not see the wait for the cap (cgroup throttling of a whole disk; capture on "
+                        "a partition), which is in 'other', so a tier without the cap is projected with no gain "
+                        "from losing it (a lower bound)");
+  if (out.capture_capped && !p.has_queue_times)
+    out.notes.push_back("the capture ran at its tier's cap (" + out.capture_tier +
+                        ") but the trace has no queue times before issue (trace format 1.2, capture block "
+                        "with block_bio_queue): the wait for the cap is in 'other', so a tier without the "
+                        "cap is projected with no gain from losing it (a lower bound)");
+}
+
+}  // namespace
+
 Projection project(const Profile& p, const std::vector<Tier>& tiers, const ProjectOptions& o) {
   if (tiers.empty()) throw InputError("project: no tier given (--tier NAME)");
   if (p.transactions == 0) throw InputError(p.source + ": no completed transaction");
@@ -408,6 +482,13 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     out.flushes_per_cycle = d.cycle.flushes;
   }
 
+  // The capture's own tier, and whether the capture ran at its cap: then
+  // the queue time before issue was the wait for that cap, which the
+  // calibration below keeps apart from "other" and each tier's own caps
+  // replace. Otherwise it is kept, as measured, on every tier.
+  capture_tier(p, o, out);
+  d.queued_s = out.capture_capped ? 0.0 : out.queued_s_per_tx;
+
   // Calibrate "other" on the captured device at the captured client count,
   // with the captured memory (factor 1).
   Tier native;
@@ -419,6 +500,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   dc.reads = p.reads_per_tx;
   dc.read_bytes = p.read_bytes_per_tx;
   dc.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps : 0;
+  dc.queued_s = out.queued_s_per_tx;
   // The capture's own CPU (capture run on the server's machine) took cores
   // the server would otherwise have had: at capture the server had
   // vcpus - c of them, as if each transaction's CPU time were vcpus /
@@ -489,6 +571,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     TierProjection tp;
     tp.tier = t.name;
     tp.description = t.description;
+    tp.capture_tier_source = out.capture_tier_source;
     tp.clients = out.clients_hi;
     tp.tps = x;
     tp.latency_s = r;
@@ -506,6 +589,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     double commit_s = net.commit >= 0 ? pt.residence_s[static_cast<size_t>(net.commit)] : 0.0;
     tp.split.cpu_s = pt.residence_s[static_cast<size_t>(net.cpu)];
     tp.split.storage_s = pt.residence_s[static_cast<size_t>(net.storage)] + commit_s + cap_wait;
+    if (net.queued >= 0) tp.split.storage_s += pt.residence_s[static_cast<size_t>(net.queued)];
     tp.split.other_s = pt.residence_s[static_cast<size_t>(net.other)];
     tp.split.think_s = pt.residence_s[static_cast<size_t>(net.think)];
     // Variance: exponential queueing stations (and cap wait), compound-
@@ -565,6 +649,21 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   return out;
 }
 
+std::string capture_tier_line(const Projection& p) {
+  std::string s = "capture's own tier: ";
+  if (p.capture_tier_source == "assumed uncapped")
+    s += "assumed uncapped (no --captured-on or --captured-iops-cap, no cap detected)";
+  else
+    s += p.capture_tier + " (" + p.capture_tier_source + ")";
+  const std::string q = fmt("%.3f ms", p.queued_s_per_tx * 1e3);
+  if (p.capture_capped)
+    s += ", at its cap: the " + q + " per transaction queued before issue is the wait for it, "
+         "replaced on each tier by that tier's own caps";
+  else if (p.queued_s_per_tx > 0)
+    s += "; queued before issue " + q + " per transaction, kept on every tier";
+  return s;
+}
+
 std::string bottleneck_text(const TierProjection& t) {
   if (t.bottleneck == "clients") return t.bottleneck;  // nothing busy: no utilisation to give
   return t.bottleneck + fmt(" %.0f%%", t.bottleneck_utilisation * 100);
@@ -580,6 +679,7 @@ void print_projection(std::ostream& out, const Projection& p) {
       << ", other " << fmt("%.3f ms", p.other_s * 1e3) << "\n";
   out << "model at capture: " << fmt("%.1f", p.modelled_capture_tps) << " tps (measured "
       << fmt("%.1f", p.captured_tps) << ")\n";
+  out << capture_tier_line(p) << "\n";
   if (p.group_commit)
     out << "group commit: " << fmt("%.0f%%", p.committing_share * 100) << " of transactions commit with a flush, "
         << fmt("%.2f", p.flushes_per_tx > 0 ? p.committing_share / p.flushes_per_tx : 0)
@@ -650,6 +750,10 @@ std::string projection_json(const Projection& p, int indent) {
                           {"think_ms", p.think_time_s * 1e3},
                           {"other_ms", p.other_s * 1e3}};
   j["capture"] = {{"measured_tps", p.captured_tps}, {"modelled_tps", p.modelled_capture_tps}};
+  j["capture_tier"] = {{"source", p.capture_tier_source},
+                       {"name", p.capture_tier},
+                       {"capped", p.capture_capped},
+                       {"queued_ms_per_tx", p.queued_s_per_tx * 1e3}};
   if (p.group_commit)
     j["group_commit"] = {{"committing_share", p.committing_share},
                          {"cycle_ms", p.cycle_s * 1e3},
@@ -662,6 +766,7 @@ std::string projection_json(const Projection& p, int indent) {
       if (q.clients >= p.clients_lo) c.push_back({{"clients", q.clients}, {"tps", q.tps}, {"latency_ms", q.latency_s * 1e3}});
     tj.push_back({{"tier", t.tier},
                   {"description", t.description},
+                  {"capture_tier_source", t.capture_tier_source},
                   {"clients", t.clients},
                   {"tps", t.tps},
                   {"ratio", t.ratio},

@@ -40,6 +40,11 @@
 //             exceed it, throughput is the bound and the clients beyond wait
 //             for tokens (response time N/X - Z). A burst bucket projects
 //             the sustained (refill) rate.
+//   queued  — delay station: the time the transaction's I/Os waited before
+//             their issue at capture (block-layer queueing), kept on every
+//             tier unless the capture ran at its own tier's cap: that wait
+//             was the cap's, and each tier's caps give their own instead.
+//             Calibration always has it, so it never lands in "other".
 //   other   — delay station: what the capture's mean transaction latency
 //             holds beyond the model at the captured client count, on the
 //             captured device with the captured vCPUs (network round trips,
@@ -62,6 +67,7 @@
 #include "models/tiers.h"
 
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +86,15 @@ struct ProjectOptions {
   // what cgroup v1 blkio throttling of the server's cgroup sees. Without
   // the server's pids in the trace, every non-backend write is left out.
   bool kernel_writes_uncapped = false;
+  // The tier the capture ran on (--captured-on): only its rate caps are
+  // used (the device's latencies are the capture's own). Or a total IOPS
+  // cap of the capture's device (--captured-iops-cap). Without either, the
+  // profile's detection (Profile::cap_bound), else the capture is assumed
+  // uncapped. A capture that ran at such a cap waited for it: that wait
+  // (its queue time before issue) is kept out of "other", and each tier's
+  // own caps give its waiting instead.
+  std::optional<Tier> captured_tier;
+  double captured_iops_cap = 0;
 };
 
 // Time of one transaction, by where it goes, seconds.
@@ -99,6 +114,8 @@ struct CurvePoint {
 struct TierProjection {
   std::string tier;
   std::string description;
+  // How the capture's own tier was taken (Projection::capture_tier_source).
+  std::string capture_tier_source;
   int clients = 0;           // population of the headline figures (clients_hi)
   double tps = 0;
   double latency_s = 0;      // mean response time (excludes think time)
@@ -151,6 +168,17 @@ struct Projection {
   double cycle_s = 0;
   double cycle_device_s = 0;
   double flushes_per_cycle = 0;
+  // The capture's own tier: "known" (--captured-on, --captured-iops-cap),
+  // "detected" (the profile's cap detection) or "assumed uncapped"; its
+  // name ("cap1000", "1000 IOPS", "read IOPS cap ~1000"); whether the
+  // capture ran at its cap. The queue time before issue per transaction
+  // is storage time: where the capture ran at its tier's cap it is the
+  // wait for that cap, calibrated apart from "other" and replaced on each
+  // tier by that tier's caps; otherwise it is kept on every tier.
+  std::string capture_tier_source = "assumed uncapped";
+  std::string capture_tier;
+  bool capture_capped = false;
+  double queued_s_per_tx = 0;
   // The model at the capture's own conditions, against what was measured.
   double captured_tps = 0;
   double modelled_capture_tps = 0;
@@ -165,6 +193,10 @@ Projection project(const Profile& profile, const std::vector<Tier>& tiers,
 
 // Mean of a latency distribution as the shaper draws it, seconds.
 double mean_latency_s(const Latency& l);
+
+// "capture's own tier: cap1000 (known), at its cap: ...": how the capture's
+// tier was taken and what became of its queue time before issue.
+std::string capture_tier_line(const Projection& p);
 
 // A tier's bottleneck as the reports print it: "storage 83%", or "clients".
 std::string bottleneck_text(const TierProjection& t);

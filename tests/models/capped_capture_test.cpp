@@ -1,0 +1,238 @@
+// A capture taken on a capped tier: calibration keeps the wait for the cap
+// out of "other", and projecting to the capture's own tier gives back the
+// captured throughput, to an uncapped tier the demand-bound one.
+#include "models/mva.h"
+#include "models/profile.h"
+#include "models/project.h"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <sstream>
+
+using namespace tierlab;
+using namespace tierlab::models;
+using trace::Nanos;
+using trace::Record;
+
+namespace {
+
+constexpr double kOther = 0.002;   // what the transactions spend beyond CPU and storage
+constexpr double kCpu = 0.0002;    // CPU per transaction
+constexpr double kRead = 0.0005;   // device read latency
+constexpr int kClients = 8;
+
+// 8 clients, no think time, 2 reads per transaction on a device with a
+// 1,000 read IOPS cap: 500 tps at the cap, 16 ms per transaction, of which
+// the reads' device time is 1 ms, the CPU about 0.2 ms, "other" 2 ms and
+// the rest waiting for the cap (queued before issue).
+Profile capped_profile(bool queue_times = true) {
+  Profile p;
+  p.source = "synthetic";
+  p.transactions = 5000;
+  p.duration_s = 10;
+  p.tps = 500;
+  p.clients = kClients;
+  p.mean_clients = kClients;
+  p.think_time_s = 0;
+  p.has_cpu = true;
+  p.cpu_s_per_tx = kCpu;
+  p.vcpus = 2;
+  p.has_block_io = true;
+  p.reads_per_tx = 2;
+  p.read_bytes_per_tx = 2 * 8192;
+  p.device_read_iops = 1000;
+  p.native_read = {10000, kRead, kRead, kRead};
+  p.latency = {5000, kClients / 500.0, 0.015, 0.03};
+  if (queue_times) {
+    // The CPU's residence at 500 tps on 2 vCPUs, as the model has it.
+    std::vector<Station> st{{"cpu", StationKind::Multi, kCpu, 2}, {"rest", StationKind::Delay, 0.016 - kCpu, 1}};
+    double cpu_r = solve_mva(st, kClients).back().residence_s[0];
+    p.has_queue_times = true;
+    p.queued_s_per_tx = p.latency.mean_s - cpu_r - 2 * kRead - kOther;
+    p.queued_read = {10000, p.queued_s_per_tx / 2, p.queued_s_per_tx / 2, p.queued_s_per_tx};
+  }
+  return p;
+}
+
+Tier tier(const std::string& name, double read_iops) {
+  Tier t;
+  t.name = name;
+  t.read = {LatencyDist::Fixed, static_cast<Nanos>(kRead * 1e9), 0};
+  t.write = t.read;
+  t.flush = t.read;
+  t.read_iops = read_iops;
+  return t;
+}
+
+// Throughput of the network without any cap and without the wait for one.
+double demand_bound_tps(double other_s) {
+  std::vector<Station> st{{"think", StationKind::Delay, 0, 1},
+                          {"cpu", StationKind::Multi, kCpu, 2},
+                          {"storage", StationKind::Delay, 2 * kRead, 1},
+                          {"other", StationKind::Delay, other_s, 1}};
+  return solve_mva(st, kClients, 0).back().throughput;
+}
+
+}  // namespace
+
+TEST_CASE("project: a capture on a known capped tier projects to itself and up without the cap",
+          "[project][capped]") {
+  Profile p = capped_profile();
+  ProjectOptions o;
+  o.captured_tier = tier("cap1000", 1000);
+  auto pr = project(p, {tier("cap1000", 1000), tier("uncapped", 0), tier("cap4000", 4000)}, o);
+  CHECK(pr.capture_tier_source == "known");
+  CHECK(pr.capture_tier == "cap1000");
+  CHECK(pr.other_s == Approx(kOther).epsilon(0.01));
+  // Its own tier: the captured throughput, the wait for the cap in storage.
+  CHECK(pr.tiers[0].tps == Approx(500).epsilon(0.01));
+  CHECK(pr.tiers[0].split.other_s == Approx(kOther).epsilon(0.01));
+  CHECK(pr.tiers[0].split.storage_s == Approx(0.016 - kOther - pr.tiers[0].split.cpu_s).epsilon(0.02));
+  CHECK(pr.tiers[0].bottleneck == "read IOPS cap");
+  // No cap: what the transactions ask of the CPU and the device.
+  double free = demand_bound_tps(kOther);
+  CHECK(free > 4 * 500);
+  CHECK(pr.tiers[1].tps == Approx(free).epsilon(0.01));
+  // Four times the cap: bound by it at 2,000 tps when demand allows more.
+  CHECK(pr.tiers[2].tps == Approx(std::min(free, 2000.0)).epsilon(0.01));
+  for (const auto& t : pr.tiers) CHECK(t.capture_tier_source == "known");
+
+  std::ostringstream text;
+  print_projection(text, pr);
+  CHECK(text.str().find("capture's own tier: cap1000 (known") != std::string::npos);
+  CHECK(projection_json(pr).find("\"capture_tier_source\": \"known\"") != std::string::npos);
+  CHECK(projection_html(pr, p).find("<p>capture's own tier: cap1000 (known), at its cap") != std::string::npos);
+}
+
+TEST_CASE("project: --captured-iops-cap and a detected cap calibrate the same way", "[project][capped]") {
+  Profile p = capped_profile();
+  ProjectOptions o;
+  o.captured_iops_cap = 1000;
+  auto known = project(p, {tier("cap1000", 1000), tier("uncapped", 0)}, o);
+  CHECK(known.capture_tier_source == "known");
+  CHECK(known.capture_tier == "1000 IOPS");
+  CHECK(known.tiers[0].tps == Approx(500).epsilon(0.01));
+  CHECK(known.tiers[1].tps == Approx(demand_bound_tps(kOther)).epsilon(0.01));
+
+  p.cap_bound = true;
+  p.cap_op = "read";
+  p.cap_iops = 1000;
+  auto detected = project(p, {tier("cap1000", 1000), tier("uncapped", 0)}, ProjectOptions{});
+  CHECK(detected.capture_tier_source == "detected");
+  CHECK(detected.capture_tier == "read IOPS cap ~1000");
+  CHECK(detected.tiers[0].tps == Approx(500).epsilon(0.01));
+  CHECK(detected.tiers[1].tps == Approx(demand_bound_tps(kOther)).epsilon(0.01));
+}
+
+TEST_CASE("project: a capture assumed uncapped keeps its queueing as storage time on every tier",
+          "[project][capped]") {
+  Profile p = capped_profile();
+  auto pr = project(p, {tier("cap1000", 1000), tier("uncapped", 0)}, ProjectOptions{});
+  CHECK(pr.capture_tier_source == "assumed uncapped");
+  CHECK(pr.other_s == Approx(kOther).epsilon(0.01));
+  CHECK(pr.tiers[1].split.other_s == Approx(kOther).epsilon(0.01));
+  CHECK(pr.tiers[1].split.storage_s > 0.01);  // the queueing, kept
+  CHECK(pr.tiers[1].tps == Approx(500).epsilon(0.02));
+  std::ostringstream text;
+  print_projection(text, pr);
+  CHECK(text.str().find("capture's own tier: assumed uncapped") != std::string::npos);
+}
+
+TEST_CASE("project: a capped capture without queue times says the cap's wait is in other",
+          "[project][capped]") {
+  Profile p = capped_profile(false);
+  ProjectOptions o;
+  o.captured_iops_cap = 1000;
+  auto pr = project(p, {tier("uncapped", 0)}, o);
+  CHECK(pr.capture_tier_source == "known");
+  bool said = false;
+  for (const auto& n : pr.notes) said = said || n.find("no queue times") != std::string::npos;
+  CHECK(said);
+}
+
+TEST_CASE("project: a capped capture whose queue times missed the cap's wait says so", "[project][capped]") {
+  Profile p = capped_profile(false);
+  p.has_queue_times = true;  // the block layer's queueing only: 5 us a read
+  p.queued_read = {10000, 5e-6, 5e-6, 1e-5};
+  p.queued_s_per_tx = 1e-5;
+  ProjectOptions o;
+  o.captured_iops_cap = 1000;
+  auto pr = project(p, {tier("uncapped", 0)}, o);
+  bool said = false;
+  for (const auto& n : pr.notes) said = said || n.find("did not see the wait for the cap") != std::string::npos;
+  CHECK(said);
+  // With the wait seen, no such note.
+  auto seen = project(capped_profile(), {tier("uncapped", 0)}, o);
+  for (const auto& n : seen.notes) CHECK(n.find("did not see the wait") == std::string::npos);
+}
+
+TEST_CASE("project: a captured tier whose cap the capture did not reach keeps its queueing",
+          "[project][capped]") {
+  Profile p = capped_profile();
+  ProjectOptions o;
+  o.captured_iops_cap = 4000;  // the capture ran at 1,000
+  auto pr = project(p, {tier("uncapped", 0)}, o);
+  CHECK(pr.tiers[0].tps == Approx(500).epsilon(0.02));
+  bool said = false;
+  for (const auto& n : pr.notes) said = said || n.find("below its tier's cap") != std::string::npos;
+  CHECK(said);
+}
+
+namespace {
+
+// One backend running back-to-back transactions of one read each, `rate`
+// reads per second for `seconds`; each read queued `queued` before its
+// issue and served in 0.5 ms.
+std::vector<Record> steady_reads(int rate, int seconds, Nanos queued) {
+  constexpr Nanos kS = 1'000'000'000;
+  std::vector<Record> out;
+  out.push_back({0, 1, trace::SessionBegin{"u", "db", "app", "", 100, 0}});
+  Nanos gap = kS / rate;
+  for (Nanos t = 0; t + gap <= seconds * kS; t += gap) {
+    out.push_back({t, 1, trace::Query{"SELECT 1"}});
+    Nanos issue = t + queued;
+    out.push_back({issue, 0, trace::BlockIo{issue + 500'000, 0x00fe00000, uint64_t(t / gap) * 8192, 8192,
+                                            trace::IoOp::Read, 0, 100, t + 1}});
+    out.push_back({t + gap - 1, 1, trace::Ready{'I'}});
+  }
+  return out;
+}
+
+Profile profile_of(const std::vector<Record>& recs) {
+  ProfileBuilder b;
+  for (const auto& r : recs) b.add(r);
+  return b.finish("synthetic");
+}
+
+}  // namespace
+
+TEST_CASE("profile: queued before issue, and a cap-bound capture detected", "[profile][capped]") {
+  // 1,000 reads/s, each waiting 0.6 ms before its issue: steady, and the
+  // transactions wait before issue longer than the device serves them.
+  Profile p = profile_of(steady_reads(1000, 8, 600'000));
+  CHECK(p.has_queue_times);
+  CHECK(p.queued_read.count == 8000);
+  CHECK(p.queued_read.mean_s == Approx(0.0006).epsilon(0.01));
+  CHECK(p.queued_s_per_tx == Approx(0.0006).epsilon(0.01));
+  CHECK(p.cap_bound);
+  CHECK(p.cap_op == "read");
+  CHECK(p.cap_iops == Approx(1000).epsilon(0.01));
+  std::ostringstream text;
+  print_profile(text, p);
+  CHECK(text.str().find("queued before issue: read mean 0.600 ms") != std::string::npos);
+  CHECK(text.str().find("this capture looks cap-bound at ~1000 read IOPS") != std::string::npos);
+  CHECK(profile_json(p).find("\"cap_bound\": true") != std::string::npos);
+
+  // The same rate with no wait before issue: a steady workload, not a cap.
+  Profile free = profile_of(steady_reads(1000, 8, 1'000));
+  CHECK_FALSE(free.cap_bound);
+  // Queue times without the trace's format 1.2 field (0): unknown.
+  auto recs = steady_reads(1000, 8, 600'000);
+  for (auto& r : recs)
+    if (auto* b = std::get_if<trace::BlockIo>(&r.body)) b->queued_ns = 0;
+  Profile old = profile_of(recs);
+  CHECK_FALSE(old.has_queue_times);
+  CHECK(old.queued_s_per_tx == 0);
+  CHECK_FALSE(old.cap_bound);
+}
