@@ -9,6 +9,7 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace tierlab::app {
 namespace {
@@ -18,7 +19,7 @@ struct ProjectCliOptions {
   std::vector<std::string> tiers;
   std::string tiers_file;
   std::string clients;
-  int vcpus = 0;
+  std::optional<int> vcpus;  // unset: as captured
   std::string memory;
   std::string capture_memory;
   bool kernel_uncapped = false;
@@ -52,11 +53,17 @@ void run_project(const ProjectCliOptions& o) {
         throw InputError("--clients: range '" + o.clients + "' is empty");
     }
   }
-  if (o.vcpus < 0 || o.vcpus > 4096) throw InputError("--vcpus: expected 1 to 4096");
-  po.vcpus = o.vcpus;
-  if (!o.memory.empty()) po.memory_bytes = parse_size("--memory", o.memory);
-  if (!o.capture_memory.empty())
-    po.capture_memory_bytes = parse_size("--capture-memory", o.capture_memory);
+  // Leaving a flag out means "as captured"; 0 given is no size or count.
+  if (o.vcpus && (*o.vcpus < 1 || *o.vcpus > 4096))
+    throw InputError("--vcpus: expected 1 to 4096, got " + std::to_string(*o.vcpus));
+  po.vcpus = o.vcpus.value_or(0);
+  auto memory = [](const char* flag, const std::string& text) {
+    double bytes = static_cast<double>(parse_size(flag, text));
+    if (bytes <= 0) throw InputError(std::string(flag) + ": '" + text + "' must be more than 0");
+    return bytes;
+  };
+  if (!o.memory.empty()) po.memory_bytes = memory("--memory", o.memory);
+  if (!o.capture_memory.empty()) po.capture_memory_bytes = memory("--capture-memory", o.capture_memory);
   po.kernel_writes_uncapped = o.kernel_uncapped;
 
   // Tiers first: a typo should not wait for a long trace to be read.

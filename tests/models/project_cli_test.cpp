@@ -134,3 +134,23 @@ TEST_CASE("project: --json - and --html - write to stdout, and output paths are 
   CHECK(m.status == 2);
   CHECK_FALSE(exists(out));
 }
+
+TEST_CASE("project: 0 for --vcpus, --memory or --capture-memory is refused, naming the flag",
+          "[project][cli]") {
+  TempDir dir;
+  std::string trace = dir.file("proxy.tlt");
+  write_proxy_trace(trace);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--vcpus", "0"}, {"--vcpus", "-3"}, {"--memory", "0"}, {"--memory", "0GB"}, {"--capture-memory", "0"}};
+  for (const auto& [flag, value] : bad) {
+    auto r = run_tierlab({"project", trace, "--tier", "nvme-local", flag, value});
+    INFO(flag << " " << value << ": " << r.out << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.find(flag + ":") != std::string::npos);
+  }
+  // Left out, each is as captured.
+  auto ok = run_tierlab({"project", trace, "--tier", "nvme-local", "--vcpus", "2"});
+  CHECK(ok.status == 0);
+}
