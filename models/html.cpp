@@ -168,12 +168,12 @@ std::string projection_html(const Projection& p, const Profile& profile) {
   if (p.memory_bytes > 0) h << ", " << num(p.memory_bytes / 1048576.0, "%.0f") << " MiB memory";
   h << ".</p>\n";
   h << "<table><tr><th>tier</th><th>tps</th><th>ratio</th><th>latency avg ms</th>"
-       "<th>p99 ms (est.)</th><th>read IOPS</th><th>write IOPS</th><th>bottleneck</th></tr>\n";
+       "<th>p99 ms (est.)</th><th>read IOPS</th><th>write IOPS</th><th>busiest</th><th>bottleneck</th></tr>\n";
   for (const auto& t : p.tiers)
     h << "<tr><td>" << esc(t.tier) << "</td><td>" << num(t.tps) << "</td><td>" << num(t.ratio, "%.2fx")
       << "</td><td>" << num(t.latency_s * 1e3, "%.3f") << "</td><td>" << num(t.p99_s * 1e3, "%.3f")
       << "</td><td>" << num(t.read_iops, "%.0f") << "</td><td>" << num(t.write_iops, "%.0f")
-      << "</td><td>" << esc(bottleneck_text(t)) << "</td></tr>\n";
+      << "</td><td>" << esc(busiest_text(t)) << "</td><td>" << esc(bottleneck_text(t)) << "</td></tr>\n";
   h << "</table>\n";
   h << "<h2>Throughput against clients</h2>\n";
   tps_chart(h, p);

@@ -529,28 +529,31 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     }
     tp.p99_s = gamma_p99(tp.latency_s, var);
     if (at_cap) {
-      tp.bottleneck = cap_name;
-      tp.bottleneck_utilisation = 1.0;
+      tp.busiest = cap_name;
+      tp.busiest_utilisation = 1.0;
     } else {
       // The busiest station that serves anything (the CPU without samples,
       // or the storage without device I/O, has no demand: it is no
-      // resource), or the busiest cap; with none, the clients.
+      // resource), or the busiest cap.
       double best = -1;
-      tp.bottleneck = "clients";
       for (size_t i = 0; i < net.stations.size(); ++i) {
         const auto& st = net.stations[i];
         if (st.demand_s <= 0 || (st.kind != StationKind::Queue && st.kind != StationKind::Multi)) continue;
         if (pt.utilisation[i] > best) {
-          best = tp.bottleneck_utilisation = pt.utilisation[i];
-          tp.bottleneck = st.name;
+          best = tp.busiest_utilisation = pt.utilisation[i];
+          tp.busiest = st.name;
         }
       }
       for (const auto& c : net.caps)
         if (c.utilisation(x, cycles) > std::max(best, 0.0)) {
           best = c.utilisation(x, cycles);
-          tp.bottleneck = c.name;
-          tp.bottleneck_utilisation = best;
+          tp.busiest = c.name;
+          tp.busiest_utilisation = best;
         }
+    }
+    if (at_cap || tp.busiest_utilisation >= kSaturated) {
+      tp.bottleneck = tp.busiest;
+      tp.bottleneck_utilisation = tp.busiest_utilisation;
     }
     for (int n = 1; n <= out.clients_hi; ++n) {
       double xn = 0, rn = 0;
@@ -565,9 +568,29 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   return out;
 }
 
+std::string busiest_text(const TierProjection& t) {
+  if (t.busiest.empty()) return "-";  // nothing has demand: no utilisation to give
+  return t.busiest + fmt(" %.0f%%", t.busiest_utilisation * 100);
+}
+
 std::string bottleneck_text(const TierProjection& t) {
-  if (t.bottleneck == "clients") return t.bottleneck;  // nothing busy: no utilisation to give
+  if (t.bottleneck.empty()) return "none";
   return t.bottleneck + fmt(" %.0f%%", t.bottleneck_utilisation * 100);
+}
+
+std::string time_split_text(const TierProjection& t, bool cpu_modelled) {
+  const double total = t.split.cpu_s + t.split.storage_s + t.split.other_s;
+  if (total <= 0) return "-";
+  std::vector<std::pair<double, const char*>> parts = {{t.split.storage_s, "storage wait"},
+                                                       {t.split.other_s, "other"}};
+  if (cpu_modelled) parts.insert(parts.begin() + 1, {t.split.cpu_s, "cpu"});
+  std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string s;
+  for (const auto& [v, name] : parts) {
+    if (!s.empty()) s += ", ";
+    s += std::string(name) + fmt(" %.0f%%", 100 * v / total);
+  }
+  return s;
 }
 
 void print_projection(std::ostream& out, const Projection& p) {
@@ -597,14 +620,20 @@ void print_projection(std::ostream& out, const Projection& p) {
   if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
   out << "\n\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-22s %10s %8s %11s %11s %9s %9s %9s  %s\n", "tier", "tps", "ratio",
-                "lat avg ms", "lat p99 ms", "read/s", "write/s", "flush/tx", "bottleneck");
+  std::snprintf(line, sizeof line, "%-22s %10s %8s %11s %11s %9s %9s %9s  %-22s %s\n", "tier", "tps", "ratio",
+                "lat avg ms", "lat p99 ms", "read/s", "write/s", "flush/tx", "busiest", "bottleneck");
   out << line;
   for (const auto& t : p.tiers) {
-    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f %9.3f  %s\n",
+    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f %9.3f  %-22s %s\n",
                   t.tier.c_str(), t.tps, t.ratio, t.latency_s * 1e3, t.p99_s * 1e3, t.read_iops,
-                  t.write_iops, t.flushes_per_tx, bottleneck_text(t).c_str());
+                  t.write_iops, t.flushes_per_tx, busiest_text(t).c_str(), bottleneck_text(t).c_str());
     out << line;
+  }
+  out << "\nwhere a transaction's time goes at " << p.clients_hi << " clients (bottleneck: a resource "
+      << fmt("%.0f%%", kSaturated * 100) << " busy or more, or a cap's bound reached):\n";
+  for (const auto& t : p.tiers) {
+    std::snprintf(line, sizeof line, "%-22s ", t.tier.c_str());
+    out << line << time_split_text(t, p.cpu_modelled) << "\n";
   }
   if (p.clients_lo < p.clients_hi) {
     out << "\ntps by clients:\n";
@@ -630,6 +659,17 @@ void print_projection(std::ostream& out, const Projection& p) {
   }
   for (const auto& n : p.notes) out << "note: " << n << "\n";
 }
+
+namespace {
+// Shares of the mean response time, as time_split_text gives them.
+nlohmann::json time_share(const TierProjection& t, bool cpu_modelled) {
+  const double total = t.split.cpu_s + t.split.storage_s + t.split.other_s;
+  auto share = [&](double v) { return total > 0 ? nlohmann::json(v / total) : nlohmann::json(); };
+  return {{"cpu", cpu_modelled ? share(t.split.cpu_s) : nlohmann::json()},
+          {"storage", share(t.split.storage_s)},
+          {"other", share(t.split.other_s)}};
+}
+}  // namespace
 
 std::string projection_json(const Projection& p, int indent) {
   nlohmann::json j;
@@ -671,8 +711,11 @@ std::string projection_json(const Projection& p, int indent) {
                   {"write_iops", t.write_iops},
                   {"bytes_per_s", t.bytes_per_s},
                   {"wal_flushes_per_tx", t.flushes_per_tx},
-                  {"bottleneck", t.bottleneck},
-                  {"bottleneck_utilisation", t.bottleneck_utilisation},
+                  {"busiest", t.busiest.empty() ? nlohmann::json() : nlohmann::json(t.busiest)},
+                  {"busiest_utilisation", t.busiest_utilisation},
+                  {"bottleneck", t.bottleneck.empty() ? nlohmann::json() : nlohmann::json(t.bottleneck)},
+                  {"bottleneck_utilisation", t.bottleneck.empty() ? nlohmann::json() : nlohmann::json(t.bottleneck_utilisation)},
+                  {"time_share", time_share(t, p.cpu_modelled)},
                   {"time_ms", {{"cpu", p.cpu_modelled ? nlohmann::json(t.split.cpu_s * 1e3) : no_cpu},
                                {"storage", t.split.storage_s * 1e3},
                                {"other", t.split.other_s * 1e3}, {"think", t.split.think_s * 1e3}}},

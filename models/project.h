@@ -107,9 +107,14 @@ struct TierProjection {
   double write_iops = 0;
   double bytes_per_s = 0;
   double flushes_per_tx = 0; // WAL flushes per transaction at this throughput
-  // The busiest resource: "cpu", "storage", "IOPS cap", ...; "clients" when
-  // the network has none with any demand (no CPU samples, no device I/O):
-  // throughput then follows the clients' own cycle (think time + other).
+  // The busiest resource: "cpu", "storage", "IOPS cap", ...; "" when the
+  // network has none with any demand (no CPU samples, no device I/O).
+  std::string busiest;
+  double busiest_utilisation = 0;
+  // The busiest resource when it is near saturation (utilisation at least
+  // kSaturated, or a cap's bound reached), else "": nothing then limits
+  // throughput but the clients' own cycle, and the time split says where a
+  // transaction's time goes.
   std::string bottleneck;
   double bottleneck_utilisation = 0;
   double ratio = 1;          // tps / the first tier's tps
@@ -166,8 +171,16 @@ Projection project(const Profile& profile, const std::vector<Tier>& tiers,
 // Mean of a latency distribution as the shaper draws it, seconds.
 double mean_latency_s(const Latency& l);
 
-// A tier's bottleneck as the reports print it: "storage 83%", or "clients".
+// Utilisation from which the busiest resource is named the bottleneck.
+inline constexpr double kSaturated = 0.9;
+
+// As the reports print them: the busiest resource "cpu 36%" ("-" for none),
+// the bottleneck "IOPS cap 100%" ("none" below kSaturated), and where a
+// transaction's time goes, "storage wait 40%, cpu 25%, other 35%" (shares of the
+// mean response time, largest first).
+std::string busiest_text(const TierProjection& t);
 std::string bottleneck_text(const TierProjection& t);
+std::string time_split_text(const TierProjection& t, bool cpu_modelled);
 
 void print_projection(std::ostream& out, const Projection& p);
 std::string projection_json(const Projection& p, int indent = 2);
