@@ -316,6 +316,32 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// `projected` has a burst tier's burst phase before its baseline (see
+// project()): folds the two into one, the burst's figures with the
+// baseline's after them, and how long the credits last at the burst's rate.
+void fold_bursts(std::vector<TierProjection>& projected, const std::vector<Tier>& tiers) {
+  std::vector<TierProjection> out;
+  size_t i = 0;
+  for (const auto& t : tiers) {
+    if (!t.burst.enabled()) {
+      out.push_back(std::move(projected[i++]));
+      continue;
+    }
+    TierProjection burst = std::move(projected[i++]);
+    TierProjection baseline = std::move(projected[i++]);
+    burst.burst_iops = t.total_iops > 0 ? std::min(t.total_iops, t.burst.burst_iops) : t.burst.burst_iops;
+    burst.baseline_iops = t.burst.refill_iops;
+    burst.burst_credits = t.burst.credits;
+    // Every counted I/O takes a credit and credits come back at the
+    // baseline rate: the bucket drains at the difference.
+    const double drain = burst.read_iops + burst.write_iops - t.burst.refill_iops;
+    burst.burst_lasts_s = drain > 0 ? t.burst.credits / drain : std::numeric_limits<double>::infinity();
+    if (drain > 0) burst.after_burst.push_back(std::move(baseline));
+    out.push_back(std::move(burst));
+  }
+  projected = std::move(out);
+}
+
 }  // namespace
 
 double mean_latency_s(const Latency& l) {
@@ -448,7 +474,20 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   if (!p.has_cpu)
     out.notes.push_back("no CPU samples: the CPU is not modelled as a resource; its time is in 'other'");
 
+  // A tier with a burst bucket is projected twice: at its burst rate (the
+  // bucket starts full) and, after it, at its baseline (build() takes a
+  // bucket's refill rate as the sustained cap).
+  std::vector<Tier> phases;
   for (const auto& t : tiers) {
+    if (t.burst.enabled()) {
+      Tier b = t;
+      b.burst = {};
+      b.total_iops = t.total_iops > 0 ? std::min(t.total_iops, t.burst.burst_iops) : t.burst.burst_iops;
+      phases.push_back(std::move(b));
+    }
+    phases.push_back(t);
+  }
+  for (const auto& t : phases) {
     auto s = solve(d, t, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped,
                    out.clients_hi);
     const auto& net = s.net;
@@ -563,10 +602,23 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     }
     out.tiers.push_back(std::move(tp));
   }
+  fold_bursts(out.tiers, tiers);
   double base = out.tiers.front().tps;
-  for (auto& t : out.tiers) t.ratio = base > 0 ? t.tps / base : 0;
+  for (auto& t : out.tiers) {
+    t.ratio = base > 0 ? t.tps / base : 0;
+    for (auto& a : t.after_burst) a.ratio = base > 0 ? a.tps / base : 0;
+  }
   return out;
 }
+
+namespace {
+std::string duration_text(double s) {
+  if (!std::isfinite(s)) return "ever";
+  if (s < 120) return fmt("%.0f s", s);
+  if (s < 2 * 3600) return fmt("%.0f min", s / 60);
+  return fmt("%.1f h", s / 3600);
+}
+}  // namespace
 
 std::string busiest_text(const TierProjection& t) {
   if (t.busiest.empty()) return "-";  // nothing has demand: no utilisation to give
@@ -628,6 +680,21 @@ void print_projection(std::ostream& out, const Projection& p) {
                   t.tier.c_str(), t.tps, t.ratio, t.latency_s * 1e3, t.p99_s * 1e3, t.read_iops,
                   t.write_iops, t.flushes_per_tx, busiest_text(t).c_str(), bottleneck_text(t).c_str());
     out << line;
+  }
+  for (const auto& t : p.tiers) {
+    if (t.burst_iops <= 0) continue;
+    out << t.tier << ": burst " << fmt("%.0f", t.burst_iops) << " IOPS ";
+    if (t.after_burst.empty()) {
+      out << "throughout: at the projected " << fmt("%.0f", t.read_iops + t.write_iops)
+          << " IOPS the credits never run out (" << fmt("%.0f", t.baseline_iops) << " IOPS baseline)\n";
+      continue;
+    }
+    const auto& a = t.after_burst.front();
+    out << "for " << duration_text(t.burst_lasts_s) << " at the projected rate ("
+        << fmt("%.0f", t.read_iops + t.write_iops) << " IOPS on " << fmt("%.3g", t.burst_credits)
+        << " credits), then " << fmt("%.0f", t.baseline_iops) << " IOPS baseline: " << fmt("%.1f", a.tps)
+        << " tps (" << fmt("%.2fx", a.ratio) << "), latency " << fmt("%.3f ms", a.latency_s * 1e3)
+        << ", bottleneck " << bottleneck_text(a) << "\n";
   }
   out << "\nwhere a transaction's time goes at " << p.clients_hi << " clients (bottleneck: a resource "
       << fmt("%.0f%%", kSaturated * 100) << " busy or more, or a cap's bound reached):\n";
@@ -720,6 +787,23 @@ std::string projection_json(const Projection& p, int indent) {
                                {"storage", t.split.storage_s * 1e3},
                                {"other", t.split.other_s * 1e3}, {"think", t.split.think_s * 1e3}}},
                   {"curve", c}});
+    if (t.burst_iops > 0) {
+      nlohmann::json b = {{"burst_iops", t.burst_iops},
+                          {"baseline_iops", t.baseline_iops},
+                          {"credits", t.burst_credits},
+                          {"lasts_s", std::isfinite(t.burst_lasts_s) ? nlohmann::json(t.burst_lasts_s) : nlohmann::json()}};
+      if (!t.after_burst.empty()) {
+        const auto& a = t.after_burst.front();
+        b["after_burst"] = {{"tps", a.tps},
+                            {"ratio", a.ratio},
+                            {"latency_avg_ms", a.latency_s * 1e3},
+                            {"latency_p99_ms", a.p99_s * 1e3},
+                            {"read_iops", a.read_iops},
+                            {"write_iops", a.write_iops},
+                            {"bottleneck", a.bottleneck.empty() ? nlohmann::json() : nlohmann::json(a.bottleneck)}};
+      }
+      tj.back()["burst"] = b;
+    }
   }
   j["notes"] = p.notes;
   return j.dump(indent);

@@ -38,8 +38,9 @@
 //             is exceeded, so a cap is not a queue: below the bound the
 //             network runs as if uncapped; where the uncapped network would
 //             exceed it, throughput is the bound and the clients beyond wait
-//             for tokens (response time N/X - Z). A burst bucket projects
-//             the sustained (refill) rate.
+//             for tokens (response time N/X - Z). A burst bucket is
+//             projected twice: at its burst rate while credits last (the
+//             tier's headline figures), then at its refill rate (baseline).
 //   other   — delay station: what the capture's mean transaction latency
 //             holds beyond the model at the captured client count, on the
 //             captured device with the captured vCPUs (network round trips,
@@ -120,6 +121,15 @@ struct TierProjection {
   double ratio = 1;          // tps / the first tier's tps
   TimeSplit split;
   std::vector<CurvePoint> curve;  // 1..clients_hi (index = clients - 1)
+  // A tier with a burst bucket (gp2): the figures above are the burst's,
+  // while credits last (the tier starts with them all); `after_burst` holds
+  // the figures at the baseline once they are gone, when they run out at
+  // the projected rate (empty when they never do).
+  double burst_iops = 0;      // 0: no burst bucket
+  double baseline_iops = 0;
+  double burst_credits = 0;
+  double burst_lasts_s = 0;   // at the projected rate; infinity: never run out
+  std::vector<TierProjection> after_burst;
 };
 
 struct Projection {

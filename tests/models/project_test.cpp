@@ -472,3 +472,51 @@ TEST_CASE("project: a resource is the bottleneck only near saturation and the ti
   CHECK(j["tiers"][0]["busiest"] == "cpu");
   CHECK(j["tiers"][0]["time_share"]["storage"].get<double>() == Approx(t.split.storage_s / t.latency_s));
 }
+
+TEST_CASE("project: a burst tier is projected at its burst while credits last, then at its baseline",
+          "[project]") {
+  Profile p = base_profile();  // 2 reads per transaction, CPU-bound near 4,000 tps
+  ProjectOptions o;
+  o.clients_hi = 16;
+  Tier gp2 = load_catalog("").get("ebs-gp2-100g");
+  REQUIRE(gp2.burst.enabled());
+  REQUIRE(gp2.burst.burst_iops == 3000);
+  REQUIRE(gp2.burst.refill_iops == 300);
+  auto pr = project(p, {fixed_tier("free", 0.2, 0), gp2}, o);
+  const auto& t = pr.tiers[1];
+  // While credits last: 3,000 IOPS / 2 reads = 1,500 tps.
+  CHECK(t.tps == Approx(1500).epsilon(0.01));
+  CHECK(t.burst_iops == 3000);
+  CHECK(t.baseline_iops == 300);
+  CHECK(t.bottleneck == "IOPS cap");
+  // The bucket drains at 3,000 - 300 counted I/Os per second.
+  CHECK(t.burst_lasts_s == Approx(gp2.burst.credits / (t.read_iops + t.write_iops - 300)));
+  CHECK(t.burst_lasts_s == Approx(5.4e6 / 2700).epsilon(0.01));
+  REQUIRE(t.after_burst.size() == 1);
+  const auto& a = t.after_burst.front();
+  CHECK(a.tps == Approx(150).epsilon(0.01));
+  CHECK(a.ratio == Approx(a.tps / pr.tiers[0].tps));
+  CHECK(t.ratio == Approx(t.tps / pr.tiers[0].tps));
+
+  std::ostringstream text;
+  print_projection(text, pr);
+  INFO(text.str());
+  CHECK(text.str().find("ebs-gp2-100g: burst 3000 IOPS for 33 min at the projected rate") != std::string::npos);
+  CHECK(text.str().find("then 300 IOPS baseline: 150.0 tps") != std::string::npos);
+  auto j = nlohmann::json::parse(projection_json(pr));
+  CHECK(j["tiers"][1]["burst"]["lasts_s"].get<double>() == Approx(t.burst_lasts_s));
+  CHECK(j["tiers"][1]["burst"]["after_burst"]["tps"].get<double>() == Approx(a.tps));
+
+  // A workload under the baseline never runs out of credits: one figure.
+  p.reads_per_tx = 0.01;
+  p.read_bytes_per_tx = 0.01 * 8192;
+  o.clients_hi = 1;
+  auto light = project(p, {gp2}, o);
+  CHECK(light.tiers[0].read_iops < 300);
+  CHECK(std::isinf(light.tiers[0].burst_lasts_s));
+  CHECK(light.tiers[0].after_burst.empty());
+  std::ostringstream lt;
+  print_projection(lt, light);
+  CHECK(lt.str().find("the credits never run out") != std::string::npos);
+  CHECK(nlohmann::json::parse(projection_json(light))["tiers"][0]["burst"]["lasts_s"].is_null());
+}
