@@ -474,6 +474,12 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   if (!p.has_cpu)
     out.notes.push_back("no CPU samples: the CPU is not modelled as a resource; its time is in 'other'");
 
+  if (d.reads == 0 && d.writes == 0 && d.flushes == 0 && d.bg_reads == 0 && d.bg_writes == 0)
+    out.same_on_every_tier =
+        std::string("every tier is the same by construction: ") +
+        (p.has_block_io ? "the trace's transactions did no device I/O"
+                        : "the trace has no device I/O (capture with block I/O, e.g. `capture run`, to tell tiers apart)") +
+        ", so nothing the model computes depends on the tier";
   // A tier with a burst bucket is projected twice: at its burst rate (the
   // bucket starts full) and, after it, at its baseline (build() takes a
   // bucket's refill rate as the sustained cap).
@@ -647,6 +653,7 @@ std::string time_split_text(const TierProjection& t, bool cpu_modelled) {
 
 void print_projection(std::ostream& out, const Projection& p) {
   out << "trace: " << p.source << "\n";
+  if (!p.same_on_every_tier.empty()) out << p.same_on_every_tier << "\n";
   out << "per transaction: cpu " << (p.cpu_modelled ? fmt("%.3f ms", p.cpu_s_per_tx * 1e3) : "not sampled (in other)")
       << ", device reads " << fmt("%.3f", p.reads_per_tx);
   if (p.read_factor != 1.0) out << " (x" << fmt("%.3f", p.read_factor) << " for memory)";
@@ -741,6 +748,7 @@ nlohmann::json time_share(const TierProjection& t, bool cpu_modelled) {
 std::string projection_json(const Projection& p, int indent) {
   nlohmann::json j;
   j["source"] = p.source;
+  j["same_on_every_tier"] = p.same_on_every_tier.empty() ? nlohmann::json() : nlohmann::json(p.same_on_every_tier);
   j["clients"] = {p.clients_lo, p.clients_hi};
   j["vcpus"] = p.vcpus;
   j["capture_vcpus"] = p.capture_vcpus;

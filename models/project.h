@@ -170,6 +170,10 @@ struct Projection {
   double captured_tps = 0;
   double modelled_capture_tps = 0;
   std::vector<TierProjection> tiers;
+  // Set when the workload asks nothing of the storage (a trace without
+  // device I/O): every tier then projects the same by construction, and
+  // this says why.
+  std::string same_on_every_tier;
   std::vector<std::string> notes;
 };
 

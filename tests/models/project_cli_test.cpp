@@ -68,6 +68,8 @@ TEST_CASE("project: without CPU samples profile and project both put the CPU's t
   INFO(r.out << r.err);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("cpu not sampled (in other)") != std::string::npos);
+  // No device I/O: the tiers cannot differ, and the second line says so.
+  CHECK(r.out.find("trace: " + trace + "\nevery tier is the same by construction: the trace has no device I/O") == 0);
   CHECK(r.out.find("cpu 0.000 ms") == std::string::npos);
   CHECK(r.out.find("its time is in 'other'") != std::string::npos);
   // Nothing the network serves has any demand: the clients set the pace,
@@ -83,6 +85,7 @@ TEST_CASE("project: without CPU samples profile and project both put the CPU's t
   CHECK(pj["per_transaction"]["other_ms"].get<double>() > 0.9);
   CHECK(pj["tiers"][0]["bottleneck"].is_null());
   CHECK(pj["tiers"][0]["busiest"].is_null());
+  CHECK(pj["same_on_every_tier"].get<std::string>().rfind("every tier is the same by construction", 0) == 0);
 }
 
 TEST_CASE("project: --json - and --html - write to stdout, and output paths are checked first",
