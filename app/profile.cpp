@@ -15,10 +15,15 @@ struct ProfileOptions {
 
 void run_profile(const ProfileOptions& o) {
   models::Profile p = models::profile_file(o.trace);
-  if (o.json)
-    std::cout << models::profile_json(p) << "\n";
-  else
+  // Too short or unsteady to project from: the capture's windows say.
+  const auto windows = models::profile_windows(o.trace, p, models::windows_for(p));
+  const auto steady = models::steadiness(p, windows);
+  if (o.json) {
+    std::cout << models::profile_json(p, steady) << "\n";
+  } else {
     models::print_profile(std::cout, p);
+    models::print_steadiness(std::cout, p, steady);
+  }
 }
 
 void setup_profile(CLI::App& parent) {

@@ -7,6 +7,7 @@
 #include "models/project.h"
 #include "models/tiers.h"
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -25,6 +26,7 @@ struct ProjectCliOptions {
   bool kernel_uncapped = false;
   std::string json_out;
   std::string html_out;
+  std::optional<int> windows;  // unset: as many as fit, up to models::kDefaultWindows
 };
 
 int parse_count(const std::string& s, const std::string& what) {
@@ -38,6 +40,12 @@ int parse_count(const std::string& s, const std::string& what) {
   if (pos != s.size() || v < 1 || v > 100000)
     throw InputError(what + ": expected a count from 1 to 100000, got '" + s + "'");
   return static_cast<int>(v);
+}
+
+std::string format_seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f s", s);
+  return b;
 }
 
 void run_project(const ProjectCliOptions& o) {
@@ -81,6 +89,20 @@ void run_project(const ProjectCliOptions& o) {
 
   models::Profile profile = models::profile_file(o.trace);
   models::Projection p = models::project(profile, tiers, po);
+  // The interval: each window of the capture projected alone.
+  int n = o.windows.value_or(models::windows_for(profile));
+  if (o.windows && n >= 2 && models::windows_for(profile, n) < n)
+    throw InputError("--windows: " + o.trace + " holds " + std::to_string(profile.transactions) +
+                     " transactions in " + format_seconds(profile.duration_s) + ", too few for " +
+                     std::to_string(n) + " windows of at least " + std::to_string(models::kMinWindowTransactions) +
+                     " transactions and " + std::to_string(static_cast<int>(models::kMinWindowSeconds)) + " s");
+  if (n >= 2) {
+    auto windows = models::profile_windows(o.trace, profile, n);
+    models::add_windows(p, windows, tiers, po);
+    for (const auto& w : models::steadiness(profile, windows).warnings(profile)) p.notes.push_back(w);
+  } else if (!o.windows) {
+    for (const auto& w : models::steadiness(profile, {}).warnings(profile)) p.notes.push_back(w);
+  }
   const std::string json_text = o.json_out.empty() ? "" : models::projection_json(p) + "\n";
   const std::string html_text = o.html_out.empty() ? "" : models::projection_html(p, profile);
   if (o.json_out != "-" && o.html_out != "-") models::print_projection(std::cout, p);
@@ -110,6 +132,10 @@ void setup_project(CLI::App& parent) {
   sub->add_flag("--kernel-writes-uncapped", opts->kernel_uncapped,
                 "leave the kernel's own writes (writeback of buffered writes, journal) out of the IOPS caps "
                 "and count only what the server's processes submit, as cgroup v1 blkio throttling does");
+  sub->add_option("--windows", opts->windows,
+                  "split the capture into N windows, project each and print the lowest-highest beside each "
+                  "figure (default: up to 4, each with at least 200 transactions and 2 s; 1: no interval)")
+      ->check(CLI::Range(1, 1000));
   sub->add_option("--json", opts->json_out, "also write the projection as JSON to this file (- : JSON on stdout only)");
   sub->add_option("--html", opts->html_out,
                   "also write a self-contained HTML report to this file (- : HTML on stdout only)");

@@ -678,14 +678,32 @@ void print_projection(std::ostream& out, const Projection& p) {
     out << " (the capture took " << fmt("%.2f", p.capture_cores) << " of them: projected without it)";
   if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
   out << "\n\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "%-22s %10s %8s %11s %11s %9s %9s %9s  %-22s %s\n", "tier", "tps", "ratio",
-                "lat avg ms", "lat p99 ms", "read/s", "write/s", "flush/tx", "busiest", "bottleneck");
+  char line[512];
+  if (p.windows > 0)
+    out << "in brackets: lowest\u2013highest of the capture's " << p.windows << " windows of "
+        << fmt("%.1f s", p.window_s) << " each, projected alone\n";
+  // With windows, tps, ratio and mean latency carry their ranges.
+  const bool w = p.windows > 0;
+  std::snprintf(line, sizeof line, "%-22s %*s %*s %*s %11s %9s %9s %9s  %-22s %s\n", "tier", w ? 24 : 10, "tps",
+                w ? 20 : 8, "ratio", w ? 25 : 11, "lat avg ms", "lat p99 ms", "read/s", "write/s", "flush/tx",
+                "busiest", "bottleneck");
   out << line;
   for (const auto& t : p.tiers) {
-    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f %9.3f  %-22s %s\n",
-                  t.tier.c_str(), t.tps, t.ratio, t.latency_s * 1e3, t.p99_s * 1e3, t.read_iops,
-                  t.write_iops, t.flushes_per_tx, busiest_text(t).c_str(), bottleneck_text(t).c_str());
+    std::string tps = fmt("%.1f", t.tps), ratio = fmt("%.2fx", t.ratio), lat = fmt("%.3f", t.latency_s * 1e3);
+    if (w) {
+      tps += " (" + fmt("%.1f", t.tps_range.lo) + "\u2013" + fmt("%.1f", t.tps_range.hi) + ")";
+      ratio += " (" + fmt("%.2f", t.ratio_range.lo) + "\u2013" + fmt("%.2f", t.ratio_range.hi) + ")";
+      lat += " (" + fmt("%.3f", t.latency_range.lo * 1e3) + "\u2013" + fmt("%.3f", t.latency_range.hi * 1e3) + ")";
+    }
+    // The en dash is 3 bytes and one column.
+    auto pad = [&](const std::string& v, int width) {
+      int cols = static_cast<int>(v.size()) - (w ? 2 : 0);
+      return std::string(static_cast<size_t>(std::max(0, width - cols)), ' ') + v;
+    };
+    std::snprintf(line, sizeof line, "%-22s %s %s %s %11.3f %9.0f %9.0f %9.3f  %-22s %s\n", t.tier.c_str(),
+                  pad(tps, w ? 24 : 10).c_str(), pad(ratio, w ? 20 : 8).c_str(), pad(lat, w ? 25 : 11).c_str(),
+                  t.p99_s * 1e3, t.read_iops, t.write_iops, t.flushes_per_tx, busiest_text(t).c_str(),
+                  bottleneck_text(t).c_str());
     out << line;
   }
   for (const auto& t : p.tiers) {
@@ -748,6 +766,7 @@ nlohmann::json time_share(const TierProjection& t, bool cpu_modelled) {
 std::string projection_json(const Projection& p, int indent) {
   nlohmann::json j;
   j["source"] = p.source;
+  j["windows"] = {{"count", p.windows}, {"seconds", p.window_s}};
   j["same_on_every_tier"] = p.same_on_every_tier.empty() ? nlohmann::json() : nlohmann::json(p.same_on_every_tier);
   j["clients"] = {p.clients_lo, p.clients_hi};
   j["vcpus"] = p.vcpus;
@@ -795,6 +814,10 @@ std::string projection_json(const Projection& p, int indent) {
                                {"storage", t.split.storage_s * 1e3},
                                {"other", t.split.other_s * 1e3}, {"think", t.split.think_s * 1e3}}},
                   {"curve", c}});
+    if (p.windows > 0)
+      tj.back()["windows"] = {{"tps", {t.tps_range.lo, t.tps_range.hi}},
+                              {"ratio", {t.ratio_range.lo, t.ratio_range.hi}},
+                              {"latency_avg_ms", {t.latency_range.lo * 1e3, t.latency_range.hi * 1e3}}};
     if (t.burst_iops > 0) {
       nlohmann::json b = {{"burst_iops", t.burst_iops},
                           {"baseline_iops", t.baseline_iops},

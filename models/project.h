@@ -97,6 +97,11 @@ struct CurvePoint {
   double latency_s = 0;
 };
 
+// Lowest and highest over a capture's windows.
+struct Range {
+  double lo = 0, hi = 0;
+};
+
 struct TierProjection {
   std::string tier;
   std::string description;
@@ -130,6 +135,8 @@ struct TierProjection {
   double burst_credits = 0;
   double burst_lasts_s = 0;   // at the projected rate; infinity: never run out
   std::vector<TierProjection> after_burst;
+  // Over the capture's windows (add_windows): each window projected alone.
+  Range tps_range, ratio_range, latency_range;
 };
 
 struct Projection {
@@ -174,6 +181,10 @@ struct Projection {
   // device I/O): every tier then projects the same by construction, and
   // this says why.
   std::string same_on_every_tier;
+  // Windows the capture was split into for the ranges (0: none), and their
+  // mean length.
+  int windows = 0;
+  double window_s = 0;
   std::vector<std::string> notes;
 };
 
@@ -181,6 +192,12 @@ struct Projection {
 // memory size the curve cannot answer for, ...).
 Projection project(const Profile& profile, const std::vector<Tier>& tiers,
                    const ProjectOptions& opts);
+
+// Projects each window of the capture (profile_windows) with `p`'s client
+// range and vCPUs, and sets every tier's ranges: the spread a projection
+// from a part of the capture has. Fewer than 2 windows: nothing.
+void add_windows(Projection& p, const std::vector<Profile>& windows, const std::vector<Tier>& tiers,
+                 const ProjectOptions& opts);
 
 // Mean of a latency distribution as the shaper draws it, seconds.
 double mean_latency_s(const Latency& l);
