@@ -144,7 +144,14 @@ void add_windows(Projection& p, const std::vector<Profile>& windows, const std::
   wo.vcpus = p.vcpus;
   wo.capture_memory_bytes = p.capture_memory_bytes;
   std::vector<Projection> each;
-  for (const auto& w : windows) each.push_back(project(w, tiers, wo));
+  try {
+    for (const auto& w : windows) each.push_back(project(w, tiers, wo));
+  } catch (const InputError& e) {
+    // A window the whole's options do not fit (e.g. --memory with no page
+    // references in it): no interval rather than no projection.
+    p.notes.push_back(std::string("no interval over the capture's windows: ") + e.what());
+    return;
+  }
   p.windows = static_cast<int>(windows.size());
   double total = 0;
   for (const auto& w : windows) total += w.duration_s;
