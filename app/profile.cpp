@@ -31,7 +31,8 @@ void setup_profile(CLI::App& parent) {
   auto* sub = parent.add_subcommand(
       "profile",
       "workload profile of a trace: transaction templates, CPU and device I/O per transaction, "
-      "think time, device latency, miss-ratio curve");
+      "think time, device latency, miss-ratio curve; a warning when the capture is too short or unsteady "
+      "to project from (docs/projection.md)");
   sub->add_option("FILE", opts->trace, "trace file (.tlt)")->required();
   sub->add_flag("--json", opts->json, "print JSON instead of text");
   sub->callback([opts] { run_profile(*opts); });

@@ -25,6 +25,12 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// A spread's bounds as printed: TPS to a tenth, the rest to a thousandth.
+std::string bounds(const Spread& sp) {
+  const char* f = sp.input == "TPS" ? "%.1f" : "%.3f";
+  return fmt(f, sp.lo) + "\u2013" + fmt(f, sp.hi) + sp.unit;
+}
+
 }  // namespace
 
 int windows_for(const Profile& whole, int want) {
@@ -74,7 +80,7 @@ std::vector<std::string> Steadiness::warnings(const Profile& whole) const {
                 " transactions and " + fmt("%.0f s", kMinWindowSeconds) + " each");
   for (const auto& s : spreads)
     if (s.unsteady)
-      w.push_back("unsteady capture: " + s.input + " " + fmt("%.3f", s.lo) + "\u2013" + fmt("%.3f", s.hi) + s.unit +
+      w.push_back("unsteady capture: " + s.input + " " + bounds(s) +
                   " over " + std::to_string(windows) + " windows (more than " + fmt("%.1f", kUnsteadyFactor) +
                   "x apart): a projection from it depends on the part of it taken");
   return w;
@@ -115,7 +121,7 @@ void print_steadiness(std::ostream& out, const Profile& whole, const Steadiness&
     out << "\nsteadiness over " << s.windows << " windows of " << fmt("%.1f s", s.window_s) << ":";
     const char* sep = " ";
     for (const auto& sp : s.spreads) {
-      out << sep << sp.input << " " << fmt("%.3f", sp.lo) << "\u2013" << fmt("%.3f", sp.hi) << sp.unit
+      out << sep << sp.input << " " << bounds(sp)
           << (sp.unsteady ? " (unsteady)" : "");
       sep = ", ";
     }
