@@ -15,10 +15,15 @@ struct ProfileOptions {
 
 void run_profile(const ProfileOptions& o) {
   models::Profile p = models::profile_file(o.trace);
-  if (o.json)
-    std::cout << models::profile_json(p) << "\n";
-  else
+  // Too short or unsteady to project from: the capture's windows say.
+  const auto windows = models::profile_windows(o.trace, p, models::windows_for(p));
+  const auto steady = models::steadiness(p, windows);
+  if (o.json) {
+    std::cout << models::profile_json(p, steady) << "\n";
+  } else {
     models::print_profile(std::cout, p);
+    models::print_steadiness(std::cout, p, steady);
+  }
 }
 
 void setup_profile(CLI::App& parent) {
@@ -26,7 +31,8 @@ void setup_profile(CLI::App& parent) {
   auto* sub = parent.add_subcommand(
       "profile",
       "workload profile of a trace: transaction templates, CPU and device I/O per transaction, "
-      "think time, device latency, miss-ratio curve");
+      "think time, device latency, miss-ratio curve; a warning when the capture is too short or unsteady "
+      "to project from (docs/projection.md)");
   sub->add_option("FILE", opts->trace, "trace file (.tlt)")->required();
   sub->add_flag("--json", opts->json, "print JSON instead of text");
   sub->callback([opts] { run_profile(*opts); });

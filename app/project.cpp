@@ -7,8 +7,10 @@
 #include "models/project.h"
 #include "models/tiers.h"
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace tierlab::app {
 namespace {
@@ -18,7 +20,7 @@ struct ProjectCliOptions {
   std::vector<std::string> tiers;
   std::string tiers_file;
   std::string clients;
-  int vcpus = 0;
+  std::optional<int> vcpus;  // unset: as captured
   std::string memory;
   std::string capture_memory;
   bool kernel_uncapped = false;
@@ -26,6 +28,7 @@ struct ProjectCliOptions {
   double captured_iops_cap = 0;
   std::string json_out;
   std::string html_out;
+  std::optional<int> windows;  // unset: as many as fit, up to models::kDefaultWindows
 };
 
 int parse_count(const std::string& s, const std::string& what) {
@@ -41,6 +44,12 @@ int parse_count(const std::string& s, const std::string& what) {
   return static_cast<int>(v);
 }
 
+std::string format_seconds(double s) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f s", s);
+  return b;
+}
+
 void run_project(const ProjectCliOptions& o) {
   models::ProjectOptions po;
   if (!o.clients.empty()) {
@@ -54,11 +63,17 @@ void run_project(const ProjectCliOptions& o) {
         throw InputError("--clients: range '" + o.clients + "' is empty");
     }
   }
-  if (o.vcpus < 0 || o.vcpus > 4096) throw InputError("--vcpus: expected 1 to 4096");
-  po.vcpus = o.vcpus;
-  if (!o.memory.empty()) po.memory_bytes = parse_size("--memory", o.memory);
-  if (!o.capture_memory.empty())
-    po.capture_memory_bytes = parse_size("--capture-memory", o.capture_memory);
+  // Leaving a flag out means "as captured"; 0 given is no size or count.
+  if (o.vcpus && (*o.vcpus < 1 || *o.vcpus > 4096))
+    throw InputError("--vcpus: expected 1 to 4096, got " + std::to_string(*o.vcpus));
+  po.vcpus = o.vcpus.value_or(0);
+  auto memory = [](const char* flag, const std::string& text) {
+    double bytes = static_cast<double>(parse_size(flag, text));
+    if (bytes <= 0) throw InputError(std::string(flag) + ": '" + text + "' must be more than 0");
+    return bytes;
+  };
+  if (!o.memory.empty()) po.memory_bytes = memory("--memory", o.memory);
+  if (!o.capture_memory.empty()) po.capture_memory_bytes = memory("--capture-memory", o.capture_memory);
   po.kernel_writes_uncapped = o.kernel_uncapped;
 
   // Tiers first: a typo should not wait for a long trace to be read.
@@ -86,6 +101,20 @@ void run_project(const ProjectCliOptions& o) {
 
   models::Profile profile = models::profile_file(o.trace);
   models::Projection p = models::project(profile, tiers, po);
+  // The interval: each window of the capture projected alone.
+  int n = o.windows.value_or(models::windows_for(profile));
+  if (o.windows && n >= 2 && models::windows_for(profile, n) < n)
+    throw InputError("--windows: " + o.trace + " holds " + std::to_string(profile.transactions) +
+                     " transactions in " + format_seconds(profile.duration_s) + ", too few for " +
+                     std::to_string(n) + " windows of at least " + std::to_string(models::kMinWindowTransactions) +
+                     " transactions and " + std::to_string(static_cast<int>(models::kMinWindowSeconds)) + " s");
+  if (n >= 2) {
+    auto windows = models::profile_windows(o.trace, profile, n);
+    models::add_windows(p, windows, tiers, po);
+    for (const auto& w : models::steadiness(profile, windows).warnings(profile)) p.notes.push_back(w);
+  } else if (!o.windows) {
+    for (const auto& w : models::steadiness(profile, {}).warnings(profile)) p.notes.push_back(w);
+  }
   const std::string json_text = o.json_out.empty() ? "" : models::projection_json(p) + "\n";
   const std::string html_text = o.html_out.empty() ? "" : models::projection_html(p, profile);
   if (o.json_out != "-" && o.html_out != "-") models::print_projection(std::cout, p);
@@ -121,6 +150,10 @@ void setup_project(CLI::App& parent) {
   sub->add_option("--captured-iops-cap", opts->captured_iops_cap,
                   "the capture's device was capped at N IOPS (reads and writes together); "
                   "without this or --captured-on, a cap the profile detects is used");
+  sub->add_option("--windows", opts->windows,
+                  "split the capture into N windows, project each and print the lowest-highest beside each "
+                  "figure (default: up to 4, each with at least 200 transactions and 2 s; 1: no interval)")
+      ->check(CLI::Range(1, 1000));
   sub->add_option("--json", opts->json_out, "also write the projection as JSON to this file (- : JSON on stdout only)");
   sub->add_option("--html", opts->html_out,
                   "also write a self-contained HTML report to this file (- : HTML on stdout only)");

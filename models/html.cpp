@@ -34,61 +34,119 @@ std::string num(double v, const char* f = "%.1f") {
   return b;
 }
 
-// A "nice" axis maximum and tick step for values up to `v`.
+// A "nice" axis maximum and tick step for values up to `v`: the smallest of
+// 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10 x a power of ten that holds v, so
+// that the data fills most of the chart.
 std::pair<double, double> axis(double v) {
   if (v <= 0) return {1, 0.2};
   double mag = std::pow(10.0, std::floor(std::log10(v)));
-  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
-    if (m * mag >= v) return {m * mag, m * mag / 5};
+  static const std::pair<double, double> kNice[] = {{1, 0.2},  {1.2, 0.2}, {1.5, 0.5}, {2, 0.5},
+                                                    {2.5, 0.5}, {3, 0.5},  {4, 1},     {5, 1},
+                                                    {6, 1},    {8, 2},    {10, 2}};
+  for (auto [m, step] : kNice)
+    if (m * mag >= v * (1 - 1e-12)) return {m * mag, step * mag};
   return {10 * mag, 2 * mag};
 }
 
-void tps_chart(std::ostringstream& h, const Projection& p) {
-  const double W = 720, H = 360, L = 70, R = 170, T = 20, B = 50;
+// Dash patterns and marker shapes, so that curves that coincide stay
+// visible: each series differs from the others in colour, dash and marker.
+const char* kDashes[] = {"", "8 4", "2 3", "10 3 2 3", "5 5", "1 4", "12 6", "6 2 2 2 2 2"};
+
+void marker(std::ostringstream& h, size_t i, double x, double y, const char* col) {
+  char b[320];
+  switch (i % 4) {
+    case 0:
+      std::snprintf(b, sizeof b, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3.5\" fill=\"%s\"/>", x, y, col);
+      break;
+    case 1:
+      std::snprintf(b, sizeof b, "<rect x=\"%.2f\" y=\"%.2f\" width=\"7\" height=\"7\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"/>",
+                    x - 3.5, y - 3.5, col);
+      break;
+    case 2:
+      std::snprintf(b, sizeof b, "<path d=\"M%.2f %.2fl4 7h-8z\" fill=\"%s\"/>", x, y - 4.5, col);
+      break;
+    default:
+      std::snprintf(b, sizeof b, "<path d=\"M%.2f %.2fl4.5 4.5l-4.5 4.5l-4.5 -4.5z\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"/>",
+                    x, y - 4.5, col);
+  }
+  h << b;
+}
+
+// One chart of a figure against clients, a series per tier, from
+// clients_lo to clients_hi.
+void clients_chart(std::ostringstream& h, const Projection& p, const char* label, const char* what,
+                   double (*value)(const CurvePoint&)) {
+  const double W = 560, H = 340, L = 62, R = 12, T = 12, B = 46;
   const double pw = W - L - R, ph = H - T - B;
-  int n_hi = p.clients_hi;
+  const int lo = p.clients_lo, hi = p.clients_hi;
   double ymax = 0;
   for (const auto& t : p.tiers)
-    for (const auto& c : t.curve) ymax = std::max(ymax, c.tps);
-  auto [ytop, ystep] = axis(ymax * 1.05);
-  auto [xtop, xstep] = axis(n_hi);
-  if (n_hi <= 10) {
-    xtop = std::max(1, n_hi);
-    xstep = 1;
-  }
-  auto X = [&](double n) { return L + pw * n / xtop; };
+    for (const auto& c : t.curve)
+      if (c.clients >= lo) ymax = std::max(ymax, value(c));
+  auto [ytop, ystep] = axis(ymax * 1.02);
+  // x from the first client count shown (0 for a curve from 1) to the last.
+  const double x0 = lo > 1 ? lo : 0;
+  auto [xspan, xstep] = axis(std::max(1.0, hi - x0));
+  if (hi - x0 <= 10) xstep = 1;
+  xstep = std::max(1.0, std::round(xstep));
+  auto X = [&](double n) { return L + pw * (n - x0) / std::max(1.0, hi - x0); };
   auto Y = [&](double v) { return T + ph * (1 - v / ytop); };
   h << "<svg viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H
-    << "\" role=\"img\" aria-label=\"TPS against clients per tier\">\n";
+    << "\" role=\"img\" aria-label=\"" << what << " against clients per tier\">\n";
   h << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << pw << "\" height=\"" << ph
     << "\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n";
-  for (double y = 0; y <= ytop + 1e-9; y += ystep) {
+  const char* yf = ystep >= 1 ? "%.0f" : ystep >= 0.1 ? "%.1f" : ystep >= 0.01 ? "%.2f" : "%.3f";
+  for (double y = 0; y <= ytop + ystep * 1e-6; y += ystep) {
     h << "<line x1=\"" << L << "\" x2=\"" << L + pw << "\" y1=\"" << Y(y) << "\" y2=\"" << Y(y)
-      << "\" stroke=\"#e5e5e5\"/><text x=\"" << L - 8 << "\" y=\"" << Y(y) + 4
-      << "\" text-anchor=\"end\" class=\"tick\">" << num(y, "%.0f") << "</text>\n";
+      << "\" stroke=\"#e5e5e5\"/><text x=\"" << L - 6 << "\" y=\"" << Y(y) + 4
+      << "\" text-anchor=\"end\" class=\"tick\">" << num(y, yf) << "</text>\n";
   }
-  for (double x = 0; x <= xtop + 1e-9; x += xstep)
-    h << "<text x=\"" << X(x) << "\" y=\"" << T + ph + 18 << "\" text-anchor=\"middle\" class=\"tick\">"
+  for (double x = x0; x <= hi + 1e-9; x += xstep)
+    h << "<text x=\"" << X(x) << "\" y=\"" << T + ph + 16 << "\" text-anchor=\"middle\" class=\"tick\">"
       << num(x, "%.0f") << "</text>\n";
-  h << "<text x=\"" << L + pw / 2 << "\" y=\"" << H - 8 << "\" text-anchor=\"middle\">clients</text>\n";
-  h << "<text transform=\"translate(16 " << T + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">"
-       "transactions per second</text>\n";
+  (void)xspan;
+  h << "<text x=\"" << L + pw / 2 << "\" y=\"" << H - 10 << "\" text-anchor=\"middle\">clients</text>\n";
+  h << "<text transform=\"translate(14 " << T + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">" << label
+    << "</text>\n";
   for (size_t i = 0; i < p.tiers.size(); ++i) {
     const auto& t = p.tiers[i];
     const char* col = kColours[i % 10];
-    h << "<polyline fill=\"none\" stroke=\"" << col << "\" stroke-width=\"2\" points=\"" << X(0) << ","
-      << Y(0);
-    for (const auto& c : t.curve) h << " " << num(X(c.clients), "%.2f") << "," << num(Y(c.tps), "%.2f");
-    h << "\"/>\n";
-    const auto& last = t.curve.back();
-    h << "<circle cx=\"" << X(last.clients) << "\" cy=\"" << Y(last.tps) << "\" r=\"3\" fill=\"" << col
-      << "\"/>\n";
-    double ly = T + 14 + 20 * static_cast<double>(i);
-    h << "<line x1=\"" << L + pw + 12 << "\" x2=\"" << L + pw + 32 << "\" y1=\"" << ly - 4
-      << "\" y2=\"" << ly - 4 << "\" stroke=\"" << col << "\" stroke-width=\"3\"/><text x=\""
-      << L + pw + 38 << "\" y=\"" << ly << "\">" << esc(t.tier) << "</text>\n";
+    h << "<polyline fill=\"none\" stroke=\"" << col << "\" stroke-width=\"2\"";
+    if (*kDashes[i % 8]) h << " stroke-dasharray=\"" << kDashes[i % 8] << "\"";
+    h << " points=\"";
+    if (x0 == 0) h << X(0) << "," << Y(0);
+    for (const auto& c : t.curve)
+      if (c.clients >= lo) h << " " << num(X(c.clients), "%.2f") << "," << num(Y(value(c)), "%.2f");
+    h << "\"><title>" << esc(t.tier) << "</title></polyline>\n";
+    // Markers at about 8 points of the curve (and the last), offset per
+    // series so that coinciding curves show each one's.
+    const int n = hi - lo + 1;
+    const int every = std::max(1, n / 8);
+    for (const auto& c : t.curve) {
+      if (c.clients < lo) continue;
+      int k = c.clients - lo;
+      if (k % every != static_cast<int>(i) % every && c.clients != hi) continue;
+      marker(h, i, X(c.clients), Y(value(c)), col);
+    }
+    h << "\n";
   }
   h << "</svg>\n";
+}
+
+// The legend both charts share: colour, dash and marker per tier.
+void legend(std::ostringstream& h, const Projection& p) {
+  h << "<div class=\"legend\">";
+  for (size_t i = 0; i < p.tiers.size(); ++i) {
+    const char* col = kColours[i % 10];
+    h << "<span><svg width=\"44\" height=\"12\" style=\"display:inline;margin:0\"><line x1=\"2\" x2=\"42\" y1=\"6\" "
+         "y2=\"6\" stroke=\""
+      << col << "\" stroke-width=\"2\"";
+    if (*kDashes[i % 8]) h << " stroke-dasharray=\"" << kDashes[i % 8] << "\"";
+    h << "/>";
+    marker(h, i, 22, 6, col);
+    h << "</svg> " << esc(p.tiers[i].tier) << "</span>";
+  }
+  h << "</div>\n";
 }
 
 void split_chart(std::ostringstream& h, const Projection& p) {
@@ -138,7 +196,7 @@ void split_chart(std::ostringstream& h, const Projection& p) {
     h << "<rect x=\"" << lx << "\" y=\"" << ay + 18 << "\" width=\"12\" height=\"12\" fill=\""
       << part.colour << "\"/><text x=\"" << lx + 16 << "\" y=\"" << ay + 29 << "\" class=\"tick\">"
       << part.name << "</text>\n";
-    lx += 40 + 7.0 * static_cast<double>(std::string(part.name).size());
+    lx += 30 + 6.2 * static_cast<double>(std::string(part.name).size());
   }
   h << "</svg>\n";
 }
@@ -151,14 +209,18 @@ std::string projection_html(const Projection& p, const Profile& profile) {
        "<title>tierlab projection: "
     << esc(p.source) << "</title>\n<style>\n"
        "body{font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;"
-       "margin:2em auto;max-width:780px;color:#222}\n"
-       "h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.8em}\n"
-       "table{border-collapse:collapse;font-size:.9em}th,td{padding:4px 10px;text-align:right;"
-       "border-bottom:1px solid #ddd}th:first-child,td:first-child{text-align:left}\n"
+       "margin:1.5em auto;max-width:1160px;padding:0 1em;color:#222}\n"
+       "h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}\n"
+       "table{border-collapse:collapse;font-size:.82em}th,td{padding:4px 6px;text-align:right;"
+       "border-bottom:1px solid #ddd;white-space:nowrap}th:first-child,td:first-child{text-align:left}\n"
+       "td.left{text-align:left}.range{color:#666;font-size:.85em}\n"
        "svg{font-size:12px;display:block;margin:.5em 0}.tick{fill:#555;font-size:11px}\n"
-       ".note{color:#555;font-size:.85em}code{background:#f3f3f3;padding:0 3px}\n"
+       ".charts{display:flex;flex-wrap:wrap;gap:16px}.charts h2{margin-top:.6em}\n"
+       ".legend{font-size:.9em;display:flex;flex-wrap:wrap;gap:18px}.legend span{white-space:nowrap}\n"
+       ".note{color:#555;font-size:.85em}.lead{font-weight:600}code{background:#f3f3f3;padding:0 3px}\n"
        "</style></head><body>\n";
   h << "<h1>What this workload would do on other storage tiers</h1>\n";
+  if (!p.same_on_every_tier.empty()) h << "<p class=\"lead\">" << esc(p.same_on_every_tier) << ".</p>\n";
   h << "<p>Trace <code>" << esc(p.source) << "</code>: " << profile.transactions
     << " transactions in " << num(profile.duration_s) << " s (" << num(profile.tps)
     << " tps measured), " << profile.templates.size() << " transaction templates, "
@@ -166,17 +228,50 @@ std::string projection_html(const Projection& p, const Profile& profile) {
     << " vCPUs";
   if (p.capture_vcpus != p.vcpus) h << " (" << p.capture_vcpus << " at capture)";
   if (p.memory_bytes > 0) h << ", " << num(p.memory_bytes / 1048576.0, "%.0f") << " MiB memory";
-  h << ".</p>\n";
+  h << ".";
+  if (p.windows > 0)
+    h << " Below each of tps, ratio and latency: its lowest\u2013highest over the capture's " << p.windows
+      << " windows of " << num(p.window_s) << " s, each projected alone.";
+  h << "</p>\n";
+  auto range = [&](const Range& r, double scale, const char* f) {
+    if (p.windows == 0) return std::string();
+    return "<br><span class=\"range\">" + num(r.lo * scale, f) + "\u2013" + num(r.hi * scale, f) + "</span>";
+  };
   h << "<table><tr><th>tier</th><th>tps</th><th>ratio</th><th>latency avg ms</th>"
-       "<th>p99 ms (est.)</th><th>read IOPS</th><th>write IOPS</th><th>bottleneck</th></tr>\n";
-  for (const auto& t : p.tiers)
-    h << "<tr><td>" << esc(t.tier) << "</td><td>" << num(t.tps) << "</td><td>" << num(t.ratio, "%.2fx")
-      << "</td><td>" << num(t.latency_s * 1e3, "%.3f") << "</td><td>" << num(t.p99_s * 1e3, "%.3f")
-      << "</td><td>" << num(t.read_iops, "%.0f") << "</td><td>" << num(t.write_iops, "%.0f")
-      << "</td><td>" << esc(bottleneck_text(t)) << "</td></tr>\n";
+       "<th>p99 ms est.</th><th>read IOPS</th><th>write IOPS</th><th>busiest</th><th>bottleneck</th>"
+       "<th>time goes to</th></tr>\n";
+  for (const auto& t : p.tiers) {
+    h << "<tr><td>" << esc(t.tier) << "</td><td>" << num(t.tps) << range(t.tps_range, 1, "%.1f") << "</td><td>"
+      << num(t.ratio, "%.2fx") << range(t.ratio_range, 1, "%.2f") << "</td><td>" << num(t.latency_s * 1e3, "%.3f")
+      << range(t.latency_range, 1e3, "%.3f") << "</td><td>" << num(t.p99_s * 1e3, "%.3f") << "</td><td>"
+      << num(t.read_iops, "%.0f") << "</td><td>" << num(t.write_iops, "%.0f") << "</td><td>"
+      << esc(busiest_text(t)) << "</td><td>" << esc(bottleneck_text(t)) << "</td><td class=\"left\">"
+      << esc(time_split_text(t, p.cpu_modelled)) << "</td></tr>\n";
+    if (t.burst_iops > 0) {
+      h << "<tr><td colspan=\"10\" class=\"left note\">" << esc(t.tier) << ": burst " << num(t.burst_iops, "%.0f")
+        << " IOPS ";
+      if (t.after_burst.empty()) {
+        h << "throughout: at the projected " << num(t.read_iops + t.write_iops, "%.0f")
+          << " IOPS the credits never run out";
+      } else {
+        const auto& a = t.after_burst.front();
+        double s = t.burst_lasts_s;
+        h << "for " << (s < 120 ? num(s, "%.0f") + " s" : s < 7200 ? num(s / 60, "%.0f") + " min" : num(s / 3600, "%.1f") + " h")
+          << " at the projected rate, then " << num(t.baseline_iops, "%.0f") << " IOPS baseline: " << num(a.tps)
+          << " tps (" << num(a.ratio, "%.2fx") << "), latency " << num(a.latency_s * 1e3, "%.3f") << " ms";
+      }
+      h << "</td></tr>\n";
+    }
+  }
   h << "</table>\n";
-  h << "<h2>Throughput against clients</h2>\n";
-  tps_chart(h, p);
+  h << "<p class=\"note\">Bottleneck: the busiest resource when it is " << num(kSaturated * 100, "%.0f")
+    << "% busy or more, or a cap's bound reached; \"none\" below that.</p>\n";
+  h << "<div class=\"charts\"><div><h2>Throughput against clients</h2>\n";
+  clients_chart(h, p, "transactions per second", "TPS", [](const CurvePoint& c) { return c.tps; });
+  h << "</div><div><h2>Mean latency against clients</h2>\n";
+  clients_chart(h, p, "mean latency, ms", "Mean latency", [](const CurvePoint& c) { return c.latency_s * 1e3; });
+  h << "</div></div>\n";
+  legend(h, p);
   h << "<h2>Where a transaction's time goes (at " << p.clients_hi << " clients)</h2>\n";
   split_chart(h, p);
   h << "<h2>Per transaction</h2>\n<p>CPU "
@@ -190,7 +285,10 @@ std::string projection_html(const Projection& p, const Profile& profile) {
        "one server per vCPU, the tier's I/O latency and parallelism, its IOPS and throughput caps "
        "as rate-limited queues, the captured think time. p99 is a gamma-fit estimate.</p>\n";
   h << "<p>" << esc(capture_tier_line(p)) << ".</p>\n";
-  for (const auto& n : p.notes) h << "<p class=\"note\">note: " << esc(n) << "</p>\n";
+  if (!p.notes.empty()) {
+    h << "<h2>Notes</h2>\n";
+    for (const auto& n : p.notes) h << "<p class=\"note\">" << esc(n) << "</p>\n";
+  }
   h << "</body></html>\n";
   return h.str();
 }

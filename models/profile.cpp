@@ -125,7 +125,7 @@ struct ProfileBuilder::Impl {
       s.nstmt = 0;
       s.fp = 1469598103934665603ull;
       s.text.clear();
-      if (s.last_idle >= 0 && ts >= s.last_idle) {
+      if (s.last_idle >= 0 && ts >= s.last_idle && in_window(ts)) {
         think_sum_s += static_cast<double>(ts - s.last_idle) / kNs;
         ++think_n;
       }
@@ -144,7 +144,7 @@ struct ProfileBuilder::Impl {
   void end_transaction(Session& s, Nanos ts) {
     s.in_tx = false;
     s.last_idle = ts;
-    if (s.nstmt == 0) return;
+    if (s.nstmt == 0 || !in_window(ts)) return;
     s.had_tx = true;
     auto [it, fresh] = template_index.try_emplace(s.fp, static_cast<uint32_t>(templates.size()));
     if (fresh) {
@@ -170,8 +170,15 @@ struct ProfileBuilder::Impl {
     return id;
   }
 
+  bool in_window(Nanos ts) const { return ts >= opts.from_ns && ts < opts.to_ns; }
+
   void add(const trace::Record& r) {
     using namespace trace;
+    // I/O and samples outside the window do not count; session records
+    // always do (a session, or a statement prepared, before the window).
+    if (!in_window(r.ts) && (std::holds_alternative<BlockIo>(r.body) || std::holds_alternative<FileIo>(r.body) ||
+                             std::holds_alternative<Sample>(r.body)))
+      return;
     std::visit(
         [&](const auto& b) {
           using T = std::decay_t<decltype(b)>;
@@ -251,7 +258,7 @@ struct ProfileBuilder::Impl {
     s.nstmt = 0;
     s.fp = 1469598103934665603ull;
     s.text.clear();
-    if (s.last_idle >= 0 && ts >= s.last_idle) {
+    if (s.last_idle >= 0 && ts >= s.last_idle && in_window(ts)) {
       think_sum_s += static_cast<double>(ts - s.last_idle) / kNs;
       ++think_n;
     }
@@ -286,6 +293,8 @@ Profile ProfileBuilder::Impl::finish(const std::string& source) {
     w0 = std::min(w0, t.start);
     w1 = std::max(w1, t.end);
   }
+  p.first_ns = w0;
+  p.last_ns = w1;
   p.duration_s = std::max(1e-9, static_cast<double>(w1 - w0) / kNs);
   p.transactions = txs.size();
   p.statements = statements;

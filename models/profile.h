@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -146,6 +147,11 @@ struct Profile {
   MissCurve mrc;
 
   std::vector<std::string> notes;   // what could not be measured, and why
+
+  // The window the figures are from, on the trace's clock: the first
+  // transaction's start and the last one's end.
+  int64_t first_ns = 0;
+  int64_t last_ns = 0;
 };
 
 struct ProfileOptions {
@@ -153,6 +159,12 @@ struct ProfileOptions {
   // many tracked pages (fixed size) beyond.
   size_t exact_pages = 1 << 20;
   uint32_t page_bytes = 8192;
+  // A window of the trace, [from_ns, to_ns) on the trace's clock: only the
+  // transactions that end in it, the I/O issued in it and the samples taken
+  // in it count (sessions and prepared statements from before it are still
+  // followed). The default is the whole trace.
+  int64_t from_ns = std::numeric_limits<int64_t>::min();
+  int64_t to_ns = std::numeric_limits<int64_t>::max();
 };
 
 // Builds a profile from records in trace order (roughly: sources may
@@ -180,6 +192,58 @@ Profile profile_file(const std::string& path, ProfileOptions opts = {});
 // Normalises one statement: literals -> '?', whitespace collapsed, lower case
 // outside quoted identifiers.
 std::string fingerprint_sql(std::string_view sql);
+
+// --- windows: how steady a capture is (models/windows.cpp) --------------------
+//
+// A capture is split into equal windows of time; each is profiled on its
+// own, and the spread of the key inputs over them says how far a projection
+// from the capture can be trusted.
+
+// Each window needs this many transactions and seconds; by default a capture
+// is split into kDefaultWindows when it is long enough for that (fewer when
+// not, none below two).
+inline constexpr uint64_t kMinWindowTransactions = 200;
+inline constexpr double kMinWindowSeconds = 2.0;
+inline constexpr int kDefaultWindows = 4;
+// An input whose highest window value exceeds its lowest by more than this
+// factor makes the capture unsteady.
+inline constexpr double kUnsteadyFactor = 1.5;
+
+// How many windows of at least kMinWindowTransactions and kMinWindowSeconds
+// the capture holds (at most `want`); 0 when fewer than 2.
+int windows_for(const Profile& whole, int want = kDefaultWindows);
+
+// Profiles each of `n` equal windows of [whole.first_ns, whole.last_ns]
+// (one pass over the trace). A window without a completed transaction is
+// left out.
+std::vector<Profile> profile_windows(const std::string& path, const Profile& whole, int n,
+                                     ProfileOptions opts = {});
+
+struct Spread {
+  std::string input;  // "TPS", "WAL flush latency", "device reads per transaction"
+  double lo = 0, hi = 0;
+  std::string unit;   // "", " ms"
+  bool unsteady = false;
+};
+
+struct Steadiness {
+  int windows = 0;
+  double window_s = 0;
+  bool too_short = false;   // fewer than kDefaultWindows windows fit
+  std::vector<Spread> spreads;
+  bool unsteady() const;
+  // One line per problem ("warning: ..."), empty when steady.
+  std::vector<std::string> warnings(const Profile& whole) const;
+};
+
+Steadiness steadiness(const Profile& whole, const std::vector<Profile>& windows);
+
+// The windows' spreads ("steadiness over 4 windows of 3.0 s: TPS 980.1–1012.3,
+// ...") and a "warning: " line per problem.
+void print_steadiness(std::ostream& out, const Profile& whole, const Steadiness& s);
+// profile_json with a "steadiness" object: windows, window_s, too_short,
+// unsteady, spreads, warnings.
+std::string profile_json(const Profile& p, const Steadiness& s, int indent = 2);
 
 void print_profile(std::ostream& out, const Profile& p);
 std::string profile_json(const Profile& p, int indent = 2);

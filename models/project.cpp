@@ -323,6 +323,32 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// `projected` has a burst tier's burst phase before its baseline (see
+// project()): folds the two into one, the burst's figures with the
+// baseline's after them, and how long the credits last at the burst's rate.
+void fold_bursts(std::vector<TierProjection>& projected, const std::vector<Tier>& tiers) {
+  std::vector<TierProjection> out;
+  size_t i = 0;
+  for (const auto& t : tiers) {
+    if (!t.burst.enabled()) {
+      out.push_back(std::move(projected[i++]));
+      continue;
+    }
+    TierProjection burst = std::move(projected[i++]);
+    TierProjection baseline = std::move(projected[i++]);
+    burst.burst_iops = t.total_iops > 0 ? std::min(t.total_iops, t.burst.burst_iops) : t.burst.burst_iops;
+    burst.baseline_iops = t.burst.refill_iops;
+    burst.burst_credits = t.burst.credits;
+    // Every counted I/O takes a credit and credits come back at the
+    // baseline rate: the bucket drains at the difference.
+    const double drain = burst.read_iops + burst.write_iops - t.burst.refill_iops;
+    burst.burst_lasts_s = drain > 0 ? t.burst.credits / drain : std::numeric_limits<double>::infinity();
+    if (drain > 0) burst.after_burst.push_back(std::move(baseline));
+    out.push_back(std::move(burst));
+  }
+  projected = std::move(out);
+}
+
 }  // namespace
 
 double mean_latency_s(const Latency& l) {
@@ -530,7 +556,26 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   if (!p.has_cpu)
     out.notes.push_back("no CPU samples: the CPU is not modelled as a resource; its time is in 'other'");
 
+  if (d.reads == 0 && d.writes == 0 && d.flushes == 0 && d.bg_reads == 0 && d.bg_writes == 0)
+    out.same_on_every_tier =
+        std::string("every tier is the same by construction: ") +
+        (p.has_block_io ? "the trace's transactions did no device I/O"
+                        : "the trace has no device I/O (capture with block I/O, e.g. `capture run`, to tell tiers apart)") +
+        ", so nothing the model computes depends on the tier";
+  // A tier with a burst bucket is projected twice: at its burst rate (the
+  // bucket starts full) and, after it, at its baseline (build() takes a
+  // bucket's refill rate as the sustained cap).
+  std::vector<Tier> phases;
   for (const auto& t : tiers) {
+    if (t.burst.enabled()) {
+      Tier b = t;
+      b.burst = {};
+      b.total_iops = t.total_iops > 0 ? std::min(t.total_iops, t.burst.burst_iops) : t.burst.burst_iops;
+      phases.push_back(std::move(b));
+    }
+    phases.push_back(t);
+  }
+  for (const auto& t : phases) {
     auto s = solve(d, t, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped,
                    out.clients_hi);
     const auto& net = s.net;
@@ -613,28 +658,31 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     }
     tp.p99_s = gamma_p99(tp.latency_s, var);
     if (at_cap) {
-      tp.bottleneck = cap_name;
-      tp.bottleneck_utilisation = 1.0;
+      tp.busiest = cap_name;
+      tp.busiest_utilisation = 1.0;
     } else {
       // The busiest station that serves anything (the CPU without samples,
       // or the storage without device I/O, has no demand: it is no
-      // resource), or the busiest cap; with none, the clients.
+      // resource), or the busiest cap.
       double best = -1;
-      tp.bottleneck = "clients";
       for (size_t i = 0; i < net.stations.size(); ++i) {
         const auto& st = net.stations[i];
         if (st.demand_s <= 0 || (st.kind != StationKind::Queue && st.kind != StationKind::Multi)) continue;
         if (pt.utilisation[i] > best) {
-          best = tp.bottleneck_utilisation = pt.utilisation[i];
-          tp.bottleneck = st.name;
+          best = tp.busiest_utilisation = pt.utilisation[i];
+          tp.busiest = st.name;
         }
       }
       for (const auto& c : net.caps)
         if (c.utilisation(x, cycles) > std::max(best, 0.0)) {
           best = c.utilisation(x, cycles);
-          tp.bottleneck = c.name;
-          tp.bottleneck_utilisation = best;
+          tp.busiest = c.name;
+          tp.busiest_utilisation = best;
         }
+    }
+    if (at_cap || tp.busiest_utilisation >= kSaturated) {
+      tp.bottleneck = tp.busiest;
+      tp.bottleneck_utilisation = tp.busiest_utilisation;
     }
     for (int n = 1; n <= out.clients_hi; ++n) {
       double xn = 0, rn = 0;
@@ -644,8 +692,12 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     }
     out.tiers.push_back(std::move(tp));
   }
+  fold_bursts(out.tiers, tiers);
   double base = out.tiers.front().tps;
-  for (auto& t : out.tiers) t.ratio = base > 0 ? t.tps / base : 0;
+  for (auto& t : out.tiers) {
+    t.ratio = base > 0 ? t.tps / base : 0;
+    for (auto& a : t.after_burst) a.ratio = base > 0 ? a.tps / base : 0;
+  }
   return out;
 }
 
@@ -664,13 +716,43 @@ std::string capture_tier_line(const Projection& p) {
   return s;
 }
 
+namespace {
+std::string duration_text(double s) {
+  if (!std::isfinite(s)) return "ever";
+  if (s < 120) return fmt("%.0f s", s);
+  if (s < 2 * 3600) return fmt("%.0f min", s / 60);
+  return fmt("%.1f h", s / 3600);
+}
+}  // namespace
+
+std::string busiest_text(const TierProjection& t) {
+  if (t.busiest.empty()) return "-";  // nothing has demand: no utilisation to give
+  return t.busiest + fmt(" %.0f%%", t.busiest_utilisation * 100);
+}
+
 std::string bottleneck_text(const TierProjection& t) {
-  if (t.bottleneck == "clients") return t.bottleneck;  // nothing busy: no utilisation to give
+  if (t.bottleneck.empty()) return "none";
   return t.bottleneck + fmt(" %.0f%%", t.bottleneck_utilisation * 100);
+}
+
+std::string time_split_text(const TierProjection& t, bool cpu_modelled) {
+  const double total = t.split.cpu_s + t.split.storage_s + t.split.other_s;
+  if (total <= 0) return "-";
+  std::vector<std::pair<double, const char*>> parts = {{t.split.storage_s, "storage wait"},
+                                                       {t.split.other_s, "other"}};
+  if (cpu_modelled) parts.insert(parts.begin() + 1, {t.split.cpu_s, "cpu"});
+  std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string s;
+  for (const auto& [v, name] : parts) {
+    if (!s.empty()) s += ", ";
+    s += std::string(name) + fmt(" %.0f%%", 100 * v / total);
+  }
+  return s;
 }
 
 void print_projection(std::ostream& out, const Projection& p) {
   out << "trace: " << p.source << "\n";
+  if (!p.same_on_every_tier.empty()) out << p.same_on_every_tier << "\n";
   out << "per transaction: cpu " << (p.cpu_modelled ? fmt("%.3f ms", p.cpu_s_per_tx * 1e3) : "not sampled (in other)")
       << ", device reads " << fmt("%.3f", p.reads_per_tx);
   if (p.read_factor != 1.0) out << " (x" << fmt("%.3f", p.read_factor) << " for memory)";
@@ -696,15 +778,54 @@ void print_projection(std::ostream& out, const Projection& p) {
     out << " (the capture took " << fmt("%.2f", p.capture_cores) << " of them: projected without it)";
   if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
   out << "\n\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "%-22s %10s %8s %11s %11s %9s %9s %9s  %s\n", "tier", "tps", "ratio",
-                "lat avg ms", "lat p99 ms", "read/s", "write/s", "flush/tx", "bottleneck");
+  char line[512];
+  if (p.windows > 0)
+    out << "in brackets: lowest\u2013highest of the capture's " << p.windows << " windows of "
+        << fmt("%.1f s", p.window_s) << " each, projected alone\n";
+  // With windows, tps, ratio and mean latency carry their ranges.
+  const bool w = p.windows > 0;
+  std::snprintf(line, sizeof line, "%-22s %*s %*s %*s %11s %9s %9s %9s  %-22s %s\n", "tier", w ? 24 : 10, "tps",
+                w ? 20 : 8, "ratio", w ? 25 : 11, "lat avg ms", "lat p99 ms", "read/s", "write/s", "flush/tx",
+                "busiest", "bottleneck");
   out << line;
   for (const auto& t : p.tiers) {
-    std::snprintf(line, sizeof line, "%-22s %10.1f %7.2fx %11.3f %11.3f %9.0f %9.0f %9.3f  %s\n",
-                  t.tier.c_str(), t.tps, t.ratio, t.latency_s * 1e3, t.p99_s * 1e3, t.read_iops,
-                  t.write_iops, t.flushes_per_tx, bottleneck_text(t).c_str());
+    std::string tps = fmt("%.1f", t.tps), ratio = fmt("%.2fx", t.ratio), lat = fmt("%.3f", t.latency_s * 1e3);
+    if (w) {
+      tps += " (" + fmt("%.1f", t.tps_range.lo) + "\u2013" + fmt("%.1f", t.tps_range.hi) + ")";
+      ratio += " (" + fmt("%.2f", t.ratio_range.lo) + "\u2013" + fmt("%.2f", t.ratio_range.hi) + ")";
+      lat += " (" + fmt("%.3f", t.latency_range.lo * 1e3) + "\u2013" + fmt("%.3f", t.latency_range.hi * 1e3) + ")";
+    }
+    // The en dash is 3 bytes and one column.
+    auto pad = [&](const std::string& v, int width) {
+      int cols = static_cast<int>(v.size()) - (w ? 2 : 0);
+      return std::string(static_cast<size_t>(std::max(0, width - cols)), ' ') + v;
+    };
+    std::snprintf(line, sizeof line, "%-22s %s %s %s %11.3f %9.0f %9.0f %9.3f  %-22s %s\n", t.tier.c_str(),
+                  pad(tps, w ? 24 : 10).c_str(), pad(ratio, w ? 20 : 8).c_str(), pad(lat, w ? 25 : 11).c_str(),
+                  t.p99_s * 1e3, t.read_iops, t.write_iops, t.flushes_per_tx, busiest_text(t).c_str(),
+                  bottleneck_text(t).c_str());
     out << line;
+  }
+  for (const auto& t : p.tiers) {
+    if (t.burst_iops <= 0) continue;
+    out << t.tier << ": burst " << fmt("%.0f", t.burst_iops) << " IOPS ";
+    if (t.after_burst.empty()) {
+      out << "throughout: at the projected " << fmt("%.0f", t.read_iops + t.write_iops)
+          << " IOPS the credits never run out (" << fmt("%.0f", t.baseline_iops) << " IOPS baseline)\n";
+      continue;
+    }
+    const auto& a = t.after_burst.front();
+    out << "for " << duration_text(t.burst_lasts_s) << " at the projected rate ("
+        << fmt("%.0f", t.read_iops + t.write_iops) << " IOPS on " << fmt("%.3g", t.burst_credits)
+        << " credits), then " << fmt("%.0f", t.baseline_iops) << " IOPS baseline: " << fmt("%.1f", a.tps)
+        << " tps (" << fmt("%.2fx", a.ratio) << "), latency " << fmt("%.3f ms", a.latency_s * 1e3)
+        << ", bottleneck " << bottleneck_text(a) << "\n";
+  }
+  out << "\nwhere a transaction's time goes at " << p.clients_hi << " clients (bottleneck: a resource "
+      << fmt("%.0f%%", kSaturated * 100) << " busy or more, or a cap's bound reached):\n";
+  for (const auto& t : p.tiers) {
+    std::snprintf(line, sizeof line, "%-22s ", t.tier.c_str());
+    out << line << time_split_text(t, p.cpu_modelled) << "\n";
   }
   if (p.clients_lo < p.clients_hi) {
     out << "\ntps by clients:\n";
@@ -731,9 +852,22 @@ void print_projection(std::ostream& out, const Projection& p) {
   for (const auto& n : p.notes) out << "note: " << n << "\n";
 }
 
+namespace {
+// Shares of the mean response time, as time_split_text gives them.
+nlohmann::json time_share(const TierProjection& t, bool cpu_modelled) {
+  const double total = t.split.cpu_s + t.split.storage_s + t.split.other_s;
+  auto share = [&](double v) { return total > 0 ? nlohmann::json(v / total) : nlohmann::json(); };
+  return {{"cpu", cpu_modelled ? share(t.split.cpu_s) : nlohmann::json()},
+          {"storage", share(t.split.storage_s)},
+          {"other", share(t.split.other_s)}};
+}
+}  // namespace
+
 std::string projection_json(const Projection& p, int indent) {
   nlohmann::json j;
   j["source"] = p.source;
+  j["windows"] = {{"count", p.windows}, {"seconds", p.window_s}};
+  j["same_on_every_tier"] = p.same_on_every_tier.empty() ? nlohmann::json() : nlohmann::json(p.same_on_every_tier);
   j["clients"] = {p.clients_lo, p.clients_hi};
   j["vcpus"] = p.vcpus;
   j["capture_vcpus"] = p.capture_vcpus;
@@ -776,12 +910,36 @@ std::string projection_json(const Projection& p, int indent) {
                   {"write_iops", t.write_iops},
                   {"bytes_per_s", t.bytes_per_s},
                   {"wal_flushes_per_tx", t.flushes_per_tx},
-                  {"bottleneck", t.bottleneck},
-                  {"bottleneck_utilisation", t.bottleneck_utilisation},
+                  {"busiest", t.busiest.empty() ? nlohmann::json() : nlohmann::json(t.busiest)},
+                  {"busiest_utilisation", t.busiest_utilisation},
+                  {"bottleneck", t.bottleneck.empty() ? nlohmann::json() : nlohmann::json(t.bottleneck)},
+                  {"bottleneck_utilisation", t.bottleneck.empty() ? nlohmann::json() : nlohmann::json(t.bottleneck_utilisation)},
+                  {"time_share", time_share(t, p.cpu_modelled)},
                   {"time_ms", {{"cpu", p.cpu_modelled ? nlohmann::json(t.split.cpu_s * 1e3) : no_cpu},
                                {"storage", t.split.storage_s * 1e3},
                                {"other", t.split.other_s * 1e3}, {"think", t.split.think_s * 1e3}}},
                   {"curve", c}});
+    if (p.windows > 0)
+      tj.back()["windows"] = {{"tps", {t.tps_range.lo, t.tps_range.hi}},
+                              {"ratio", {t.ratio_range.lo, t.ratio_range.hi}},
+                              {"latency_avg_ms", {t.latency_range.lo * 1e3, t.latency_range.hi * 1e3}}};
+    if (t.burst_iops > 0) {
+      nlohmann::json b = {{"burst_iops", t.burst_iops},
+                          {"baseline_iops", t.baseline_iops},
+                          {"credits", t.burst_credits},
+                          {"lasts_s", std::isfinite(t.burst_lasts_s) ? nlohmann::json(t.burst_lasts_s) : nlohmann::json()}};
+      if (!t.after_burst.empty()) {
+        const auto& a = t.after_burst.front();
+        b["after_burst"] = {{"tps", a.tps},
+                            {"ratio", a.ratio},
+                            {"latency_avg_ms", a.latency_s * 1e3},
+                            {"latency_p99_ms", a.p99_s * 1e3},
+                            {"read_iops", a.read_iops},
+                            {"write_iops", a.write_iops},
+                            {"bottleneck", a.bottleneck.empty() ? nlohmann::json() : nlohmann::json(a.bottleneck)}};
+      }
+      tj.back()["burst"] = b;
+    }
   }
   j["notes"] = p.notes;
   return j.dump(indent);

@@ -38,8 +38,9 @@
 //             is exceeded, so a cap is not a queue: below the bound the
 //             network runs as if uncapped; where the uncapped network would
 //             exceed it, throughput is the bound and the clients beyond wait
-//             for tokens (response time N/X - Z). A burst bucket projects
-//             the sustained (refill) rate.
+//             for tokens (response time N/X - Z). A burst bucket is
+//             projected twice: at its burst rate while credits last (the
+//             tier's headline figures), then at its refill rate (baseline).
 //   queued  — delay station: the time the transaction's I/Os waited before
 //             their issue at capture (block-layer queueing), kept on every
 //             tier unless the capture ran at its own tier's cap: that wait
@@ -111,6 +112,11 @@ struct CurvePoint {
   double latency_s = 0;
 };
 
+// Lowest and highest over a capture's windows.
+struct Range {
+  double lo = 0, hi = 0;
+};
+
 struct TierProjection {
   std::string tier;
   std::string description;
@@ -124,14 +130,30 @@ struct TierProjection {
   double write_iops = 0;
   double bytes_per_s = 0;
   double flushes_per_tx = 0; // WAL flushes per transaction at this throughput
-  // The busiest resource: "cpu", "storage", "IOPS cap", ...; "clients" when
-  // the network has none with any demand (no CPU samples, no device I/O):
-  // throughput then follows the clients' own cycle (think time + other).
+  // The busiest resource: "cpu", "storage", "IOPS cap", ...; "" when the
+  // network has none with any demand (no CPU samples, no device I/O).
+  std::string busiest;
+  double busiest_utilisation = 0;
+  // The busiest resource when it is near saturation (utilisation at least
+  // kSaturated, or a cap's bound reached), else "": nothing then limits
+  // throughput but the clients' own cycle, and the time split says where a
+  // transaction's time goes.
   std::string bottleneck;
   double bottleneck_utilisation = 0;
   double ratio = 1;          // tps / the first tier's tps
   TimeSplit split;
   std::vector<CurvePoint> curve;  // 1..clients_hi (index = clients - 1)
+  // A tier with a burst bucket (gp2): the figures above are the burst's,
+  // while credits last (the tier starts with them all); `after_burst` holds
+  // the figures at the baseline once they are gone, when they run out at
+  // the projected rate (empty when they never do).
+  double burst_iops = 0;      // 0: no burst bucket
+  double baseline_iops = 0;
+  double burst_credits = 0;
+  double burst_lasts_s = 0;   // at the projected rate; infinity: never run out
+  std::vector<TierProjection> after_burst;
+  // Over the capture's windows (add_windows): each window projected alone.
+  Range tps_range, ratio_range, latency_range;
 };
 
 struct Projection {
@@ -183,6 +205,14 @@ struct Projection {
   double captured_tps = 0;
   double modelled_capture_tps = 0;
   std::vector<TierProjection> tiers;
+  // Set when the workload asks nothing of the storage (a trace without
+  // device I/O): every tier then projects the same by construction, and
+  // this says why.
+  std::string same_on_every_tier;
+  // Windows the capture was split into for the ranges (0: none), and their
+  // mean length.
+  int windows = 0;
+  double window_s = 0;
   std::vector<std::string> notes;
 };
 
@@ -190,6 +220,12 @@ struct Projection {
 // memory size the curve cannot answer for, ...).
 Projection project(const Profile& profile, const std::vector<Tier>& tiers,
                    const ProjectOptions& opts);
+
+// Projects each window of the capture (profile_windows) with `p`'s client
+// range and vCPUs, and sets every tier's ranges: the spread a projection
+// from a part of the capture has. Fewer than 2 windows: nothing.
+void add_windows(Projection& p, const std::vector<Profile>& windows, const std::vector<Tier>& tiers,
+                 const ProjectOptions& opts);
 
 // Mean of a latency distribution as the shaper draws it, seconds.
 double mean_latency_s(const Latency& l);
@@ -199,7 +235,16 @@ double mean_latency_s(const Latency& l);
 std::string capture_tier_line(const Projection& p);
 
 // A tier's bottleneck as the reports print it: "storage 83%", or "clients".
+// Utilisation from which the busiest resource is named the bottleneck.
+inline constexpr double kSaturated = 0.9;
+
+// As the reports print them: the busiest resource "cpu 36%" ("-" for none),
+// the bottleneck "IOPS cap 100%" ("none" below kSaturated), and where a
+// transaction's time goes, "storage wait 40%, cpu 25%, other 35%" (shares of the
+// mean response time, largest first).
+std::string busiest_text(const TierProjection& t);
 std::string bottleneck_text(const TierProjection& t);
+std::string time_split_text(const TierProjection& t, bool cpu_modelled);
 
 void print_projection(std::ostream& out, const Projection& p);
 std::string projection_json(const Projection& p, int indent = 2);

@@ -68,12 +68,14 @@ TEST_CASE("project: without CPU samples profile and project both put the CPU's t
   INFO(r.out << r.err);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("cpu not sampled (in other)") != std::string::npos);
+  // No device I/O: the tiers cannot differ, and the second line says so.
+  CHECK(r.out.find("trace: " + trace + "\nevery tier is the same by construction: the trace has no device I/O") == 0);
   CHECK(r.out.find("cpu 0.000 ms") == std::string::npos);
   CHECK(r.out.find("its time is in 'other'") != std::string::npos);
   // Nothing the network serves has any demand: the clients set the pace,
   // not a CPU that is not modelled.
   CHECK(r.out.find(" cpu 0%") == std::string::npos);
-  CHECK(r.out.find("  clients\n") != std::string::npos);
+  CHECK(r.out.find(" -                      none\n") != std::string::npos);
 
   auto j = run_tierlab({"project", trace, "--tier", "nvme-local", "--json", "-"});
   REQUIRE(j.status == 0);
@@ -81,7 +83,9 @@ TEST_CASE("project: without CPU samples profile and project both put the CPU's t
   CHECK(pj["per_transaction"]["cpu_ms"].is_null());
   CHECK(pj["tiers"][0]["time_ms"]["cpu"].is_null());
   CHECK(pj["per_transaction"]["other_ms"].get<double>() > 0.9);
-  CHECK(pj["tiers"][0]["bottleneck"] == "clients");
+  CHECK(pj["tiers"][0]["bottleneck"].is_null());
+  CHECK(pj["tiers"][0]["busiest"].is_null());
+  CHECK(pj["same_on_every_tier"].get<std::string>().rfind("every tier is the same by construction", 0) == 0);
 }
 
 TEST_CASE("project: --json - and --html - write to stdout, and output paths are checked first",
@@ -133,4 +137,24 @@ TEST_CASE("project: --json - and --html - write to stdout, and output paths are 
   auto m = run_tierlab({"project", dir.file("missing.tlt"), "--tier", "nvme-local", "--json", out});
   CHECK(m.status == 2);
   CHECK_FALSE(exists(out));
+}
+
+TEST_CASE("project: 0 for --vcpus, --memory or --capture-memory is refused, naming the flag",
+          "[project][cli]") {
+  TempDir dir;
+  std::string trace = dir.file("proxy.tlt");
+  write_proxy_trace(trace);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--vcpus", "0"}, {"--vcpus", "-3"}, {"--memory", "0"}, {"--memory", "0GB"}, {"--capture-memory", "0"}};
+  for (const auto& [flag, value] : bad) {
+    auto r = run_tierlab({"project", trace, "--tier", "nvme-local", flag, value});
+    INFO(flag << " " << value << ": " << r.out << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.find(flag + ":") != std::string::npos);
+  }
+  // Left out, each is as captured.
+  auto ok = run_tierlab({"project", trace, "--tier", "nvme-local", "--vcpus", "2"});
+  CHECK(ok.status == 0);
 }

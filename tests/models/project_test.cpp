@@ -6,6 +6,7 @@
 #include "common/error.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <sstream>
@@ -187,7 +188,7 @@ TEST_CASE("project: without CPU samples the CPU is no resource and its time is i
   CHECK(pr.tiers[0].latency_s == Approx(p.latency.mean_s).epsilon(1e-6));
   CHECK(pr.other_s > 0.0012 - 2 * 0.0002 - 1e-9);
   // The busiest resource is the storage, never a CPU with no demand.
-  CHECK(pr.tiers[0].bottleneck == "storage");
+  CHECK(pr.tiers[0].busiest == "storage");
   std::ostringstream text;
   print_projection(text, pr);
   CHECK(text.str().find("cpu not sampled (in other)") != std::string::npos);
@@ -200,8 +201,10 @@ TEST_CASE("project: without CPU samples the CPU is no resource and its time is i
   p.reads_per_tx = 0;
   p.read_bytes_per_tx = 0;
   auto none = project(p, {t}, o);
-  CHECK(none.tiers[0].bottleneck == "clients");
-  CHECK(bottleneck_text(none.tiers[0]) == "clients");
+  CHECK(none.tiers[0].busiest.empty());
+  CHECK(busiest_text(none.tiers[0]) == "-");
+  CHECK(none.tiers[0].bottleneck.empty());
+  CHECK(bottleneck_text(none.tiers[0]) == "none");
   CHECK(none.tiers[0].tps == Approx(4 / (0.0012 + 0.001)).epsilon(1e-6));
 }
 
@@ -217,8 +220,10 @@ TEST_CASE("project: an IOPS cap bounds throughput and is the bottleneck", "[proj
   CHECK(capped.tps <= 500.0 * (1 + 1e-9));
   CHECK(capped.tps == Approx(500).epsilon(0.02));
   CHECK(capped.bottleneck == "IOPS cap");
+  CHECK(bottleneck_text(capped) == "IOPS cap 100%");
   CHECK(capped.read_iops == Approx(2 * capped.tps));
-  CHECK(free.bottleneck == "cpu");
+  CHECK(free.bottleneck == "cpu");  // 64 clients on 2 vCPUs: saturated
+  CHECK(free.bottleneck_utilisation >= kSaturated);
   CHECK(free.tps == Approx(2 / 0.0005).epsilon(0.05));
   CHECK(capped.ratio == Approx(capped.tps / free.tps));
   REQUIRE(capped.curve.size() == 64);
@@ -431,4 +436,87 @@ TEST_CASE("project: p99 of an exponential response is ln(100) times its mean", "
   slow.read = {LatencyDist::Lognormal, 100000, 50000000};
   auto pq = project(q, {slow}, o);
   CHECK(pq.tiers[0].p99_s > pq.tiers[0].latency_s);
+}
+
+TEST_CASE("project: a resource is the bottleneck only near saturation and the time split says where the time goes",
+          "[project]") {
+  // 4 clients, 0.5 ms of CPU on 2 vCPUs, 2 reads of 2 ms each: the CPU is
+  // the busiest resource but far from saturated, and storage wait is most of
+  // a transaction's time.
+  Profile p = base_profile();
+  Tier slow = fixed_tier("slow", 2, 0);
+  auto pr = project(p, {slow}, ProjectOptions{});
+  const auto& t = pr.tiers[0];
+  CHECK(t.busiest == "cpu");
+  CHECK(t.busiest_utilisation > 0.05);
+  CHECK(t.busiest_utilisation < kSaturated);
+  CHECK(t.bottleneck.empty());
+  CHECK(bottleneck_text(t) == "none");
+  CHECK(busiest_text(t).rfind("cpu ", 0) == 0);
+  const std::string split = time_split_text(t, true);
+  INFO(split);
+  CHECK(split.rfind("storage wait ", 0) == 0);  // largest first
+  CHECK(split.find("cpu ") != std::string::npos);
+  CHECK(split.find("other ") != std::string::npos);
+  CHECK(t.split.storage_s / t.latency_s > 0.6);
+
+  std::ostringstream text;
+  print_projection(text, pr);
+  INFO(text.str());
+  CHECK(text.str().find("where a transaction's time goes at 4 clients") != std::string::npos);
+  CHECK(text.str().find("slow                   storage wait ") != std::string::npos);
+  CHECK(text.str().find(busiest_text(t) + " ") != std::string::npos);
+  CHECK(text.str().find(" none\n") != std::string::npos);
+  auto j = nlohmann::json::parse(projection_json(pr));
+  CHECK(j["tiers"][0]["bottleneck"].is_null());
+  CHECK(j["tiers"][0]["busiest"] == "cpu");
+  CHECK(j["tiers"][0]["time_share"]["storage"].get<double>() == Approx(t.split.storage_s / t.latency_s));
+}
+
+TEST_CASE("project: a burst tier is projected at its burst while credits last, then at its baseline",
+          "[project]") {
+  Profile p = base_profile();  // 2 reads per transaction, CPU-bound near 4,000 tps
+  ProjectOptions o;
+  o.clients_hi = 16;
+  Tier gp2 = load_catalog("").get("ebs-gp2-100g");
+  REQUIRE(gp2.burst.enabled());
+  REQUIRE(gp2.burst.burst_iops == 3000);
+  REQUIRE(gp2.burst.refill_iops == 300);
+  auto pr = project(p, {fixed_tier("free", 0.2, 0), gp2}, o);
+  const auto& t = pr.tiers[1];
+  // While credits last: 3,000 IOPS / 2 reads = 1,500 tps.
+  CHECK(t.tps == Approx(1500).epsilon(0.01));
+  CHECK(t.burst_iops == 3000);
+  CHECK(t.baseline_iops == 300);
+  CHECK(t.bottleneck == "IOPS cap");
+  // The bucket drains at 3,000 - 300 counted I/Os per second.
+  CHECK(t.burst_lasts_s == Approx(gp2.burst.credits / (t.read_iops + t.write_iops - 300)));
+  CHECK(t.burst_lasts_s == Approx(5.4e6 / 2700).epsilon(0.01));
+  REQUIRE(t.after_burst.size() == 1);
+  const auto& a = t.after_burst.front();
+  CHECK(a.tps == Approx(150).epsilon(0.01));
+  CHECK(a.ratio == Approx(a.tps / pr.tiers[0].tps));
+  CHECK(t.ratio == Approx(t.tps / pr.tiers[0].tps));
+
+  std::ostringstream text;
+  print_projection(text, pr);
+  INFO(text.str());
+  CHECK(text.str().find("ebs-gp2-100g: burst 3000 IOPS for 33 min at the projected rate") != std::string::npos);
+  CHECK(text.str().find("then 300 IOPS baseline: 150.0 tps") != std::string::npos);
+  auto j = nlohmann::json::parse(projection_json(pr));
+  CHECK(j["tiers"][1]["burst"]["lasts_s"].get<double>() == Approx(t.burst_lasts_s));
+  CHECK(j["tiers"][1]["burst"]["after_burst"]["tps"].get<double>() == Approx(a.tps));
+
+  // A workload under the baseline never runs out of credits: one figure.
+  p.reads_per_tx = 0.01;
+  p.read_bytes_per_tx = 0.01 * 8192;
+  o.clients_hi = 1;
+  auto light = project(p, {gp2}, o);
+  CHECK(light.tiers[0].read_iops < 300);
+  CHECK(std::isinf(light.tiers[0].burst_lasts_s));
+  CHECK(light.tiers[0].after_burst.empty());
+  std::ostringstream lt;
+  print_projection(lt, light);
+  CHECK(lt.str().find("the credits never run out") != std::string::npos);
+  CHECK(nlohmann::json::parse(projection_json(light))["tiers"][0]["burst"]["lasts_s"].is_null());
 }
