@@ -26,12 +26,11 @@
 #include <liburing.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <cassert>
 #include <cerrno>
 #include <cstdio>
@@ -51,9 +50,6 @@ constexpr uint32_t kBufCount = 1024;       // per loop, a power of two
 constexpr uint32_t kHighWater = 64 * 1024; // queued bytes that stop a direction's source
 constexpr uint16_t kGroup = 0;             // provided buffer group id
 constexpr long kSendWaitNs = 1'000'000;    // see Loop::run
-
-constexpr unsigned kSetupFlags =
-    IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_CQSIZE;
 
 // user_data: a session pointer (16-aligned) with the operation in the low
 // bits, or one of the small constants below.
@@ -111,41 +107,13 @@ struct alignas(16) Session {
 
 Direction dir_of(int f) { return f == 0 ? Direction::Frontend : Direction::Backend; }
 
-// Creates a ring with the loop's flags (disabled until the loop's thread
-// enables it, so that thread is its single issuer) and registers the
-// provided buffer ring. Returns 0 or -errno, naming the failed step.
-int setup_ring(io_uring& ring, io_uring_buf_ring*& br, bool disabled, const char** step) {
-  io_uring_params p{};
-  p.flags = kSetupFlags | (disabled ? IORING_SETUP_R_DISABLED : 0);
-  p.cq_entries = kCqEntries;
-  int rc = io_uring_queue_init_params(kRingEntries, &ring, &p);
-  if (rc < 0) {
-    *step = "io_uring_setup with single issuer and deferred task work (Linux 6.1 or later)";
-    return rc;
-  }
-  const size_t bytes = sizeof(io_uring_buf) * kBufCount;
-  void* mem = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_ANONYMOUS | MAP_PRIVATE, -1, 0);
-  if (mem == MAP_FAILED) {
-    rc = -errno;
-    io_uring_queue_exit(&ring);
-    *step = "mmap of the provided buffer ring";
-    return rc;
-  }
-  br = static_cast<io_uring_buf_ring*>(mem);
-  io_uring_buf_reg reg{};
-  reg.ring_addr = reinterpret_cast<uint64_t>(mem);
-  reg.ring_entries = kBufCount;
-  reg.bgid = kGroup;
-  rc = io_uring_register_buf_ring(&ring, &reg, 0);
-  if (rc < 0) {
-    munmap(mem, bytes);
-    br = nullptr;
-    io_uring_queue_exit(&ring);
-    *step = "registering a provided buffer ring (Linux 5.19 or later)";
-    return rc;
-  }
-  io_uring_buf_ring_init(br);
-  return 0;
+RingOptions ring_options(bool disabled) {
+  RingOptions o;
+  o.entries = kRingEntries;
+  o.cq_entries = kCqEntries;
+  o.single_task = true;
+  o.disabled = disabled;
+  return o;
 }
 
 class Loop final : public EventLoop {
@@ -153,28 +121,23 @@ class Loop final : public EventLoop {
   Loop(Shared& px, int tcp_fd, RecordSink& sink)
       : px_(px), sink_(sink), tcp_fd_(tcp_fd),
         aux_bytes_(std::max<uint32_t>(16 * 1024, px.limits.max_startup + 1024)) {
-    const char* step = "";
-    int rc = setup_ring(ring_, br_, true, &step);
-    if (rc < 0) {
+    try {
+      ring_.emplace(ring_options(true));
+      br_.emplace(*ring_, kGroup, kBufCount, kBufSize);
+    } catch (const RuntimeError& e) {
       if (tcp_fd_ >= 0) ::close(tcp_fd_);
-      throw RuntimeError(std::string("capture proxy: ") + step + ": " + std::strerror(-rc));
+      throw RuntimeError(std::string("capture proxy: ") + e.what());
     }
-    bufs_.reset(new uint8_t[static_cast<size_t>(kBufCount) * kBufSize]);
     piece_len_.assign(kBufCount, 0);
     piece_next_.assign(kBufCount, kNone);
-    for (uint32_t i = 0; i < kBufCount; ++i)
-      io_uring_buf_ring_add(br_, bufs_.get() + static_cast<size_t>(i) * kBufSize, kBufSize,
-                            static_cast<unsigned short>(i), io_uring_buf_ring_mask(kBufCount),
-                            static_cast<int>(i));
-    io_uring_buf_ring_advance(br_, static_cast<int>(kBufCount));
     closing_.reserve(256);
     starved_.reserve(256);
     for (int i = 0; i < 16; ++i) grow();
   }
 
   ~Loop() override {
-    io_uring_queue_exit(&ring_);
-    if (br_) munmap(br_, sizeof(io_uring_buf) * kBufCount);
+    br_.reset();
+    ring_.reset();
     for (auto& s : pool_)
       for (int& fd : s->fd)
         if (fd >= 0) ::close(fd);
@@ -182,15 +145,11 @@ class Loop final : public EventLoop {
   }
 
   void run() override {
-    // (liburing 2.3 declares io_uring_enable_rings but does not export it.)
-    int rc = static_cast<int>(
-        ::syscall(__NR_io_uring_register, ring_.ring_fd, IORING_REGISTER_ENABLE_RINGS, nullptr, 0));
+    int rc = ring_->enable();
     if (rc < 0) {
-      std::fprintf(stderr, "tierlab: capture proxy: enabling the io_uring: %s\n", std::strerror(errno));
+      std::fprintf(stderr, "tierlab: capture proxy: enabling the io_uring: %s\n", std::strerror(-rc));
       return;
     }
-    // Spares the descriptor lookup in every io_uring_enter; optional.
-    (void)io_uring_register_ring_fd(&ring_);
     if (tcp_fd_ >= 0) arm_accept(tcp_fd_, kAcceptTcp);
     if (px_.unix_fd >= 0) arm_accept(px_.unix_fd, kAcceptUnix);
     io_uring_sqe* e = sqe();
@@ -200,7 +159,7 @@ class Loop final : public EventLoop {
     while (!stopping_) {
       give_back_now();
       if (sends_ == 0) {
-        rc = io_uring_submit_and_wait(&ring_, 1);
+        rc = io_uring_submit_and_wait(ring_->get(), 1);
       } else {
         // Sends to a socket with room complete during the submission and
         // post their completions at once: wait for those plus one event, so
@@ -209,7 +168,7 @@ class Loop final : public EventLoop {
         // that (it only happens under back-pressure).
         __kernel_timespec ts{0, kSendWaitNs};
         io_uring_cqe* cqe = nullptr;
-        rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1 + sends_, &ts, nullptr);
+        rc = io_uring_submit_and_wait_timeout(ring_->get(), &cqe, 1 + sends_, &ts, nullptr);
       }
       sends_ = 0;
       if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) {
@@ -222,7 +181,7 @@ class Loop final : public EventLoop {
     // Take what already arrived (a Terminate, a last reply) before ending
     // the sessions still open.
     give_back_now();
-    io_uring_submit_and_get_events(&ring_);
+    io_uring_submit_and_get_events(ring_->get());
     reap();
     end_round();
     while (live_) close_session(live_, EndReason::CaptureEnd);
@@ -232,7 +191,7 @@ class Loop final : public EventLoop {
       give_back_now();
       __kernel_timespec ts{0, 10'000'000};
       io_uring_cqe* cqe = nullptr;
-      io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &ts, nullptr);
+      io_uring_submit_and_wait_timeout(ring_->get(), &cqe, 1, &ts, nullptr);
       reap();
       end_round();
     }
@@ -243,13 +202,10 @@ class Loop final : public EventLoop {
   RecordSink& sink_;
   int tcp_fd_;
   const uint32_t aux_bytes_;
-  io_uring ring_{};
-  io_uring_buf_ring* br_ = nullptr;
-  std::unique_ptr<uint8_t[]> bufs_;
+  std::optional<Ring> ring_;
+  std::optional<BufRing> br_;
   std::vector<uint32_t> piece_len_;   // per provided buffer: bytes it holds
   std::vector<int32_t> piece_next_;   // per provided buffer: next in its queue
-  uint32_t held_ = 0;                 // buffers the kernel filled, not yet given back
-  int returns_ = 0;                   // given back, not yet published to the kernel
   bool stopping_ = false;
   unsigned sends_ = 0;  // sends queued in this round
   std::vector<std::unique_ptr<Session>> pool_;
@@ -267,30 +223,20 @@ class Loop final : public EventLoop {
 
   static uint64_t tag(Session* s, Op op) { return reinterpret_cast<uint64_t>(s) | op; }
 
-  io_uring_sqe* sqe() {
-    io_uring_sqe* e = io_uring_get_sqe(&ring_);
-    while (!e) {  // the submission queue is full: hand it to the kernel
-      io_uring_submit(&ring_);
-      e = io_uring_get_sqe(&ring_);
-    }
-    return e;
-  }
+  io_uring_sqe* sqe() { return ring_->sqe(); }
 
   // --- provided buffers -------------------------------------------------------
 
-  uint8_t* buf(int32_t id) { return bufs_.get() + static_cast<size_t>(id) * kBufSize; }
+  uint8_t* buf(int32_t id) { return br_->data(static_cast<uint32_t>(id)); }
 
   void give_back(int32_t id) {
-    assert(id >= 0 && held_ > 0);
-    io_uring_buf_ring_add(br_, buf(id), kBufSize, static_cast<unsigned short>(id),
-                          io_uring_buf_ring_mask(kBufCount), returns_++);
-    --held_;
+    assert(id >= 0 && br_->held() > 0);
+    br_->give_back(static_cast<uint32_t>(id));
   }
 
   void give_back_now() {
-    if (returns_ == 0) return;
-    io_uring_buf_ring_advance(br_, returns_);
-    returns_ = 0;
+    if (!br_->returns()) return;
+    br_->publish();
     // Receives that stopped for want of buffers start again.
     if (!starved_.empty()) {
       for (Session* s : starved_)
@@ -366,7 +312,7 @@ class Loop final : public EventLoop {
         return;
     }
     if (fl.bytes >= kHighWater) return;  // the send completion re-arms it
-    if (held_ >= kBufCount && returns_ == 0) {
+    if (br_->held() >= kBufCount && !br_->returns()) {
       fl.starved = true;
       starved_.push_back(s);
       return;
@@ -386,11 +332,11 @@ class Loop final : public EventLoop {
     unsigned head;
     unsigned n = 0;
     io_uring_cqe* cqe;
-    io_uring_for_each_cqe(&ring_, head, cqe) {
+    io_uring_for_each_cqe(ring_->get(), head, cqe) {
       ++n;
       dispatch(cqe->user_data, cqe->res, cqe->flags);
     }
-    io_uring_cq_advance(&ring_, n);
+    io_uring_cq_advance(ring_->get(), n);
   }
 
   void dispatch(uint64_t ud, int res, unsigned flags) {
@@ -495,7 +441,7 @@ class Loop final : public EventLoop {
     int32_t id = kNone;
     if (flags & IORING_CQE_F_BUFFER) {
       id = static_cast<int32_t>(flags >> IORING_CQE_BUFFER_SHIFT);
-      ++held_;
+      br_->taken();
     }
     if (!(flags & IORING_CQE_F_MORE)) {
       --s->inflight;
@@ -754,18 +700,14 @@ class Loop final : public EventLoop {
 }  // namespace
 
 std::string uring_unsupported() {
-  io_uring ring{};
-  io_uring_buf_ring* br = nullptr;
-  const char* step = "";
-  int rc = setup_ring(ring, br, false, &step);
-  if (rc < 0) return std::string(step) + ": " + std::strerror(-rc);
-  std::string missing = uring_missing_op(
-      ring, {{IORING_OP_RECV, "recv"}, {IORING_OP_SEND, "send"}, {IORING_OP_ACCEPT, "accept"},
-             {IORING_OP_CONNECT, "connect"}, {IORING_OP_ASYNC_CANCEL, "async cancel"}, {IORING_OP_POLL_ADD, "poll"}});
-  io_uring_unregister_buf_ring(&ring, kGroup);
-  munmap(br, sizeof(io_uring_buf) * kBufCount);
-  io_uring_queue_exit(&ring);
-  return missing;
+  return uring_missing({.ext_arg = false,
+                        .buf_ring = true,
+                        .ops = {{IORING_OP_RECV, "recv"},
+                                {IORING_OP_SEND, "send"},
+                                {IORING_OP_ACCEPT, "accept"},
+                                {IORING_OP_CONNECT, "connect"},
+                                {IORING_OP_ASYNC_CANCEL, "async cancel"},
+                                {IORING_OP_POLL_ADD, "poll"}}});
 }
 
 std::unique_ptr<EventLoop> make_uring_loop(Shared& px, int tcp_fd, RecordSink& sink) {

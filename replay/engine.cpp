@@ -102,11 +102,13 @@ constexpr unsigned kRingEntries = 1024;
 // One thread submits and reaps; completions are posted when it waits. The
 // completion queue holds a receive's answer for 8192 sessions at once
 // (beyond, the kernel keeps them until there is room).
-io_uring_params ring_params() {
-  io_uring_params p{};
-  p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_SUBMIT_ALL | IORING_SETUP_CQSIZE;
-  p.cq_entries = 8192;
-  return p;
+RingOptions ring_options() {
+  RingOptions o;
+  o.entries = kRingEntries;
+  o.cq_entries = 8192;
+  o.single_task = true;
+  o.submit_all = true;
+  return o;
 }
 // A directly driven session's receive buffer. Messages the engine only
 // skips (rows, row descriptions, COPY data) may be any size; one it reads
@@ -210,7 +212,6 @@ class Worker {
   }
   ~Worker() {
     // Operations in flight point into the slots' buffers: end them first.
-    if (ring_on_) io_uring_queue_exit(&ring_);
     for (Slot& s : slots_)
       if (s.conn) PQfinish(s.conn);
     if (ep_ >= 0) close(ep_);
@@ -274,9 +275,11 @@ class Worker {
   // single-issuer). What the loop needs of the kernel was checked before
   // the workers started (uring_unsupported).
   void start_ring() {
-    io_uring_params p = ring_params();
-    if (int rc = io_uring_queue_init_params(kRingEntries, &ring_, &p); rc < 0)
-      throw RuntimeError(errno_message("replay: io_uring: setting up a worker's ring", -rc));
+    try {
+      ring_.emplace(ring_options());
+    } catch (const RuntimeError& e) {
+      throw RuntimeError(std::string("replay: io_uring: setting up a worker's ring: ") + e.what());
+    }
     ring_on_ = true;
     arm_epoll();
   }
@@ -331,10 +334,10 @@ class Worker {
   // waits for the first completion or the timeout.
 
   io_uring_sqe* sqe() {
-    io_uring_sqe* q = io_uring_get_sqe(&ring_);
+    io_uring_sqe* q = io_uring_get_sqe(ring());
     if (!q) {
-      io_uring_submit(&ring_);
-      q = io_uring_get_sqe(&ring_);
+      io_uring_submit(ring());
+      q = io_uring_get_sqe(ring());
       if (!q) throw RuntimeError("io_uring: no submission queue entry free");
     }
     return q;
@@ -351,13 +354,13 @@ class Worker {
   void wait_ring(Nanos wait, epoll_event* evs) {
     int rc;
     if (wait == 0) {
-      rc = io_uring_submit_and_get_events(&ring_);
+      rc = io_uring_submit_and_get_events(ring());
     } else {
       __kernel_timespec ts{};
       ts.tv_sec = wait / 1000000000;
       ts.tv_nsec = wait % 1000000000;
       io_uring_cqe* cqe = nullptr;
-      rc = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, wait > 0 ? &ts : nullptr, nullptr);
+      rc = io_uring_submit_and_wait_timeout(ring(), &cqe, 1, wait > 0 ? &ts : nullptr, nullptr);
     }
     if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN)
       throw RuntimeError(errno_message("io_uring wait", -rc));
@@ -366,13 +369,13 @@ class Worker {
     bool epoll_ready = false;
     // Completions are handled after the CQ is advanced past them: a handler
     // may submit (a cancel, a full SQ), which must not see them again.
-    io_uring_for_each_cqe(&ring_, head, cqe) {
+    io_uring_for_each_cqe(ring(), head, cqe) {
       if (seen == kMaxCqes) break;
       cqes_[seen].user_data = cqe->user_data;
       cqes_[seen].res = cqe->res;
       ++seen;
     }
-    io_uring_cq_advance(&ring_, seen);
+    io_uring_cq_advance(ring(), seen);
     for (unsigned i = 0; i < seen; ++i) {
       uint64_t ud = cqes_[i].user_data;
       if (ud == kEpollTag) epoll_ready = true;
@@ -495,7 +498,7 @@ class Worker {
       // The connection thread closes the socket, and may open another
       // with its number at once: a receive or send still queued here
       // names the socket by number, so it goes to the kernel first.
-      if (s.recv_armed || s.send_inflight) io_uring_submit(&ring_);
+      if (s.recv_armed || s.send_inflight) io_uring_submit(ring());
     } else if (s.fd >= 0) {
       epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
     }
@@ -1171,8 +1174,9 @@ class Worker {
   int tfd_ = -1;  // the timeout's timerfd, where epoll_pwait2 is missing
   // The io_uring loop (Options::io), set up by run() on the worker's thread.
   static constexpr unsigned kMaxCqes = 256;
-  io_uring ring_{};
+  std::optional<Ring> ring_;
   bool ring_on_ = false;
+  io_uring* ring() { return ring_->get(); }
   struct Cqe {
     uint64_t user_data;
     int res;
@@ -1270,18 +1274,12 @@ void preflight(const Options& opts, const ConnParams& p) {
 // Why the io_uring loop cannot run here ("" when it can): a ring as the
 // workers set one up, and the operations they use.
 std::string uring_unsupported() {
-  io_uring ring{};
-  io_uring_params p = ring_params();
-  if (int rc = io_uring_queue_init_params(kRingEntries, &ring, &p); rc < 0)
-    return errno_message("io_uring_queue_init (single issuer, deferred task work)", -rc);
-  std::string missing = !(p.features & IORING_FEAT_EXT_ARG)
-                            ? "io_uring_enter has no timeout argument (IORING_FEAT_EXT_ARG)"
-                            : uring_missing_op(ring, {{IORING_OP_RECV, "recv"},
-                                                      {IORING_OP_SEND, "send"},
-                                                      {IORING_OP_POLL_ADD, "poll"},
-                                                      {IORING_OP_ASYNC_CANCEL, "async cancel"}});
-  io_uring_queue_exit(&ring);
-  return missing;
+  return uring_missing({.ext_arg = true,
+                        .buf_ring = false,
+                        .ops = {{IORING_OP_RECV, "recv"},
+                                {IORING_OP_SEND, "send"},
+                                {IORING_OP_POLL_ADD, "poll"},
+                                {IORING_OP_ASYNC_CANCEL, "async cancel"}}});
 }
 
 Report run(const Workload& w, const Options& opts, std::ostream* progress) {
