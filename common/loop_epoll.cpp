@@ -74,24 +74,12 @@ class EpollLoop final : public LoopCommon {
     update(c);
   }
 
-  void send(uint32_t c, int32_t buf, uint32_t len) override {
-    enqueue(conns_[c], buf, len);
-    flush(c);
-  }
-  void send_ext(uint32_t c, const uint8_t* p, uint32_t len) override {
-    Conn& k = conns_[c];
-    k.ext = p;
-    k.ext_len = len;
-    enqueue(k, kExt, len);
-    flush(c);
-  }
-
   void connect(uint32_t c, const sockaddr* addr, socklen_t len) override {
     Conn& k = conns_[c];
     int rc = ::connect(k.fd, addr, len);
     if (rc == 0) {
       post({LoopEv::Connected, 0, c});
-      flush(c);
+      push(c);
       update(c);
       return;
     }
@@ -212,13 +200,13 @@ class EpollLoop final : public LoopCommon {
       if (getsockopt(k.fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
       k.connecting = false;
       post({LoopEv::Connected, -err, c});
-      if (err == 0) flush(c);
+      if (err == 0) push(c);
       update(c);
       return;
     }
     if ((events & EPOLLOUT) && k.blocked) {
       k.blocked = false;
-      flush(c);
+      push(c);
       if (k.state != Slot::Open) return;
     }
     if (events & EPOLLIN) {
@@ -232,7 +220,7 @@ class EpollLoop final : public LoopCommon {
       k.events = 0;
       if (k.blocked) {
         k.blocked = false;
-        flush(c);
+        push(c);
       }
       update(c);
     }
@@ -261,7 +249,7 @@ class EpollLoop final : public LoopCommon {
   }
 
   // Sends what c's queue holds until it is empty or the socket is full.
-  void flush(uint32_t c) {
+  void push(uint32_t c) override {
     Conn& k = conns_[c];
     if (k.connecting || k.blocked || k.state != Slot::Open) return;
     uint32_t sent = 0;

@@ -54,6 +54,18 @@ class LoopCommon : public Loop {
   uint64_t& user(uint32_t c) override { return conns_[c].user; }
   uint32_t queued(uint32_t c) const override { return conns_[c].bytes; }
 
+  void send(uint32_t c, int32_t buf, uint32_t len) final {
+    enqueue(conns_[c], buf, len);
+    push(c);
+  }
+  void send_ext(uint32_t c, const uint8_t* p, uint32_t len) final {
+    Conn& k = conns_[c];
+    k.ext = p;
+    k.ext_len = len;
+    enqueue(k, kExt, len);
+    push(c);
+  }
+
  protected:
   LoopOptions opts_;
   std::vector<Conn> conns_;
@@ -140,6 +152,9 @@ class LoopCommon : public Loop {
     k.head = k.tail = kNone;
     k.off = k.bytes = 0;
   }
+
+  // Starts sending c's queue, as far as the backend can now.
+  virtual void push(uint32_t c) = 0;
 
   void post(const LoopEvent& e) { pending_.push_back(e); }
 

@@ -96,18 +96,6 @@ class UringLoop final : public LoopCommon {
     }
   }
 
-  void send(uint32_t c, int32_t buf, uint32_t len) override {
-    enqueue(conns_[c], buf, len);
-    kick(c);
-  }
-  void send_ext(uint32_t c, const uint8_t* p, uint32_t len) override {
-    Conn& k = conns_[c];
-    k.ext = p;
-    k.ext_len = len;
-    enqueue(k, kExt, len);
-    kick(c);
-  }
-
   void connect(uint32_t c, const sockaddr* addr, socklen_t len) override {
     Conn& k = conns_[c];
     k.connecting = true;
@@ -200,7 +188,7 @@ class UringLoop final : public LoopCommon {
   }
 
   // Starts the send of c's oldest piece, unless one is in flight.
-  void kick(uint32_t c) {
+  void push(uint32_t c) override {
     Conn& k = conns_[c];
     if (k.sending || k.head == kNone || k.connecting || k.state != Slot::Open) return;
     io_uring_sqe* e = ring_->sqe();
@@ -298,7 +286,7 @@ class UringLoop final : public LoopCommon {
         k.connecting = false;
         ev = LoopEvent{LoopEv::Connected, res, c};
         if (res == 0) {
-          kick(c);
+          push(c);
           maybe_arm(c);
         }
         return true;
@@ -357,7 +345,7 @@ class UringLoop final : public LoopCommon {
       return true;
     }
     if (res > 0) advance(k, static_cast<uint32_t>(res));
-    kick(c);
+    push(c);
     ev = LoopEvent{LoopEv::Sent, res, c};
     return true;
   }
