@@ -25,12 +25,13 @@ const char* flags_name(unsigned flags) {
 Ring::Ring(const RingOptions& o) {
   unsigned base = (o.submit_all ? IORING_SETUP_SUBMIT_ALL : 0) | (o.disabled ? IORING_SETUP_R_DISABLED : 0) |
                   (o.cq_entries ? IORING_SETUP_CQSIZE : 0);
+  const unsigned flag = o.taskrun_flag ? IORING_SETUP_TASKRUN_FLAG : 0;
   unsigned tries[3];
   int ntries = 0;
   if (o.single_task) {
-    tries[ntries++] = base | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+    tries[ntries++] = base | IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | flag;
     if (o.fallback) {
-      tries[ntries++] = base | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+      tries[ntries++] = base | IORING_SETUP_COOP_TASKRUN | flag;
       tries[ntries++] = base;
     }
   } else {

@@ -34,6 +34,11 @@ struct RingOptions {
   // With single_task: where the kernel refuses those flags, fall back to
   // COOP_TASKRUN, then to a plain ring, instead of failing.
   bool fallback = false;
+  // With single_task: TASKRUN_FLAG, so that work_pending() can tell when
+  // completions wait for this thread. liburing then enters the kernel to
+  // flush them whenever the flag is up, so loops that always wait in
+  // io_uring_enter anyway leave it off.
+  bool taskrun_flag = false;
   bool submit_all = false;  // SUBMIT_ALL: a failed submission does not stop the batch
   // R_DISABLED: the ring is created on one thread and enabled (enable())
   // on the one that uses it, which becomes its single issuer.
@@ -70,7 +75,8 @@ class Ring {
 
   // True when completions are waiting to be posted to the CQ ring until
   // this thread enters the kernel (io_uring_get_events, or any wait): task
-  // work under DEFER/COOP_TASKRUN, or an overflowed CQ ring.
+  // work under DEFER/COOP_TASKRUN (on a ring made with taskrun_flag), or an
+  // overflowed CQ ring.
   bool work_pending() const {
     unsigned f = __atomic_load_n(ring_.sq.kflags, __ATOMIC_ACQUIRE);
     return (f & (IORING_SQ_TASKRUN | IORING_SQ_CQ_OVERFLOW)) != 0;

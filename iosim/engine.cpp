@@ -283,6 +283,7 @@ void Engine::setup_ring() {
   ro.entries = entries;
   ro.single_task = true;
   ro.fallback = true;
+  ro.taskrun_flag = true;
   ro.submit_all = true;
   ring_ = std::make_unique<Ring>(ro);
   io_uring* ring = ring_->get();
