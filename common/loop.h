@@ -25,9 +25,9 @@
 // before.
 //
 // A TLS stage fits between the loop and a session (see Stage below): it
-// takes the Data events' ciphertext buffers and gives the session plaintext,
-// and turns the session's plaintext into ciphertext pieces that it queues
-// with send_ext, so TLS is written once for both backends.
+// takes the Data events' ciphertext and gives the session plaintext, and
+// turns the session's plaintext into ciphertext that the owner queues with
+// send_ext, so TLS is written once for both backends.
 #pragma once
 
 #include <sys/socket.h>
@@ -121,23 +121,28 @@ std::string loop_uring_missing();
 
 // The seam for a TLS stage between a connection's buffers and its session.
 // tierlab has no stage yet: the proxy's sessions read the loop's buffers
-// directly. One object per connection; on every backend the same code runs:
-//  - ciphertext(p, n): bytes of a Data event; returns the plaintext they
-//    complete (possibly none) into `out`, the session then reads it as if it
-//    had come from the socket;
-//  - plaintext(p, n): bytes the session wants sent; the stage appends the
-//    records to its own output, which the owner queues with send_ext and
-//    frees on Sent.
-// A stage owns its buffers, sized at session start (OpenSSL memory BIOs).
+// directly. One stage per connection, the same code on every backend
+// (OpenSSL with memory BIOs, buffers sized at session start):
+//  - a Data event's ciphertext goes to decrypt(), and the buffer is released;
+//    the plaintext it completes goes to the session as if it had come from
+//    the socket (into a buffer of the session's, or of the loop's);
+//  - the session's plaintext goes to encrypt() instead of send();
+//  - output() is the ciphertext waiting to leave (handshake records, alerts,
+//    encrypted data): the owner queues it with send_ext after each call
+//    above, and reports what the Sent event says went out with sent().
 class Stage {
  public:
   virtual ~Stage() = default;
-  // Plaintext decrypted from n ciphertext bytes: written to out (cap bytes)
-  // and its length returned; -1 when the peer broke the protocol.
-  virtual int64_t ciphertext(const uint8_t* p, uint32_t n, uint8_t* out, uint32_t cap) = 0;
-  // Ciphertext for n plaintext bytes, written to out (cap bytes); its
-  // length, or -1.
-  virtual int64_t plaintext(const uint8_t* p, uint32_t n, uint8_t* out, uint32_t cap) = 0;
+  // Takes n bytes received; writes up to cap bytes of plaintext to out and
+  // returns their number; -1 when the peer broke the protocol.
+  virtual int64_t decrypt(const uint8_t* p, uint32_t n, uint8_t* out, uint32_t cap) = 0;
+  // Encrypts n bytes of the session's into output(); false on failure.
+  virtual bool encrypt(const uint8_t* p, uint32_t n) = 0;
+  // Ciphertext not yet queued: its bytes and length (0: none). Valid until
+  // the next call on the stage.
+  virtual const uint8_t* output(uint32_t* len) = 0;
+  // n bytes of output() went out.
+  virtual void sent(uint32_t n) = 0;
 };
 
 }  // namespace tierlab
