@@ -1,36 +1,9 @@
 // Sessions driven through non-blocking libpq (TLS and GSS-encrypted ones,
-// and every session with --wire libpq), and the result bookkeeping the
+// and every session with Options::direct off), and the result bookkeeping the
 // direct sessions share (replay/worker.h).
 #include "replay/worker.h"
 
 namespace tierlab::replay::detail {
-
-void Worker::watch(uint32_t slot, bool out) {
-  Slot& s = slots_[slot];
-  int fd = PQsocket(s.conn);
-  uint32_t want = EPOLLIN | (out ? EPOLLOUT : 0u);
-  s.want_out = out;
-  if (fd != s.fd) {
-    if (s.fd >= 0) epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
-    s.fd = -1;
-    if (fd < 0) return;
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.u64 = slot;
-    if (epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) == 0) {
-      s.fd = fd;
-      s.events = want;
-    }
-    return;
-  }
-  if (want != s.events && s.fd >= 0) {
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.u64 = slot;
-    epoll_ctl(ep_, EPOLL_CTL_MOD, s.fd, &ev);
-    s.events = want;
-  }
-}
 
 bool Worker::send_execute(PGconn* c, const Op& op) {
   return PQsendQueryPrepared(c, op.name, op.nparams, plan_.param_values.data() + op.params,

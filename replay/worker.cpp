@@ -212,6 +212,33 @@ void Worker::move(Slot& s, Event e) {
   s.state = next;
 }
 
+void Worker::watch(uint32_t slot, bool out) {
+  Slot& s = slots_[slot];
+  int fd = PQsocket(s.conn);
+  uint32_t want = EPOLLIN | (out ? EPOLLOUT : 0u);
+  s.want_out = out;
+  if (fd != s.fd) {
+    if (s.fd >= 0) epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
+    s.fd = -1;
+    if (fd < 0) return;
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.u64 = slot;
+    if (epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) == 0) {
+      s.fd = fd;
+      s.events = want;
+    }
+    return;
+  }
+  if (want != s.events && s.fd >= 0) {
+    epoll_event ev{};
+    ev.events = want;
+    ev.data.u64 = slot;
+    epoll_ctl(ep_, EPOLL_CTL_MOD, s.fd, &ev);
+    s.events = want;
+  }
+}
+
 void Worker::finish_slot(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
   if (on_ring(s)) {
