@@ -15,13 +15,13 @@
 // closed; other sessions carry on. A malformed or oversized message from
 // either side closes that session with one line on stderr.
 //
-// Threads: `threads` event loops, each with its own epoll (or io_uring when
-// asked; see capture/proxy_loop.h), listeners
+// Threads: `threads` event loops (common/loop.h: io_uring, or epoll; see
+// capture/proxy_loop.h), each with its own listeners
 // (SO_REUSEPORT for TCP; the unix socket is shared) and sessions. The
 // default is one loop per two cores: the proxy usually shares the machine
 // with the server or the clients, and one loop forwards for many sessions.
 // Session objects, receive buffers and decoders are allocated up front or
-// pooled per thread and reused, so steady-state forwarding and recording
+// pooled per loop and reused, so steady-state forwarding and recording
 // allocate nothing.
 #pragma once
 
@@ -49,7 +49,9 @@ struct ProxyOptions {
   std::string io = "auto";
   uint32_t max_message = 1u << 30;        // largest message accepted
   size_t queue_bytes = 8u << 20;          // record queue per thread
-  size_t buffer_bytes = 32u << 10;        // forwarding buffer per direction
+  // Bytes queued per direction (received, not yet sent on) at which the
+  // proxy stops reading that direction's source until they drain.
+  size_t buffer_bytes = 64u << 10;
   // zstd level of the trace; 0: uncompressed. Level 1, where sniff uses -3:
   // the proxy's CPU goes to forwarding, and its level made no measurable
   // difference to it, while level 1 keeps pgbench traces a sixth smaller.

@@ -1,14 +1,13 @@
 // Private to capture/: what the capture proxy's event loops share.
 //
 // A loop owns its sessions (client connection, upstream connection, one
-// SessionDecoder each) and runs on one thread. Two implementations:
-//  - io_uring (capture/proxy_uring.cpp), the default ("auto") where the
-//    kernel has what it needs (see Proxy::Proxy for why): multishot
-//    receives into a ring of provided buffers, sends queued as submissions
-//    and handed to the kernel together with the wait, in one io_uring_enter
-//    per round;
-//  - epoll (capture/proxy_epoll.cpp), elsewhere or on request (--io epoll):
-//    recv/send/epoll_wait.
+// SessionDecoder each) and runs on one thread. Its session policy
+// (capture/proxy_session.cpp) is written once over common/loop.h, whose
+// backend is chosen once (Proxy::Proxy says why "auto" picks io_uring):
+//  - io_uring: multishot receives into a ring of provided buffers, sends
+//    queued as submissions and handed to the kernel together with the wait,
+//    in one io_uring_enter per round;
+//  - epoll: recv/send/epoll_wait.
 // Both forward every byte unchanged and feed the same bytes to the decoder.
 #pragma once
 
@@ -68,7 +67,8 @@ class EventLoop {
 };
 
 // tcp_fd: this loop's own TCP listener (SO_REUSEPORT), -1 for none; the loop
-// owns it. Records go to `sink`, used from the loop's thread only.
+// owns it. Records go to `sink`, used from the loop's thread only. The two
+// differ only in the backend of their common/loop.h.
 std::unique_ptr<EventLoop> make_epoll_loop(Shared& px, int tcp_fd, RecordSink& sink);
 std::unique_ptr<EventLoop> make_uring_loop(Shared& px, int tcp_fd, RecordSink& sink);
 

@@ -2,7 +2,8 @@
 
 #include "common/error.h"
 #include "common/realtime.h"
-#include "iosim/uring_ring.h"
+#include "common/clock.h"
+#include "common/uring.h"
 
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -20,9 +21,25 @@
 
 namespace tierlab::iosim {
 
-using detail::mono_ns;
-
 namespace {
+
+Nanos mono_ns() { return clock_ns(CLOCK_MONOTONIC); }
+
+// Sleeps until the absolute CLOCK_MONOTONIC time `ns`.
+void sleep_until(int64_t ns) {
+  timespec ts;
+  ts.tv_sec = ns / 1000000000;
+  ts.tv_nsec = ns % 1000000000;
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+// A pause for spin loops: lets a sibling hardware thread run.
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 
 constexpr unsigned kReapBatch = 64;
 // A wait shorter than this is spun rather than slept.
@@ -187,7 +204,7 @@ class Engine {
   uint64_t align_ = 1;
   uint32_t block_ = 0;  // bytes per slot buffer
   void* arena_ = nullptr;
-  std::unique_ptr<detail::Ring> ring_;
+  std::unique_ptr<Ring> ring_;
   WakeMargin wake_;
   Nanos slept_for_ = 0;            // the deadline the last sleep or spin was for
   std::vector<Slot> slots_;
@@ -271,7 +288,13 @@ void Engine::open_target() {
 void Engine::setup_ring() {
   unsigned entries = 8;
   while (entries < o_.iodepth) entries <<= 1;
-  ring_ = std::make_unique<detail::Ring>(entries, true);
+  RingOptions ro;
+  ro.entries = entries;
+  ro.single_task = true;
+  ro.fallback = true;
+  ro.taskrun_flag = true;
+  ro.submit_all = true;
+  ring_ = std::make_unique<Ring>(ro);
   io_uring* ring = ring_->get();
 
   io_uring_probe* probe = io_uring_get_probe_ring(ring);
@@ -581,7 +604,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       if (inflight_ + pending_ > 0) {
         inflight_ += pending_;
         pending_ = 0;
-        __kernel_timespec ts = detail::to_kts(std::max<Nanos>(wake_at - mono_ns(), 1));
+        __kernel_timespec ts = to_kts(std::max<Nanos>(wake_at - mono_ns(), 1));
         io_uring_cqe* cqe = nullptr;
         int rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, nullptr);
         if (rc == -ETIME) {
@@ -590,7 +613,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
           check_submit(rc);
         }
       } else {
-        detail::sleep_until(wake_at);
+        sleep_until(wake_at);
         if (!partial) wake_.observe(mono_ns() - wake_at);
       }
       if (!partial) slept_for_ = next_due;
@@ -602,7 +625,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       }
       if (pending_) submit_pending();
       else if (inflight_ && ring_->work_pending()) check_submit(io_uring_get_events(ring));
-      detail::cpu_relax();
+      cpu_relax();
     }
 
     // 4. Reap a batch.
@@ -708,7 +731,8 @@ void fill_pattern(uint8_t* buf, uint64_t off, uint32_t len, uint64_t seed) {
 }
 
 void probe_io_uring() {
-  detail::Ring ring(8);
+  RingOptions ro;
+  Ring ring(ro);
   io_uring_probe* probe = io_uring_get_probe_ring(ring.get());
   if (!probe) throw RuntimeError("io_uring: the kernel has no IORING_REGISTER_PROBE (needs Linux 5.6+)");
   io_uring_free_probe(probe);

@@ -1,0 +1,148 @@
+// One event loop for tierlab's network code, with two backends chosen once
+// (make_loop): io_uring where the kernel has what it needs, epoll elsewhere
+// or on request (the caller says which). What a session does with the bytes (the capture
+// proxy's policy: capture/proxy_session.cpp) is written once above it.
+//
+// A Loop runs on one thread and owns its connections: a connection is a
+// slot index (also the io_uring user_data, with the operation in the low
+// bits), never a pointer. Its operations:
+//  - receive: recv(c, true) delivers what arrives as Data events, each one
+//    buffer of a pool the loop owns (on io_uring: a ring of provided buffers,
+//    multishot receives; on epoll: recv into a free buffer). recv(c, false)
+//    stops it (back-pressure). A receive that finds no free buffer waits,
+//    inside the loop, until one is released.
+//  - send: send(c, buf) queues a received buffer on another connection
+//    (forwarding without a copy; the buffer is released once sent);
+//    send_ext(c, p, n) queues bytes the caller owns (one such piece per
+//    connection, valid until its Sent event). Sends of one connection go
+//    out in order; each completion is a Sent event.
+//  - connect(c, addr): a Connected event, res 0 or -errno.
+//  - timer: wait() returns when an event is ready or its timeout has passed.
+// One round of wait() hands every queued send and receive to the kernel and
+// waits in the same call (one io_uring_enter, or one epoll_wait after the
+// sends). The hot path allocates nothing: buffers, slots and the event array
+// are sized at start and grow only when more connections are open than ever
+// before.
+//
+// A TLS stage fits between the loop and a session (see Stage below): it
+// takes the Data events' ciphertext and gives the session plaintext, and
+// turns the session's plaintext into ciphertext that the owner queues with
+// send_ext, so TLS is written once for both backends.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tierlab {
+
+enum class LoopEv : uint8_t {
+  Accept,     // tag: the listener's; res: the new socket (non-blocking), or -errno
+  Data,       // conn, buf, data, len: bytes received; the buffer is the caller's until sent or released
+  Eof,        // conn: the peer closed (res 0) or the socket failed (-errno); no more Data
+  Sent,       // conn: the oldest queued piece, or part of it, went out; queued() is what is left
+  SendError,  // conn: a send failed (res -errno); the queue is dropped
+  Connected,  // conn: res 0, or -errno
+  Wake,       // tag: a watched descriptor became readable (once per watch())
+};
+
+struct LoopEvent {
+  LoopEv kind;
+  int32_t res = 0;
+  uint32_t conn = 0;
+  int32_t buf = -1;
+  uint32_t len = 0;
+  uint8_t* data = nullptr;
+  uint64_t tag = 0;
+};
+
+struct LoopOptions {
+  uint32_t buffers = 1024;      // receive buffers per loop, a power of two
+  uint32_t buffer_size = 16384; // bytes each
+  uint32_t connections = 32;    // slots made at start; more are made when needed
+};
+
+class Loop {
+ public:
+  virtual ~Loop() = default;
+
+  // Registrations, made before the first wait(): a listener (non-blocking)
+  // whose accepted
+  // sockets come as Accept events, and a descriptor whose readability comes
+  // as one Wake event. `tag` is any value above 0.
+  // `shared`: other loops listen on fd too (epoll wakes one of them).
+  virtual void listen(int fd, uint64_t tag, bool shared) = 0;
+  virtual void watch(int fd, uint64_t tag) = 0;
+
+  // A connection slot for socket fd (non-blocking), which the loop now owns.
+  virtual uint32_t open(int fd) = 0;
+  // Shuts the socket down, stops its operations and drops its queue; the
+  // slot and the descriptor are reused once the kernel is done with them.
+  // No event for c is returned after close(c).
+  virtual void close(uint32_t c) = 0;
+  virtual int fd(uint32_t c) const = 0;
+  // A word the owner keeps per connection (0 when opened).
+  virtual uint64_t& user(uint32_t c) = 0;
+
+  virtual void recv(uint32_t c, bool on) = 0;
+  virtual void send(uint32_t c, int32_t buf, uint32_t len) = 0;
+  virtual void send_ext(uint32_t c, const uint8_t* p, uint32_t len) = 0;
+  virtual void connect(uint32_t c, const sockaddr* addr, socklen_t len) = 0;
+  // Bytes queued on c and not yet sent.
+  virtual uint32_t queued(uint32_t c) const = 0;
+  // Gives back a Data event's buffer that is not sent on.
+  virtual void release(int32_t buf) = 0;
+
+  // Submits what is queued and waits up to timeout_ns (-1: no limit, 0:
+  // only what is ready) for events; fills up to `max` of them. Returns their
+  // number (0 on timeout or interruption), or -errno when the loop cannot go
+  // on.
+  virtual int wait(LoopEvent* evs, int max, int64_t timeout_ns) = 0;
+
+  // After the last wait(): lets the kernel finish with closed connections
+  // (up to `timeout_ns`) before their descriptors close.
+  virtual void finish(int64_t timeout_ns) = 0;
+
+  // "io_uring" or "epoll".
+  virtual const char* backend() const = 0;
+};
+
+// A loop for the calling thread. `uring`: the io_uring backend, which needs
+// loop_uring_missing() to be "" (the caller checked it); else epoll. An
+// io_uring loop is created disabled and enabled by its first wait(), so it
+// may be made on one thread and run on another. Throws RuntimeError.
+std::unique_ptr<Loop> make_loop(bool uring, const LoopOptions& o);
+
+// "" when io_uring loops can run here, else what is missing, in one line
+// (probed once per process).
+std::string loop_uring_missing();
+
+// The seam for a TLS stage between a connection's buffers and its session.
+// tierlab has no stage yet: the proxy's sessions read the loop's buffers
+// directly. One stage per connection, the same code on every backend
+// (OpenSSL with memory BIOs, buffers sized at session start):
+//  - a Data event's ciphertext goes to decrypt(), and the buffer is released;
+//    the plaintext it completes goes to the session as if it had come from
+//    the socket (into a buffer of the session's, or of the loop's);
+//  - the session's plaintext goes to encrypt() instead of send();
+//  - output() is the ciphertext waiting to leave (handshake records, alerts,
+//    encrypted data): the owner queues it with send_ext after each call
+//    above, and reports what the Sent event says went out with sent().
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  // Takes n bytes received; writes up to cap bytes of plaintext to out and
+  // returns their number; -1 when the peer broke the protocol.
+  virtual int64_t decrypt(const uint8_t* p, uint32_t n, uint8_t* out, uint32_t cap) = 0;
+  // Encrypts n bytes of the session's into output(); false on failure.
+  virtual bool encrypt(const uint8_t* p, uint32_t n) = 0;
+  // Ciphertext not yet queued: its bytes and length (0: none). Valid until
+  // the next call on the stage.
+  virtual const uint8_t* output(uint32_t* len) = 0;
+  // n bytes of output() went out.
+  virtual void sent(uint32_t n) = 0;
+};
+
+}  // namespace tierlab

@@ -1,0 +1,358 @@
+// The io_uring backend of common/loop.h.
+//
+// One ring (single issuer, task work deferred to io_uring_enter) and one
+// ring of provided receive buffers. A connection that wants data has a
+// multishot receive armed; each completion brings a provided buffer. Sends
+// of a connection go out one at a time, in order, straight from the queued
+// buffers. recv(c, false) cancels the multishot receive. A receive that
+// found no buffer (ENOBUFS) is armed again when buffers are given back.
+//
+// One round (wait): give buffers back, submit every queued operation and
+// wait in the same io_uring_enter, turn the completions into events.
+//
+// user_data: slot index << 3 | operation; listeners and watches are
+// numbered apart from connections.
+#include "common/error.h"
+#include "common/loop_impl.h"
+#include "common/uring.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <optional>
+
+namespace tierlab::loop_detail {
+namespace {
+
+constexpr unsigned kRingEntries = 4096;
+constexpr unsigned kCqEntries = 16384;
+constexpr uint16_t kGroup = 0;
+// With sends in flight, a round waits for their completions plus one event,
+// at most this long (see wait()).
+constexpr long kSendWaitNs = 1'000'000;
+
+enum Op : uint64_t { kIgnore = 0, kRecv = 1, kSend = 2, kConnect = 3, kAccept = 4, kWatch = 5 };
+constexpr uint64_t kOpBits = 3;
+
+class UringLoop final : public LoopCommon {
+ public:
+  explicit UringLoop(const LoopOptions& o) : LoopCommon(o) {
+    RingOptions ro;
+    ro.entries = kRingEntries;
+    ro.cq_entries = kCqEntries;
+    ro.single_task = true;
+    ro.disabled = true;
+    ring_.emplace(ro);
+    br_.emplace(*ring_, kGroup, o.buffers, o.buffer_size);
+    bufs_ = br_->data(0);
+  }
+  ~UringLoop() override {
+    br_.reset();
+    ring_.reset();
+    for (Conn& k : conns_)
+      if (k.fd >= 0) ::close(k.fd);
+  }
+
+  const char* backend() const override { return "io_uring"; }
+
+  void listen(int fd, uint64_t tag, bool) override {
+    listeners_.push_back({fd, tag});
+  }
+  void watch(int fd, uint64_t tag) override { watches_.push_back({fd, tag}); }
+
+  uint32_t open(int fd) override { return take_slot(fd); }
+
+  void close(uint32_t c) override {
+    Conn& k = conns_[c];
+    assert(k.state == Slot::Open);
+    k.state = Slot::Closing;
+    k.user = 0;
+    ::shutdown(k.fd, SHUT_RDWR);
+    if (k.inflight > 0) {
+      io_uring_sqe* e = ring_->sqe();
+      io_uring_prep_cancel_fd(e, k.fd, IORING_ASYNC_CANCEL_ALL);
+      io_uring_sqe_set_data64(e, kIgnore);
+      e->flags |= IOSQE_CQE_SKIP_SUCCESS;
+    }
+    if (k.starved) k.starved = false;  // (left in starved_, skipped there)
+    forget_pending(c);
+    closing_.push_back(c);
+  }
+
+  void recv(uint32_t c, bool on) override {
+    Conn& k = conns_[c];
+    k.want_recv = on;
+    if (on) {
+      maybe_arm(c);
+    } else if (k.armed && !k.cancelling) {
+      // Back-pressure: stop reading until the owner asks again.
+      io_uring_sqe* e = ring_->sqe();
+      io_uring_prep_cancel64(e, ud(c, kRecv), 0);
+      io_uring_sqe_set_data64(e, kIgnore);
+      e->flags |= IOSQE_CQE_SKIP_SUCCESS;
+      k.cancelling = true;
+    }
+  }
+
+  void connect(uint32_t c, const sockaddr* addr, socklen_t len) override {
+    Conn& k = conns_[c];
+    k.connecting = true;
+    io_uring_sqe* e = ring_->sqe();
+    io_uring_prep_connect(e, k.fd, addr, len);
+    io_uring_sqe_set_data64(e, ud(c, kConnect));
+    ++k.inflight;
+  }
+
+  void release(int32_t buf) override {
+    assert(buf >= 0 && br_->held() > 0);
+    br_->give_back(static_cast<uint32_t>(buf));
+  }
+
+  int wait(LoopEvent* evs, int max, int64_t timeout_ns) override {
+    if (!enabled_ && !enable()) return -errno_;
+    int n = take_pending(evs, max);
+    if (n > 0) return n;
+    reuse_closed();
+    give_back_now();
+    int rc;
+    if (timeout_ns == 0 || io_uring_cq_ready(ring_->get()) > 0) {
+      rc = io_uring_submit_and_get_events(ring_->get());
+    } else if (sends_ == 0 && timeout_ns < 0) {
+      rc = io_uring_submit_and_wait(ring_->get(), 1);
+    } else {
+      // Sends to a socket with room complete during the submission and
+      // post their completions at once: wait for those plus one event, so
+      // that a round costs one io_uring_enter rather than two. A send that
+      // has to wait for room would hold the round back: the timeout bounds
+      // that (it only happens under back-pressure).
+      int64_t t = timeout_ns;
+      if (sends_ > 0 && (t < 0 || t > kSendWaitNs)) t = kSendWaitNs;
+      __kernel_timespec ts = to_kts(t);
+      io_uring_cqe* cqe = nullptr;
+      rc = io_uring_submit_and_wait_timeout(ring_->get(), &cqe, 1 + sends_, &ts, nullptr);
+    }
+    sends_ = 0;
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) return rc;
+    return reap(evs, max);
+  }
+
+  void finish(int64_t timeout_ns) override {
+    for (int64_t waited = 0; waited < timeout_ns; waited += 10'000'000) {
+      reuse_closed();
+      if (closing_.empty()) return;
+      give_back_now();
+      __kernel_timespec ts = to_kts(10'000'000);
+      io_uring_cqe* cqe = nullptr;
+      io_uring_submit_and_wait_timeout(ring_->get(), &cqe, 1, &ts, nullptr);
+      LoopEvent sink[64];
+      while (reap(sink, 64) > 0) {
+      }
+    }
+  }
+
+ private:
+  struct Reg {
+    int fd;
+    uint64_t tag;
+  };
+  std::optional<Ring> ring_;
+  std::optional<BufRing> br_;
+  std::vector<Reg> listeners_, watches_;
+  bool enabled_ = false;
+  int errno_ = 0;
+  unsigned sends_ = 0;  // sends queued in this round
+
+  static uint64_t ud(uint64_t index, Op op) { return index << kOpBits | op; }
+
+  bool enable() {
+    if (int rc = ring_->enable(); rc < 0) {
+      errno_ = -rc;
+      return false;
+    }
+    enabled_ = true;
+    for (size_t i = 0; i < listeners_.size(); ++i) arm_accept(i);
+    for (size_t i = 0; i < watches_.size(); ++i) {
+      io_uring_sqe* e = ring_->sqe();
+      io_uring_prep_poll_add(e, watches_[i].fd, POLLIN);
+      io_uring_sqe_set_data64(e, ud(i, kWatch));
+    }
+    return true;
+  }
+
+  void arm_accept(size_t i) {
+    io_uring_sqe* e = ring_->sqe();
+    io_uring_prep_multishot_accept(e, listeners_[i].fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    io_uring_sqe_set_data64(e, ud(i, kAccept));
+  }
+
+  // Starts the send of c's oldest piece, unless one is in flight.
+  void push(uint32_t c) override {
+    Conn& k = conns_[c];
+    if (k.sending || k.head == kNone || k.connecting || k.state != Slot::Open) return;
+    io_uring_sqe* e = ring_->sqe();
+    io_uring_prep_send(e, k.fd, piece_data(k, k.head) + k.off, piece_size(k, k.head) - k.off, MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(e, ud(c, kSend));
+    k.sending = true;
+    ++k.inflight;
+    ++sends_;
+  }
+
+  void maybe_arm(uint32_t c) {
+    Conn& k = conns_[c];
+    if (!k.want_recv || k.armed || k.eof || k.starved || k.connecting || k.state != Slot::Open) return;
+    if (br_->held() >= br_->count() && !br_->returns()) {
+      k.starved = true;
+      starved_.push_back(c);
+      return;
+    }
+    io_uring_sqe* e = ring_->sqe();
+    io_uring_prep_recv_multishot(e, k.fd, nullptr, 0, 0);
+    e->flags |= IOSQE_BUFFER_SELECT;
+    e->buf_group = kGroup;
+    io_uring_sqe_set_data64(e, ud(c, kRecv));
+    k.armed = true;
+    ++k.inflight;
+  }
+
+  void give_back_now() {
+    if (!br_->returns()) return;
+    br_->publish();
+    // Receives that stopped for want of buffers start again.
+    if (!starved_.empty()) {
+      for (uint32_t c : starved_) {
+        Conn& k = conns_[c];
+        if (k.state != Slot::Open || !k.starved) continue;
+        k.starved = false;
+        maybe_arm(c);
+      }
+      starved_.clear();
+    }
+  }
+
+  // Closed connections whose operations have all completed are reused.
+  void reuse_closed() {
+    size_t keep = 0;
+    for (uint32_t c : closing_) {
+      Conn& k = conns_[c];
+      if (k.inflight > 0) {
+        closing_[keep++] = c;
+        continue;
+      }
+      drop_queue(k);
+      ::close(k.fd);
+      free_slot(c);
+    }
+    closing_.resize(keep);
+  }
+
+  int reap(LoopEvent* evs, int max) {
+    unsigned head;
+    unsigned seen = 0;
+    int n = 0;
+    io_uring_cqe* cqe;
+    io_uring_for_each_cqe(ring_->get(), head, cqe) {
+      if (n == max) break;
+      ++seen;
+      if (complete(cqe->user_data, cqe->res, cqe->flags, evs[n])) ++n;
+    }
+    io_uring_cq_advance(ring_->get(), seen);
+    return n;
+  }
+
+  // Turns one completion into an event in ev; false when it makes none.
+  bool complete(uint64_t u, int res, unsigned flags, LoopEvent& ev) {
+    const Op op = static_cast<Op>(u & ((1u << kOpBits) - 1));
+    const uint32_t c = static_cast<uint32_t>(u >> kOpBits);
+    switch (op) {
+      case kIgnore:
+        return false;
+      case kAccept: {
+        if (!(flags & IORING_CQE_F_MORE)) arm_accept(c);
+        if (res == -ECANCELED || res == -EAGAIN || res == -EINTR || res == -ECONNABORTED) return false;
+        ev = LoopEvent{LoopEv::Accept, res, 0, -1, 0, nullptr, listeners_[c].tag};
+        return true;
+      }
+      case kWatch:
+        ev = LoopEvent{LoopEv::Wake, res, 0, -1, 0, nullptr, watches_[c].tag};
+        return true;
+      case kRecv: return on_recv(c, res, flags, ev);
+      case kSend: return on_send(c, res, ev);
+      case kConnect: {
+        Conn& k = conns_[c];
+        --k.inflight;
+        if (k.state != Slot::Open) return false;
+        k.connecting = false;
+        ev = LoopEvent{LoopEv::Connected, res, c};
+        if (res == 0) {
+          push(c);
+          maybe_arm(c);
+        }
+        return true;
+      }
+    }
+    return false;
+  }
+
+  bool on_recv(uint32_t c, int res, unsigned flags, LoopEvent& ev) {
+    Conn& k = conns_[c];
+    int32_t id = kNone;
+    if (flags & IORING_CQE_F_BUFFER) {
+      id = static_cast<int32_t>(flags >> IORING_CQE_BUFFER_SHIFT);
+      br_->taken();
+    }
+    if (!(flags & IORING_CQE_F_MORE)) {
+      --k.inflight;
+      k.armed = false;
+      k.cancelling = false;
+    }
+    if (k.state != Slot::Open) {
+      if (id >= 0) release(id);
+      return false;
+    }
+    if (res > 0 && id >= 0) {
+      ev = LoopEvent{LoopEv::Data, res, c, id, static_cast<uint32_t>(res), br_->data(static_cast<uint32_t>(id))};
+      if (!k.armed) maybe_arm(c);
+      return true;
+    }
+    if (id >= 0) release(id);
+    if (res == -ENOBUFS) {
+      if (!k.starved) {
+        k.starved = true;
+        starved_.push_back(c);
+      }
+      return false;
+    }
+    if (res == -ECANCELED || res == -EINTR || res == -EAGAIN) {
+      if (!k.armed) maybe_arm(c);
+      return false;
+    }
+    // End of stream (0) or a socket error: the source is gone.
+    k.eof = true;
+    ev = LoopEvent{LoopEv::Eof, res, c};
+    return true;
+  }
+
+  bool on_send(uint32_t c, int res, LoopEvent& ev) {
+    Conn& k = conns_[c];
+    --k.inflight;
+    k.sending = false;
+    if (k.state != Slot::Open) return false;
+    if (res < 0 && res != -EINTR && res != -EAGAIN) {
+      drop_queue(k);
+      ev = LoopEvent{LoopEv::SendError, res, c};
+      return true;
+    }
+    if (res > 0) advance(k, static_cast<uint32_t>(res));
+    push(c);
+    ev = LoopEvent{LoopEv::Sent, res, c};
+    return true;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Loop> make_uring_backend(const LoopOptions& o) { return std::make_unique<UringLoop>(o); }
+
+}  // namespace tierlab::loop_detail

@@ -1,0 +1,241 @@
+// The event loop (common/loop.h) on both backends: accept, connect with
+// bytes queued before it completes, forwarding a received buffer to another
+// connection, back-pressure, end of stream, wake-ups, close; and no
+// allocation per forwarded message.
+#include "common/loop.h"
+
+#include "support/alloc_counter.h"
+#include "support/support.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace tierlab;
+
+namespace {
+
+int listener(sockaddr_in* addr, bool nonblock = false) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(fd, 16) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  *addr = a;
+  return fd;
+}
+
+int connect_to(const sockaddr_in& a) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  REQUIRE(::connect(fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+
+std::string read_exactly(int fd, size_t n) {
+  std::string s(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::recv(fd, s.data() + got, n - got, 0);
+    REQUIRE(r > 0);
+    got += static_cast<size_t>(r);
+  }
+  return s;
+}
+
+// Events returned by a wait() after the one awaited, handed out first by
+// the next wait_for().
+// A fixed ring, so that waiting allocates nothing.
+struct Backlog {
+  LoopEvent ev[1024];
+  size_t head = 0, tail = 0;
+  bool empty() const { return head == tail; }
+  void clear() { head = tail = 0; }
+  void push(const LoopEvent& e) { ev[tail++ % 1024] = e; }
+  LoopEvent pop() { return ev[head++ % 1024]; }
+} backlog;
+
+// Waits (at most ~2 s) until an event of `kind` for `conn` (any conn for
+// Accept and Wake) comes and returns it; events of other kinds before it are
+// kept in `seen`, their buffers released.
+LoopEvent wait_for(Loop& loop, LoopEv kind, uint32_t conn, std::vector<LoopEvent>* seen = nullptr) {
+  LoopEvent evs[64];
+  for (int round = 0; round < 200;) {
+    if (backlog.empty()) {
+      int n = loop.wait(evs, 64, 10'000'000);
+      if (n < 0) FAIL("wait: " << std::strerror(-n));
+      for (int i = 0; i < n; ++i) backlog.push(evs[i]);
+      ++round;
+      continue;
+    }
+    LoopEvent e = backlog.pop();
+    bool any = kind == LoopEv::Accept || kind == LoopEv::Wake;
+    if (e.kind == kind && (any || e.conn == conn)) return e;
+    if (seen) seen->push_back(e);
+    if (e.buf >= 0) loop.release(e.buf);
+  }
+  FAIL("no event of the kind awaited within 2 s");
+  return {};
+}
+
+std::unique_ptr<Loop> make(bool uring) {
+  if (uring && !loop_uring_missing().empty()) test::skip("io_uring loop not available: " + loop_uring_missing());
+  LoopOptions o;
+  o.buffers = 8;
+  o.buffer_size = 4096;
+  o.connections = 4;
+  return make_loop(uring, o);
+}
+
+}  // namespace
+
+TEST_CASE("loop: accept, connect, forward without a copy, back-pressure, end of stream, wake, close", "[loop]") {
+  const bool uring = GENERATE(true, false);
+  INFO((uring ? "io_uring" : "epoll"));
+  auto loop = make(uring);
+  backlog.clear();
+  CHECK(std::string(loop->backend()) == (uring ? "io_uring" : "epoll"));
+  sockaddr_in front{}, back{};
+  int lf = listener(&front, true), lb = listener(&back);
+  int stop = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  loop->listen(lf, 5, false);
+  loop->watch(stop, 9);
+
+  int client = connect_to(front);
+  LoopEvent acc = wait_for(*loop, LoopEv::Accept, 0);
+  CHECK(acc.tag == 5);
+  REQUIRE(acc.res >= 0);
+  uint32_t cf = loop->open(acc.res);
+  loop->user(cf) = 42;
+  CHECK(loop->user(cf) == 42);
+  loop->recv(cf, true);
+
+  // Connect upstream with bytes queued before the connection completes.
+  int ufd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  uint32_t cb = loop->open(ufd);
+  CHECK(loop->user(cb) == 0);
+  loop->connect(cb, reinterpret_cast<const sockaddr*>(&back), sizeof back);
+  static const uint8_t hello[] = {'h', 'e', 'l', 'l', 'o'};
+  loop->send_ext(cb, hello, 5);
+  CHECK(loop->queued(cb) == 5);
+  // (The handshake completes into the listener's backlog.)
+  CHECK(wait_for(*loop, LoopEv::Connected, cb).res == 0);
+  int server = ::accept(lb, nullptr, nullptr);
+  REQUIRE(server >= 0);
+  timeval tv{5, 0};  // a failure, not a hang
+  setsockopt(server, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (loop->queued(cb) > 0) wait_for(*loop, LoopEv::Sent, cb);
+  CHECK(loop->queued(cb) == 0);
+  CHECK(read_exactly(server, 5) == "hello");
+
+  // A received buffer is sent on as it is, in order.
+  auto forward = [&](const std::string& msg) {
+    REQUIRE(::send(client, msg.data(), msg.size(), 0) == static_cast<ssize_t>(msg.size()));
+    std::string got;
+    while (got.size() < msg.size()) {
+      LoopEvent d = wait_for(*loop, LoopEv::Data, cf);
+      got.append(reinterpret_cast<const char*>(d.data), d.len);
+      loop->send(cb, d.buf, d.len);
+    }
+    CHECK(got == msg);
+    while (loop->queued(cb) > 0) wait_for(*loop, LoopEv::Sent, cb);
+    CHECK(read_exactly(server, msg.size()) == msg);
+  };
+  forward("ping");
+  forward(std::string(10000, 'x'));  // more than one buffer
+
+  // Steady state: forwarding allocates nothing.
+  for (int i = 0; i < 20; ++i) forward("warm-up " + std::to_string(i));
+  const std::string msg = "steady";
+  uint64_t before = test::allocations_this_thread();
+  bool ok = true;
+  for (int i = 0; i < 200 && ok; ++i) {
+    ok = ::send(client, msg.data(), msg.size(), 0) == 6;
+    LoopEvent d = wait_for(*loop, LoopEv::Data, cf);
+    loop->send(cb, d.buf, d.len);
+    while (loop->queued(cb) > 0) wait_for(*loop, LoopEv::Sent, cb);
+    char b[64];
+    size_t got = 0;
+    while (ok && got < d.len) {
+      ssize_t r = ::recv(server, b, sizeof b, 0);
+      ok = r > 0;
+      got += static_cast<size_t>(r);
+    }
+  }
+  const uint64_t allocs = test::allocations_this_thread() - before;
+  CHECK(ok);
+  CHECK(allocs == 0);
+
+  // Back-pressure: no Data while the receive is off; it comes after.
+  loop->recv(cf, false);
+  while (!backlog.empty()) CHECK(backlog.pop().kind != LoopEv::Data);
+  std::vector<LoopEvent> seen;
+  LoopEvent evs[16];
+  for (int i = 0; i < 5; ++i) {
+    int n = loop->wait(evs, 16, 10'000'000);
+    for (int j = 0; j < n; ++j) seen.push_back(evs[j]);
+  }
+  REQUIRE(::send(client, "late", 4, 0) == 4);
+  for (int i = 0; i < 10; ++i) {
+    int n = loop->wait(evs, 16, 10'000'000);
+    for (int j = 0; j < n; ++j) {
+      CHECK(evs[j].kind != LoopEv::Data);
+      if (evs[j].buf >= 0) loop->release(evs[j].buf);
+    }
+  }
+  loop->recv(cf, true);
+  LoopEvent late = wait_for(*loop, LoopEv::Data, cf);
+  CHECK(std::string(reinterpret_cast<const char*>(late.data), late.len) == "late");
+  loop->release(late.buf);
+
+  // End of stream.
+  ::close(client);
+  CHECK(wait_for(*loop, LoopEv::Eof, cf).res == 0);
+
+  // After close(), nothing more of that connection; the peer sees it closed.
+  loop->close(cb);
+  ::send(server, "after", 5, MSG_NOSIGNAL);
+  uint64_t one = 1;
+  REQUIRE(::write(stop, &one, sizeof one) == 8);
+  seen.clear();
+  CHECK(wait_for(*loop, LoopEv::Wake, 0, &seen).tag == 9);
+  for (const LoopEvent& e : seen) CHECK(!(e.conn == cb && (e.kind == LoopEv::Data || e.kind == LoopEv::Eof)));
+  char b[8];
+  CHECK(::recv(server, b, sizeof b, 0) <= 0);
+  CHECK(errno != EAGAIN);
+  loop->close(cf);
+  loop->finish(1'000'000'000);
+  loop.reset();
+  ::close(server);
+  ::close(lf);
+  ::close(lb);
+  ::close(stop);
+}
+
+TEST_CASE("loop: a refused connect comes as Connected with the error", "[loop]") {
+  const bool uring = GENERATE(true, false);
+  INFO((uring ? "io_uring" : "epoll"));
+  auto loop = make(uring);
+  backlog.clear();
+  sockaddr_in a{};
+  int l = listener(&a);
+  ::close(l);  // nothing listens there now
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  uint32_t c = loop->open(fd);
+  loop->connect(c, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+  CHECK(wait_for(*loop, LoopEv::Connected, c).res == -ECONNREFUSED);
+  loop->close(c);
+  loop->finish(1'000'000'000);
+}
