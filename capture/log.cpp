@@ -638,7 +638,7 @@ struct LogCapture::Impl {
   }
 
   void begin(Sess& s, const Entry& e, const std::string& user, const std::string& db,
-             const std::string& app, bool unknown_start) {
+             const std::string& app, bool unknown_start, int64_t at) {
     s.begun = true;
     if (excluded(user, db)) {
       s.excluded = true;
@@ -655,16 +655,17 @@ struct LogCapture::Impl {
     b.backend_pid = e.pid;
     if (unknown_start) b.flags |= trace::kSessionUnknownStartup;
     if (client == "unix") b.flags |= trace::kSessionUnixSocket;
-    write(s, e.ts, b);
+    write(s, at, b);
     ++st.sessions;
     if (unknown_start) ++st.sessions_unknown_start;
   }
 
   // The session a statement or error belongs to, begun if the log lacks
   // its start; nullptr when it is filtered out.
-  Sess* active(const Entry& e) {
+  // `at`: when the statement was sent (before a duration line's time).
+  Sess* active(const Entry& e, int64_t at) {
     Sess* s = session_for(e, true);
-    if (!s->begun) begin(*s, e, e.user, e.database, e.app, true);
+    if (!s->begun) begin(*s, e, e.user, e.database, e.app, true, at);
     if (s->excluded) {
       ++st.filtered;
       return nullptr;
@@ -673,7 +674,7 @@ struct LogCapture::Impl {
   }
 
   void simple(const Entry& e, std::string_view sql, int64_t sent, int64_t done) {
-    Sess* s = active(e);
+    Sess* s = active(e, sent);
     if (!s) return;
     close_unit(*s, sent);
     write(*s, sent, trace::Query{sql});
@@ -706,7 +707,7 @@ struct LogCapture::Impl {
       ++st.unparsed;
       return;
     }
-    Sess* s = active(e);
+    Sess* s = active(e, sent);
     if (!s) return;
     close_unit(*s, sent);
     if (!fetch) {
@@ -735,7 +736,7 @@ struct LogCapture::Impl {
   }
 
   void error(const Entry& e) {
-    Sess* s = active(e);
+    Sess* s = active(e, e.ts);
     if (!s) return;
     if (!s->open || (!e.statement.empty() && e.statement != s->sql)) {
       // The statement was not logged before it failed (an error at parse
@@ -790,7 +791,7 @@ struct LogCapture::Impl {
         if (s->begun) return;
         std::string user = field(m, "user"), db = field(m, "database"), app = field(m, "application_name");
         begin(*s, e, user.empty() ? e.user : user, db.empty() ? e.database : db, app.empty() ? e.app : app,
-              false);
+              false, e.ts);
         return;
       }
       if (starts_with(m, "disconnection: ")) {
