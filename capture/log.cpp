@@ -180,7 +180,11 @@ class Prefix {
         continue;
       }
       ++i;
-      while (i < spec.size() && (spec[i] == '-' || std::isdigit(static_cast<unsigned char>(spec[i])))) ++i;
+      // Padding (%-10u, %10p): the value is padded with spaces to the width.
+      const bool left = i < spec.size() && spec[i] == '-';
+      if (left) ++i;
+      size_t width = 0;
+      while (i < spec.size() && std::isdigit(static_cast<unsigned char>(spec[i]))) width = width * 10 + (spec[i++] - '0');
       if (i >= spec.size()) break;
       char c = spec[i];
       if (c == '%') {
@@ -191,6 +195,7 @@ class Prefix {
         throw InputError("log_line_prefix '" + spec + "': unknown escape %" + std::string(1, c));
       Tok t;
       t.esc = c;
+      t.left_width = left ? width : 0;
       toks_.push_back(t);
       if (c == 'q') has_q_ = true;
     }
@@ -219,6 +224,7 @@ class Prefix {
   struct Tok {
     char esc = 0;  // 0: literal
     std::string text;
+    size_t left_width = 0;  // %-N: spaces after a shorter value
   };
   std::string spec_;
   std::vector<Tok> toks_;
@@ -336,7 +342,11 @@ class Prefix {
       if (line.substr(pos, t.text.size()) != t.text) return false;
       return match_from(line, pos + t.text.size(), i + 1, end, e, out);
     }
-    if (auto n = typed(t.esc, line.substr(pos), e)) return match_from(line, pos + *n, i + 1, end, e, out);
+    if (auto n = typed(t.esc, line.substr(pos), e)) {
+      size_t k = pos + *n;
+      while (k < line.size() && k < pos + t.left_width && line[k] == ' ') ++k;
+      return match_from(line, k, i + 1, end, e, out);
+    }
     if (std::strchr("ptmnslcexvPQ", t.esc)) return false;  // typed and did not match
     // Free text: the shortest value after which the rest matches.
     const size_t limit = std::min(line.size(), pos + 512);

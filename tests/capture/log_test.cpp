@@ -313,3 +313,16 @@ TEST_CASE("capture log: a gzip'd log and rotated files, sessions carried across"
                                                      "query COMMIT", "ready I", "end 4"});
   CHECK(c.stats.files == 2);
 }
+
+TEST_CASE("capture log: padded escapes (%-6p, %10u) and %q for processes without a session", "[log]") {
+  capture::LogOptions o;
+  o.prefix = "%m [%-6p] %q%10u@%d ";
+  Converted c = convert(
+      "2026-12-03 10:00:00.000 UTC [12    ] LOG:  checkpoint starting: time\n"
+      "2026-12-03 10:00:00.001 UTC [345   ]      alice@shop LOG:  statement: SELECT 1\n",
+      capture::LogFormat::Stderr, o);
+  CHECK(c.stats.unparsed == 0);
+  CHECK(c.stats.other == 1);
+  CHECK(of_session(c, 1) == std::vector<std::string>{"begin alice@shop app= client= pid=345 unknown-start",
+                                                     "query SELECT 1", "ready I", "end 4"});
+}
