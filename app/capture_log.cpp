@@ -84,12 +84,14 @@ void setup_log(CLI::App& parent) {
   auto& cap = group(parent, "capture");
   auto* sub = cap.add_subcommand(
       "log", "read PostgreSQL server logs (stderr, csvlog, jsonlog; gzip'd too) written with "
-             "log_statement = all or log_min_duration_statement = 0 into a trace");
+             "log_statement = all or log_min_duration_statement = 0, or pgreplay's replay files, into a trace");
   auto opt = std::make_shared<LogOptions>();
-  sub->add_option("files", opt->files, "log files, in the order they were written")->required();
+  sub->add_option("files", opt->files, "log files (or pgreplay replay files), in the order they were written")
+      ->required();
   sub->add_option("--out,-o", opt->out, "trace file to write")->required();
   sub->add_option("--format", opt->format,
-                  "stderr, csvlog or jsonlog (default: by file name: .csv, .json, else stderr)");
+                  "stderr, csvlog, jsonlog or pgreplay (a pgreplay -f replay file) (default: a replay file by "
+                  "its content, else by file name: .csv, .json, else stderr)");
   sub->add_option("--log-line-prefix", opt->prefix,
                   "the server's log_line_prefix, for a stderr log (default: recognise '%m [%p] ', "
                   "RDS's '%t:%r:%u@%d:[%p]:' or pgreplay's '%m|%u|%d|%c|')");

@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <cstdio>
 #include <ctime>
 #include <string_view>
 #include <unordered_map>
@@ -26,7 +27,8 @@ LogFormat parse_log_format(const std::string& s) {
   if (s == "stderr") return LogFormat::Stderr;
   if (s == "csvlog" || s == "csv") return LogFormat::Csv;
   if (s == "jsonlog" || s == "json") return LogFormat::Json;
-  throw InputError("log format '" + s + "': expected stderr, csvlog or jsonlog");
+  if (s == "pgreplay") return LogFormat::Pgreplay;
+  throw InputError("log format '" + s + "': expected stderr, csvlog, jsonlog or pgreplay");
 }
 
 namespace {
@@ -402,24 +404,44 @@ class LineSource {
         line.append(start, blen_ - bpos_);
         bpos_ = blen_;
       }
-      int n = gzread(gz_, buf_, sizeof buf_);
-      if (n < 0) {
-        int err = 0;
-        const char* msg = gzerror(gz_, &err);
-        throw InputError(name_ + ": line " + std::to_string(lineno_ + 1) + ": " +
-                         (err == Z_ERRNO ? std::strerror(errno) : msg));
-      }
-      if (n == 0) {
+      if (!fill()) {
         if (line.empty()) return false;
         complete = false;
         ++lineno_;
         return true;
       }
-      bpos_ = 0;
-      blen_ = static_cast<size_t>(n);
     }
   }
   uint64_t lineno() const { return lineno_; }
+  // Binary input: `n` bytes into `out`; false if the input ends first.
+  bool read_bytes(void* out, size_t n) {
+    char* p = static_cast<char*>(out);
+    while (n > 0) {
+      if (!gz_) {
+        if (pos_ >= text_.size()) return false;
+        size_t k = std::min(n, text_.size() - pos_);
+        std::memcpy(p, text_.data() + pos_, k);
+        pos_ += k, p += k, n -= k, offset_ += k;
+        continue;
+      }
+      if (bpos_ >= blen_ && !fill()) return false;
+      size_t k = std::min(n, blen_ - bpos_);
+      std::memcpy(p, buf_ + bpos_, k);
+      bpos_ += k, p += k, n -= k, offset_ += k;
+    }
+    return true;
+  }
+  bool at_end() {
+    if (!gz_) return pos_ >= text_.size();
+    return bpos_ >= blen_ && !fill();
+  }
+  uint64_t offset() const { return offset_; }
+  // A NUL among the first bytes: not log text (a pgreplay replay file).
+  bool looks_binary() {
+    if (!gz_) return text_.substr(0, 64).find('\0') != std::string::npos;
+    if (bpos_ >= blen_ && !fill()) return false;
+    return std::memchr(buf_ + bpos_, 0, std::min<size_t>(64, blen_ - bpos_)) != nullptr;
+  }
   const std::string& name() const { return name_; }
 
  private:
@@ -430,6 +452,21 @@ class LineSource {
   char buf_[64 * 1024];
   size_t bpos_ = 0, blen_ = 0;
   uint64_t lineno_ = 0;
+  uint64_t offset_ = 0;  // bytes taken by read_bytes()
+
+  // Refills the buffer; false at the end of the input.
+  bool fill() {
+    int n = gzread(gz_, buf_, sizeof buf_);
+    if (n < 0) {
+      int err = 0;
+      const char* msg = gzerror(gz_, &err);
+      throw InputError(name_ + ": line " + std::to_string(lineno_ + 1) + ": " +
+                       (err == Z_ERRNO ? std::strerror(errno) : msg));
+    }
+    bpos_ = 0;
+    blen_ = static_cast<size_t>(n);
+    return n > 0;
+  }
 };
 
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
@@ -717,6 +754,12 @@ struct LogCapture::Impl {
       ++st.unparsed;
       return;
     }
+    run_extended(e, name, portal, sql, fetch, sent, done);
+  }
+
+  // One execution of `name` (SQL `sql`) with the values in params_tmp.
+  void run_extended(const Entry& e, std::string_view name, std::string_view portal, std::string_view sql,
+                    bool fetch, int64_t sent, int64_t done) {
     Sess* s = active(e, sent);
     if (!s) return;
     close_unit(*s, sent);
@@ -1104,8 +1147,121 @@ struct LogCapture::Impl {
     }
   }
 
+  // pgreplay's replay file (pgreplay -f): records of
+  //   u32 seconds since 2000-01-01 UTC, u32 microseconds, u64 session id,
+  //   u8 type, the type's fields, '\n'
+  // in network byte order; a string is a u32 length (0x80000000: NULL) and
+  // its bytes. Types: 0 connect (user, database), 1 disconnect, 2 execute
+  // (statement), 3 prepare (statement, name), 4 exec_prepared (name, u16
+  // count, values), 5 cancel.
+  void read_pgreplay(LineSource& in) {
+    uint64_t records = 0;
+    Entry e;
+    std::string user, db, sql, name;
+    std::unordered_map<std::string, std::unordered_map<std::string, std::string>> prepared;  // session -> name -> sql
+    auto u32 = [&](uint32_t& v) {
+      unsigned char b[4];
+      if (!in.read_bytes(b, 4)) return false;
+      v = (uint32_t(b[0]) << 24) | (uint32_t(b[1]) << 16) | (uint32_t(b[2]) << 8) | b[3];
+      return true;
+    };
+    auto string = [&](std::string& out, bool& is_null) {
+      uint32_t len;
+      if (!u32(len)) return false;
+      out.clear();
+      is_null = len == 0x80000000u;
+      if (is_null) return true;
+      if (len > (1u << 30)) return false;
+      out.resize(len);
+      return len == 0 || in.read_bytes(out.data(), len);
+    };
+    for (;;) {
+      const uint64_t at = in.offset();
+      uint32_t secs, usecs, hi, lo;
+      unsigned char type = 0, nl = 0;
+      bool null = false;
+      if (!in.at_end() && u32(secs)) {
+        bool ok = u32(usecs) && u32(hi) && u32(lo) && in.read_bytes(&type, 1) && type <= 5;
+        e.clear();
+        if (ok) {
+          e.ts = (int64_t(secs) + 946'684'800) * 1'000'000'000 + int64_t(usecs) * 1000;
+          char id[24];
+          std::snprintf(id, sizeof id, "%x.%x", hi, lo);
+          e.session_id = id;
+          e.severity = "LOG";
+          e.line = records + 1;
+          switch (type) {
+            case 0: ok = string(user, null) && string(db, null); break;
+            case 2: ok = string(sql, null); break;
+            case 3: ok = string(sql, null) && string(name, null); break;
+            case 4: {
+              ok = string(name, null);
+              unsigned char c[2];
+              ok = ok && in.read_bytes(c, 2);
+              params_tmp.clear();
+              for (unsigned n = ok ? (c[0] << 8 | c[1]) : 0; ok && n > 0; --n) {
+                std::string v;
+                ok = string(v, null);
+                if (null) params_tmp.emplace_back(std::nullopt);
+                else params_tmp.emplace_back(std::move(v));
+              }
+              break;
+            }
+            default: break;
+          }
+          ok = ok && in.read_bytes(&nl, 1) && nl == '\n';
+        }
+        if (!ok) {
+          if (records == 0)
+            throw InputError(in.name() + ": byte " + std::to_string(at) +
+                             ": not a pgreplay replay file record (pgreplay -f writes them)");
+          ++st.truncated;  // the rest cannot be framed
+          break;
+        }
+      } else if (in.at_end()) {
+        break;
+      } else {
+        ++st.truncated;
+        break;
+      }
+      ++records;
+      ++st.lines;
+      ++st.messages;
+      if ((opts.begin && e.ts < *opts.begin) || (opts.end && e.ts >= *opts.end)) {
+        ++st.outside_window;
+        continue;
+      }
+      switch (type) {
+        case 0: {
+          Sess* s = session_for(e, true);
+          if (!s->begun) begin(*s, e, user, db, "", false, e.ts);
+          break;
+        }
+        case 1:
+          end_session(e, trace::EndReason::Clean);
+          prepared.erase(e.session_id);
+          break;
+        case 2: simple(e, sql, e.ts, 0); break;
+        case 3: prepared[e.session_id][name] = sql; break;
+        case 4: {
+          auto& names = prepared[e.session_id];
+          auto it = names.find(name);
+          if (it == names.end()) {
+            ++st.unparsed;  // executed without its prepare in the file
+            break;
+          }
+          run_extended(e, name, {}, it->second, false, e.ts, 0);
+          break;
+        }
+        default: ++st.other; break;  // cancel requests
+      }
+    }
+  }
+
   void read(LineSource& in, LogFormat f) {
     ++st.files;
+    if (f == LogFormat::Auto && in.looks_binary()) f = LogFormat::Pgreplay;
+    if (f == LogFormat::Pgreplay) return read_pgreplay(in);
     if (f == LogFormat::Auto) {
       const std::string& n = in.name();
       auto ends = [&](std::string_view s) {

@@ -46,9 +46,11 @@
 
 namespace tierlab::capture {
 
-enum class LogFormat { Auto, Stderr, Csv, Json };
+// Pgreplay: pgreplay's replay file (`pgreplay -f` output), whose sessions,
+// statements, prepares and executions become the same records as a log's.
+enum class LogFormat { Auto, Stderr, Csv, Json, Pgreplay };
 
-// "stderr", "csvlog", "jsonlog" (and "auto"); throws InputError naming the
+// "stderr", "csvlog", "jsonlog", "pgreplay" (and "auto"); throws InputError naming the
 // value otherwise.
 LogFormat parse_log_format(const std::string& s);
 
@@ -61,7 +63,9 @@ inline constexpr const char* kDefaultPrefixes[] = {
 };
 
 struct LogOptions {
-  LogFormat format = LogFormat::Auto;  // Auto: by file name (.csv, .json), else stderr
+  // Auto: a pgreplay replay file by its content (binary), else by file name
+  // (.csv, .json), else stderr.
+  LogFormat format = LogFormat::Auto;
   std::string prefix;                  // stderr log_line_prefix; empty: kDefaultPrefixes
   // Only messages logged in [begin, end), wall-clock nanoseconds since the
   // epoch (parse_log_time()).

@@ -326,3 +326,57 @@ TEST_CASE("capture log: padded escapes (%-6p, %10u) and %q for processes without
   CHECK(of_session(c, 1) == std::vector<std::string>{"begin alice@shop app= client= pid=345 unknown-start",
                                                      "query SELECT 1", "ready I", "end 4"});
 }
+
+namespace {
+
+// pgreplay's replay file encoding (pgreplay -f), network byte order.
+struct ReplayFile {
+  std::string bytes;
+  void u32(uint32_t v) {
+    for (int s = 24; s >= 0; s -= 8) bytes += static_cast<char>((v >> s) & 0xff);
+  }
+  void str(const std::optional<std::string>& s) {
+    u32(s ? static_cast<uint32_t>(s->size()) : 0x80000000u);
+    if (s) bytes += *s;
+  }
+  void head(uint32_t secs, uint32_t usecs, uint32_t session, uint8_t type) {
+    u32(secs);
+    u32(usecs);
+    u32(0x6b1148e5);
+    u32(session);
+    bytes += static_cast<char>(type);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("capture log: pgreplay replay files: connect, statements, prepares and executions", "[log]") {
+  ReplayFile f;
+  const uint32_t t = 849'610'085;  // 2026-12-03 10:48:05 UTC, in seconds since 2000
+  f.head(t, 0, 1, 0), f.str("alice"), f.str("shop"), f.bytes += '\n';
+  f.head(t, 1000, 1, 2), f.str("BEGIN"), f.bytes += '\n';
+  f.head(t, 2000, 1, 3), f.str("SELECT $1::int + $2"), f.str("S_1"), f.bytes += '\n';
+  f.head(t, 3000, 1, 4), f.str("S_1");
+  f.bytes += std::string("\0\2", 2);
+  f.str("3"), f.str(std::nullopt), f.bytes += '\n';
+  f.head(t, 4000, 1, 4), f.str("S_1");
+  f.bytes += std::string("\0\2", 2);
+  f.str("5"), f.str("6"), f.bytes += '\n';
+  f.head(t, 5000, 1, 2), f.str("COMMIT"), f.bytes += '\n';
+  f.head(t, 6000, 1, 5), f.bytes += '\n';  // a cancel request
+  f.head(t, 7000, 1, 1), f.bytes += '\n';
+  Converted c = convert(f.bytes, capture::LogFormat::Auto);
+  CHECK(of_session(c, 1) == std::vector<std::string>{"begin alice@shop app= client= pid=0", "query BEGIN", "ready T",
+                                                     "parse S_1 SELECT $1::int + $2 types=0", "bind /S_1 [3] NULL",
+                                                     "execute ", "sync", "ready T", "bind /S_1 [5] [6]", "execute ",
+                                                     "sync", "ready T", "query COMMIT", "ready I", "end 0"});
+  CHECK(c.realtime_start == int64_t(1'796'294'885) * 1'000'000'000);
+  CHECK(c.stats.other == 1);
+  CHECK(c.stats.transactions == 1);
+  // Cut inside a record: what came before stays, the cut is counted.
+  Converted cut = convert(f.bytes.substr(0, f.bytes.size() - 20), capture::LogFormat::Pgreplay);
+  CHECK(cut.stats.truncated == 1);
+  CHECK(cut.stats.queries == 2);
+  CHECK_THROWS_WITH(convert(std::string("\1\2\3\0garbage", 11), capture::LogFormat::Pgreplay),
+                    Catch::StartsWith("pg.log: byte 0: not a pgreplay replay file record"));
+}

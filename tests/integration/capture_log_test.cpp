@@ -1,7 +1,7 @@
 // tierlab capture log against the logs of a real PostgreSQL: pgbench in each
 // protocol mode, logged as stderr (default prefix), csvlog and jsonlog, each
-// log read into a trace that counts what pgbench ran and replays it without
-// errors.
+// log (and pgreplay's replay file of the csvlog) read into a trace that
+// counts what pgbench ran and replays it without errors.
 #include "pgtmp/pgtmp.h"
 #include "support/support.h"
 
@@ -112,7 +112,17 @@ TEST_CASE("capture log: pgbench in each protocol mode, stderr/csvlog/jsonlog, co
     REQUIRE(txns == 8 * 15);
     const long statements = txns * kTpcbStatements + arith_txns;
     log_to(pg, "idle", "none", "-1");  // the files are complete
-    for (const char* ext : {"", ".csv", ".json"}) {
+    std::vector<std::string> exts = {"", ".csv", ".json"};
+    if (run.statement == "all") {
+      // pgreplay's replay file of the same csvlog (pgreplay reads only
+      // log_statement = all logs), read by capture log as it is.
+      const std::string csv = pg.data_dir() + "/log/" + run.name + ".csv";
+      const std::string replay_file = pg.data_dir() + "/log/" + run.name + ".pgreplay";
+      const std::string cmd = "pgreplay -f -c -o '" + replay_file + "' '" + csv + "' >/dev/null 2>&1; echo $?";
+      REQUIRE(tierlab::test::shell_output(cmd) == "0");
+      exts.push_back(".pgreplay");
+    }
+    for (const std::string& ext : exts) {
       const std::string log = pg.data_dir() + "/log/" + run.name + ext;
       INFO("log " << log);
       const std::string trace = dir.file(run.name + ext + ".tlt");
