@@ -169,7 +169,7 @@ TEST_CASE("capture log: interleaved sessions, DETAIL lines found by pid, a sessi
   CHECK(s1.back() == "end 4");  // CaptureEnd
 }
 
-TEST_CASE("capture log: errors with SQLSTATE (%e) fail a transaction; ROLLBACK ends it", "[log]") {
+TEST_CASE("capture log: errors with SQLSTATE (%e) fail a transaction, ROLLBACK ends it", "[log]") {
   capture::LogOptions o;
   o.prefix = "%m [%p] %e %c ";
   const std::string log =
@@ -189,7 +189,7 @@ TEST_CASE("capture log: errors with SQLSTATE (%e) fail a transaction; ROLLBACK e
   CHECK(c.stats.transactions == 1);
 }
 
-TEST_CASE("capture log: RDS prefix recognised by itself; pgreplay's too", "[log]") {
+TEST_CASE("capture log: RDS prefix recognised by itself, and pgreplay's too", "[log]") {
   Converted c = convert(
       "2026-12-03 10:00:00 UTC:10.1.2.3(5432):app@orders:[42]:LOG:  statement: SELECT now()\n"
       "2026-12-03 10:00:01 UTC:10.1.2.3(5432):app@orders:[42]:LOG:  disconnection: session time: 0:00:01.000 user=app database=orders host=10.1.2.3 port=5432\n");
