@@ -628,6 +628,9 @@ struct LogCapture::Impl {
     std::string sql;
     Nanos sent = 0, done = 0;
     bool failed = false;
+    // Logged at its completion (log_min_duration_statement): an error
+    // after it is another statement's.
+    bool completed = false;
     bool stmts_since_idle = false;
     std::unordered_map<std::string, std::string> prepared;
   };
@@ -730,6 +733,7 @@ struct LogCapture::Impl {
     s->sql = sql;
     s->sent = sent;
     s->done = done;
+    s->completed = done != 0;
   }
 
   void execute(const Entry& e, std::string_view rest, int64_t sent, int64_t done) {
@@ -786,12 +790,13 @@ struct LogCapture::Impl {
     s->sql = sql;
     s->sent = sent;
     s->done = done;
+    s->completed = done != 0;
   }
 
   void error(const Entry& e) {
     Sess* s = active(e, e.ts);
     if (!s) return;
-    if (!s->open || (!e.statement.empty() && e.statement != s->sql)) {
+    if (!s->open || s->completed || (!e.statement.empty() && e.statement != s->sql)) {
       // The statement was not logged before it failed (an error at parse
       // time, or log_min_duration_statement, which logs only completions).
       if (e.statement.empty()) {
@@ -806,6 +811,7 @@ struct LogCapture::Impl {
       s->sql = e.statement;
       s->sent = e.ts;
       s->done = 0;
+      s->completed = false;
     }
     std::string code = e.sqlstate.size() == 5 ? e.sqlstate : std::string();
     write(*s, e.ts, trace::Error{code, e.severity, e.message});

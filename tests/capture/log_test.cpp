@@ -380,3 +380,20 @@ TEST_CASE("capture log: pgreplay replay files: connect, statements, prepares and
   CHECK_THROWS_WITH(convert(std::string("\1\2\3\0garbage", 11), capture::LogFormat::Pgreplay),
                     Catch::StartsWith("pg.log: byte 0: not a pgreplay replay file record"));
 }
+
+TEST_CASE("capture log: log_min_duration_statement: an error after a completed statement is its own statement",
+          "[log]") {
+  // The failing statement is never logged as completed: only its error,
+  // though its text is the same as the statement before.
+  Converted c = convert(
+      "2026-12-03 10:00:00.010 UTC [9] LOG:  duration: 0.500 ms  statement: INSERT INTO t VALUES (1)\n"
+      "2026-12-03 10:00:00.020 UTC [9] ERROR:  duplicate key value violates unique constraint \"t_pkey\"\n"
+      "2026-12-03 10:00:00.020 UTC [9] STATEMENT:  INSERT INTO t VALUES (1)\n");
+  CHECK(of_session(c, 1) == std::vector<std::string>{"begin @ app= client= pid=9 unknown-start",
+                                                     "query INSERT INTO t VALUES (1)", "ready I",
+                                                     "query INSERT INTO t VALUES (1)",
+                                                     "error  ERROR duplicate key value violates unique constraint \"t_pkey\"",
+                                                     "ready I", "end 4"});
+  CHECK(c.stats.queries == 2);
+  CHECK(c.stats.unlogged_statements == 1);
+}
