@@ -15,10 +15,14 @@ struct ProfileOptions {
 
 void run_profile(const ProfileOptions& o) {
   models::Profile p = models::profile_file(o.trace);
-  if (o.json)
+  if (o.json) {
     std::cout << models::profile_json(p) << "\n";
-  else
-    models::print_profile(std::cout, p);
+    return;
+  }
+  // First, before any figure: without device waits at commit the figures
+  // below say nothing about storage.
+  if (const std::string w = models::commit_durability_warning(p); !w.empty()) std::cout << "WARNING: " << w << "\n";
+  models::print_profile(std::cout, p);
 }
 
 void setup_profile(CLI::App& parent) {

@@ -339,6 +339,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   Projection out;
   out.source = p.source;
   out.notes = p.notes;
+  out.durability_warning = commit_durability_warning(p);
   int cap_clients = std::max(1, p.clients);
   out.clients_hi = o.clients_hi > 0 ? o.clients_hi : cap_clients;
   out.clients_lo = o.clients_lo > 0 ? o.clients_lo : out.clients_hi;
@@ -634,6 +635,7 @@ void print_projection(std::ostream& out, const Projection& p) {
 std::string projection_json(const Projection& p, int indent) {
   nlohmann::json j;
   j["source"] = p.source;
+  j["commit_durability_warning"] = p.durability_warning;
   j["clients"] = {p.clients_lo, p.clients_hi};
   j["vcpus"] = p.vcpus;
   j["capture_vcpus"] = p.capture_vcpus;

@@ -156,6 +156,8 @@ struct Projection {
   double modelled_capture_tps = 0;
   std::vector<TierProjection> tiers;
   std::vector<std::string> notes;
+  // commit_durability_warning() of the profile: "" when commits waited.
+  std::string durability_warning;
 };
 
 // Throws InputError for unusable input (no tiers, bad client range, a
