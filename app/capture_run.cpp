@@ -329,6 +329,15 @@ void run_capture_run(const CaptureRunOptions& o) {
     block = false;
   }
   if (!block && o.device.empty()) say("block I/O not recorded (no --device)");
+  // Block I/O of the server's processes (and the kernel's threads, which
+  // write its data back and commit its journal); others' are counted.
+  int32_t block_tree = 0;
+  if (block && !o.all_processes) {
+    if (postmaster > 0)
+      block_tree = postmaster;
+    else
+      say("block I/O of every process recorded: the postmaster's pid is unknown (give --pid)");
+  }
   if (block) parts.push_back(part_block);
 
   StopSignals signals;
@@ -351,6 +360,7 @@ void run_capture_run(const CaptureRunOptions& o) {
         auto w = trace::open_writer(part_block);
         capture::BlockCaptureOptions bo;
         bo.device = o.device;
+        bo.process_tree = block_tree;
         block_stats = capture::capture_block(bo, *w, &stop, [&] {
           std::lock_guard<std::mutex> l(rmu);
           ready = true;
@@ -529,8 +539,12 @@ void setup_capture_run(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--pid", opt->pid, "postmaster pid (default: from the server's postmaster.pid)");
   cmd->add_option("--conninfo", opt->conninfo,
-                  "libpq connection string for the counters (default: the server's host and port, "
+                  "libpq connection string for the counters and settings (default: the server's host and port, "
                   "dbname=postgres)");
+  cmd->add_flag("--all-processes", opt->all_processes,
+                "record the block I/O of every process on --device (default: the server's process tree, "
+                "new backends included, and kernel threads such as writeback and the journal; other "
+                "processes' I/Os are counted in the summary, not recorded)");
   cmd->callback([opt, listen, upstream, threads, io, iface, port, host, buffer] {
     opt->proxy_flags = listen->count() + upstream->count() + threads->count() + io->count() > 0;
     opt->passive_flags = iface->count() + port->count() + host->count() + buffer->count() > 0;
