@@ -91,6 +91,11 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   std::printf("capture proxy: %s after %.1f s\n", why, secs);
   std::printf("sessions: %llu (connections: %llu)\n", static_cast<unsigned long long>(s.sessions),
               static_cast<unsigned long long>(s.connections));
+  if (s.connections > s.sessions)
+    std::printf(
+        "connections without a session: %llu (a client that asked for TLS or GSS encryption, which the proxy "
+        "refuses, and would not go on in plaintext; a cancel request; or a client that left during startup)\n",
+        static_cast<unsigned long long>(s.connections - s.sessions));
   std::printf("statements: %llu\n", static_cast<unsigned long long>(s.statements));
   std::printf("transactions: %llu\n", static_cast<unsigned long long>(s.transactions));
   std::printf("errors: %llu\n", static_cast<unsigned long long>(s.errors));

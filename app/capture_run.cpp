@@ -347,7 +347,8 @@ void run_capture_run(const CaptureRunOptions& o) {
   std::condition_variable cv;
   std::exception_ptr block_error, sample_error;
   capture::BlockCaptureStats block_stats;
-  std::atomic<uint64_t> samples{0};
+  std::atomic<uint64_t> samples{0};  // counter values written
+  std::atomic<uint64_t> rounds{0};   // sampling moments (one per --sample-interval)
 
   // Block recorder first: the I/O of the first transactions must be seen.
   std::thread block_thread;
@@ -425,6 +426,7 @@ void run_capture_run(const CaptureRunOptions& o) {
             pg_on = false;
           }
         }
+        ++rounds;
         std::unique_lock<std::mutex> l(mu);
         if (cv.wait_for(l, std::chrono::nanoseconds(interval), [&] { return stop.load(); })) break;
       }
@@ -500,7 +502,9 @@ void run_capture_run(const CaptureRunOptions& o) {
   tx->print_summary(why);
   if (block)
     std::printf("block I/O: %s\n", capture::describe(block_stats, false).c_str());
-  std::printf("samples: %llu\n", static_cast<unsigned long long>(samples.load()));
+  std::printf("samples: %llu sampling rounds (every %s), %llu counter values in all\n",
+              static_cast<unsigned long long>(rounds.load()), o.sample_interval.c_str(),
+              static_cast<unsigned long long>(samples.load()));
   std::printf("trace: %s (%llu records)\n", o.out.c_str(), static_cast<unsigned long long>(records));
   std::fflush(stdout);
 }

@@ -130,6 +130,11 @@ TEST_CASE("capture run records the durability settings; profile and project say 
   REQUIRE(rc == 0);
   REQUIRE(cap.status == 0);
   check_durability_settings(settings_of(trace));
+  // Sampling moments and counter values are told apart.
+  CHECK(cap.out.find(" sampling rounds (every 200ms), ") != std::string::npos);
+  CHECK(cap.out.find(" counter values in all") != std::string::npos);
+  // Block I/O of the server's processes only; others' are counted.
+  if (root) CHECK(cap.out.find(" I/Os of other processes counted, not recorded") != std::string::npos);
 
   auto prof = test::run_tierlab({"profile", trace});
   INFO(prof.out << prof.err);

@@ -669,6 +669,9 @@ TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addr
                       &out) != 0);
     CHECK(out.find("server does not support SSL") != std::string::npos);
     REQUIRE(px.stop(SIGTERM) == 0);
+    // The refused client is said in words, not only counted as a connection.
+    INFO(px.out_text);
+    CHECK(px.out_text.find("connections without a session: 1 (a client that asked for TLS") != std::string::npos);
     auto recs = load(px.trace_path());
     bool unix_begin = false;
     for (const auto& r : recs) unix_begin |= r.kind == trace::Kind::Query && r.a == "select 'via unix'";
