@@ -285,7 +285,7 @@ double memory_factor(const Profile& p, double memory, double capture_memory,
   if (memory <= 0 || memory == capture_memory) return 1.0;
   if (p.mrc.empty())
     throw InputError(p.source + ": no page references in the trace, so --memory cannot be projected "
-                     "(capture with file or block I/O recording)");
+                     "(record block I/O: `tierlab capture run --device` or `tierlab capture block`)");
   if (capture_memory <= 0)
     throw InputError(p.source + ": the trace does not record the capture's memory (meta "
                      "memory.bytes); give --capture-memory");
@@ -306,7 +306,9 @@ double memory_factor(const Profile& p, double memory, double capture_memory,
   // them; for less memory the curve has nothing to say.
   if (memory > capture_memory) return p.mrc.at(memory - capture_memory);
   notes.push_back("less memory than at capture with only block-level references: reads per "
-                  "transaction kept as captured (record file I/O to project smaller memory)");
+                  "transaction kept as captured (block I/O shows only the reads that missed the capture's "
+                  "cache; projecting a smaller memory needs file-level reads, which no tierlab capture "
+                  "records)");
   return 1.0;
 }
 
