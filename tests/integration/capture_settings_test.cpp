@@ -105,7 +105,7 @@ TEST_CASE("capture sniff records the server's durability settings", "[integratio
   check_durability_settings(settings_of(trace));
 }
 
-TEST_CASE("capture run records the durability settings; profile and project say first that fsync was off",
+TEST_CASE("capture run records the durability settings, and profile and project say first that fsync was off",
           "[integration][capture][durability]") {
   auto& pg = test::shared_server();
   TempDir dir;
