@@ -1,5 +1,6 @@
 // tierlab capture proxy: record live PostgreSQL traffic through a transparent
 // wire-protocol proxy.
+#include "app/capture_server.h"
 #include "app/command.h"
 #include "capture/proxy.h"
 #include "app/stop_signals.h"
@@ -28,6 +29,7 @@ struct CaptureProxyOptions {
   std::string max_message_size = "1GiB";
   std::string io = "auto";
   int compression_level = capture::ProxyOptions{}.compression_level;
+  std::string conninfo;      // "" = the upstream's host and port, dbname=postgres
 };
 
 void run_capture_proxy(const CaptureProxyOptions& o) {
@@ -52,7 +54,12 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   // starts so that every thread inherits the mask.
   StopSignals signals;
 
-  capture::Proxy proxy(po);
+  // The server's durability settings go into the trace (straight to the
+  // server, not through the proxy); without them the capture goes on.
+  std::string no_settings;
+  po.meta = server_meta(o.conninfo.empty() ? conninfo_for(o.upstream) : o.conninfo, &no_settings);
+  capture::Proxy proxy(po);  // checks --listen and --upstream: a bad one is the only line
+  if (!no_settings.empty()) say_settings_skipped("capture proxy", no_settings + " (give --conninfo)");
   proxy.start();
   std::fprintf(stderr, "tierlab capture proxy: listening on %s, upstream %s, recording to %s\n",
                proxy.listening().c_str(), o.upstream.c_str(), o.out.c_str());
@@ -84,6 +91,11 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   std::printf("capture proxy: %s after %.1f s\n", why, secs);
   std::printf("sessions: %llu (connections: %llu)\n", static_cast<unsigned long long>(s.sessions),
               static_cast<unsigned long long>(s.connections));
+  if (s.connections > s.sessions)
+    std::printf(
+        "connections without a session: %llu (a client that asked for TLS or GSS encryption, which the proxy "
+        "refuses, and would not go on in plaintext; a cancel request; or a client that left during startup)\n",
+        static_cast<unsigned long long>(s.connections - s.sessions));
   std::printf("statements: %llu\n", static_cast<unsigned long long>(s.statements));
   std::printf("transactions: %llu\n", static_cast<unsigned long long>(s.transactions));
   std::printf("errors: %llu\n", static_cast<unsigned long long>(s.errors));
@@ -128,6 +140,9 @@ void setup_capture_proxy(CLI::App& parent) {
                   "close sessions sending a larger message (e.g. 64MB)")
       ->capture_default_str();
   add_compress_level(*cmd, opt->compression_level);
+  cmd->add_option("--conninfo", opt->conninfo,
+                  "libpq connection string to read the server's durability settings (fsync, synchronous_commit, "
+                  "...) into the trace (default: the upstream's host and port, dbname=postgres)");
   cmd->callback([opt] { run_capture_proxy(*opt); });
 }
 

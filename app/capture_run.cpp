@@ -2,6 +2,7 @@
 // passively from packets), the block recorder and periodic samples of the
 // server (CPU time of its process tree, PostgreSQL's counters) together, on
 // one clock, into one trace.
+#include "app/capture_server.h"
 #include "app/command.h"
 #include "app/stop_signals.h"
 #include "common/units.h"
@@ -58,96 +59,7 @@ struct CaptureRunOptions {
   std::string sample_interval = "1s";
   int pid = 0;
   std::string conninfo;
-};
-
-// "host=H port=P dbname=postgres" from --upstream HOST:PORT or DIR[:PORT].
-std::string conninfo_for(const std::string& upstream) {
-  std::string host = upstream, port = "5432";
-  auto colon = upstream.rfind(':');
-  if (colon != std::string::npos) {
-    host = upstream.substr(0, colon);
-    port = upstream.substr(colon + 1);
-  }
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return "host='" + host + "' port='" + port + "' dbname=postgres connect_timeout=5 application_name=tierlab_sampler";
-}
-
-// PostgreSQL's counters over one libpq connection (not through the proxy, so
-// the sampler's own queries stay out of the recorded sessions).
-class PgSampler {
- public:
-  explicit PgSampler(const std::string& conninfo) : conn_(PQconnectdb(conninfo.c_str())) {
-    if (PQstatus(conn_) != CONNECTION_OK) {
-      error_ = PQerrorMessage(conn_);
-      while (!error_.empty() && (error_.back() == '\n' || error_.back() == ' ')) error_.pop_back();
-      for (auto& c : error_)
-        if (c == '\n') c = ' ';
-    }
-  }
-  ~PgSampler() { PQfinish(conn_); }
-  bool ok() const { return error_.empty(); }
-  const std::string& error() const { return error_; }
-
-  // The client end of the connection when it is TCP, so that passive capture
-  // can leave the sampler's own queries out of the recorded sessions.
-  bool tcp_client(std::string& addr, uint16_t& port) const {
-    sockaddr_storage ss{};
-    socklen_t len = sizeof ss;
-    if (!ok() || ::getsockname(PQsocket(conn_), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return false;
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (ss.ss_family == AF_INET) {
-      auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-      inet_ntop(AF_INET, &a->sin_addr, buf, sizeof buf);
-      port = ntohs(a->sin_port);
-    } else if (ss.ss_family == AF_INET6) {
-      auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-      if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr))
-        inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], buf, sizeof buf);
-      else
-        inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof buf);
-      port = ntohs(a->sin6_port);
-    } else {
-      return false;  // a unix socket never reaches a network interface
-    }
-    addr = buf;
-    return true;
-  }
-
-  // First column of the first row, or "" on failure.
-  std::string value(const char* sql) {
-    PGresult* r = PQexec(conn_, sql);
-    std::string v;
-    if (PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
-      v = PQgetvalue(r, 0, 0);
-    PQclear(r);
-    return v;
-  }
-
-  // Names and values of the counters, or false if the query failed.
-  bool counters(std::vector<std::pair<const char*, double>>& out) {
-    static const char* kNames[] = {"pg.blks_read", "pg.blks_hit", "pg.xact_commit", "pg.xact_rollback",
-                                   "pg.buffers_checkpoint", "pg.buffers_clean", "pg.buffers_backend",
-                                   "pg.wal_bytes"};
-    PGresult* r = PQexec(conn_,
-                         "SELECT (SELECT sum(blks_read) FROM pg_stat_database),"
-                         " (SELECT sum(blks_hit) FROM pg_stat_database),"
-                         " (SELECT sum(xact_commit) FROM pg_stat_database),"
-                         " (SELECT sum(xact_rollback) FROM pg_stat_database),"
-                         " b.buffers_checkpoint, b.buffers_clean, b.buffers_backend,"
-                         " pg_current_wal_lsn() - '0/0'::pg_lsn"
-                         " FROM pg_stat_bgwriter b");
-    bool good = PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1;
-    out.clear();
-    if (good)
-      for (int i = 0; i < 8; ++i)
-        if (!PQgetisnull(r, 0, i)) out.push_back({kNames[i], std::strtod(PQgetvalue(r, 0, i), nullptr)});
-    PQclear(r);
-    return good;
-  }
-
- private:
-  PGconn* conn_;
-  std::string error_;
+  bool all_processes = false;  // block I/O of every process, not only the server's
 };
 
 void say(const std::string& line) {
@@ -385,7 +297,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   std::vector<std::pair<std::string, std::string>> meta;
   if (pg.ok()) {
     meta.push_back({"server_version", pg.value("SHOW server_version")});
-    meta.push_back({"setting.shared_buffers", pg.value("SHOW shared_buffers")});
+    for (auto& kv : durability_settings(pg)) meta.push_back(std::move(kv));
     std::string datadir = pg.value("SHOW data_directory");
     if (!datadir.empty()) meta.push_back({"data_directory", datadir});
     if (postmaster == 0 && !datadir.empty()) {
@@ -396,7 +308,7 @@ void run_capture_run(const CaptureRunOptions& o) {
       }
     }
   } else {
-    say("PostgreSQL counters skipped: " + pg.error() + " (give --conninfo)");
+    say("PostgreSQL counters and durability settings skipped: " + pg.error() + " (give --conninfo)");
   }
   if (postmaster > 0) {
     try {
@@ -417,6 +329,15 @@ void run_capture_run(const CaptureRunOptions& o) {
     block = false;
   }
   if (!block && o.device.empty()) say("block I/O not recorded (no --device)");
+  // Block I/O of the server's processes (and the kernel's threads, which
+  // write its data back and commit its journal); others' are counted.
+  int32_t block_tree = 0;
+  if (block && !o.all_processes) {
+    if (postmaster > 0)
+      block_tree = postmaster;
+    else
+      say("block I/O of every process recorded: the postmaster's pid is unknown (give --pid)");
+  }
   if (block) parts.push_back(part_block);
 
   StopSignals signals;
@@ -426,7 +347,8 @@ void run_capture_run(const CaptureRunOptions& o) {
   std::condition_variable cv;
   std::exception_ptr block_error, sample_error;
   capture::BlockCaptureStats block_stats;
-  std::atomic<uint64_t> samples{0};
+  std::atomic<uint64_t> samples{0};  // counter values written
+  std::atomic<uint64_t> rounds{0};   // sampling moments (one per --sample-interval)
 
   // Block recorder first: the I/O of the first transactions must be seen.
   std::thread block_thread;
@@ -439,6 +361,7 @@ void run_capture_run(const CaptureRunOptions& o) {
         auto w = trace::open_writer(part_block);
         capture::BlockCaptureOptions bo;
         bo.device = o.device;
+        bo.process_tree = block_tree;
         block_stats = capture::capture_block(bo, *w, &stop, [&] {
           std::lock_guard<std::mutex> l(rmu);
           ready = true;
@@ -503,6 +426,7 @@ void run_capture_run(const CaptureRunOptions& o) {
             pg_on = false;
           }
         }
+        ++rounds;
         std::unique_lock<std::mutex> l(mu);
         if (cv.wait_for(l, std::chrono::nanoseconds(interval), [&] { return stop.load(); })) break;
       }
@@ -578,7 +502,9 @@ void run_capture_run(const CaptureRunOptions& o) {
   tx->print_summary(why);
   if (block)
     std::printf("block I/O: %s\n", capture::describe(block_stats, false).c_str());
-  std::printf("samples: %llu\n", static_cast<unsigned long long>(samples.load()));
+  std::printf("samples: %llu sampling rounds (every %s), %llu counter values in all\n",
+              static_cast<unsigned long long>(rounds.load()), o.sample_interval.c_str(),
+              static_cast<unsigned long long>(samples.load()));
   std::printf("trace: %s (%llu records)\n", o.out.c_str(), static_cast<unsigned long long>(records));
   std::fflush(stdout);
 }
@@ -617,8 +543,12 @@ void setup_capture_run(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--pid", opt->pid, "postmaster pid (default: from the server's postmaster.pid)");
   cmd->add_option("--conninfo", opt->conninfo,
-                  "libpq connection string for the counters (default: the server's host and port, "
+                  "libpq connection string for the counters and settings (default: the server's host and port, "
                   "dbname=postgres)");
+  cmd->add_flag("--all-processes", opt->all_processes,
+                "record the block I/O of every process on --device (default: the server's process tree, "
+                "new backends included, and kernel threads such as writeback and the journal; other "
+                "processes' I/Os are counted in the summary, not recorded)");
   cmd->callback([opt, listen, upstream, threads, io, iface, port, host, buffer] {
     opt->proxy_flags = listen->count() + upstream->count() + threads->count() + io->count() > 0;
     opt->passive_flags = iface->count() + port->count() + host->count() + buffer->count() > 0;

@@ -1,10 +1,12 @@
 // tierlab capture sniff: record PostgreSQL traffic passively from packets.
+#include "app/capture_server.h"
 #include "app/command.h"
 #include "common/units.h"
 #include "capture/sniff.h"
 #include "common/error.h"
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -17,6 +19,7 @@ struct SniffCli {
   capture::SniffOptions opts;
   std::string duration;     // "60s", "5m", "250ms", "1h", or seconds
   std::string buffer_size;  // "64M", "1G", "65536"
+  std::string conninfo;     // "" = --host (or 127.0.0.1) and --port, dbname=postgres
 };
 
 void on_sniff_stop_signal(int) { capture::stop_sniff(); }
@@ -28,6 +31,21 @@ void run_sniff_cli(SniffCli& cli) {
     throw InputError("capture sniff: give either --interface or --pcap, not both");
   if (!cli.opts.pcap_file.empty() && !cli.duration.empty())
     throw InputError("capture sniff: --duration applies to live capture only");
+
+  capture::check_sniff_options(cli.opts, "capture sniff");
+  // The server's durability settings go into the trace. The connection is
+  // closed before the capture starts, so it is not recorded.
+  std::string no_settings;
+  if (!cli.conninfo.empty()) {
+    cli.opts.meta = server_meta(cli.conninfo, &no_settings);
+  } else if (!cli.opts.pcap_file.empty()) {
+    no_settings = "reading a pcap file, no server to ask (give --conninfo)";
+  } else {
+    const std::string host = cli.opts.host.empty() ? std::string("127.0.0.1") : cli.opts.host;
+    cli.opts.meta = server_meta(conninfo_for(host + ":" + std::to_string(cli.opts.port)), &no_settings);
+    if (!no_settings.empty()) no_settings += " (give --conninfo)";
+  }
+  if (!no_settings.empty()) say_settings_skipped("capture sniff", no_settings);
 
   struct sigaction sa {}, old_int{}, old_term{};
   sa.sa_handler = on_sniff_stop_signal;
@@ -78,6 +96,10 @@ void setup_capture_sniff(CLI::App& parent) {
   sub->add_option("--max-connections", o.max_connections,
                   "connections tracked at once (the least recently active is dropped beyond)")
       ->capture_default_str();
+  sub->add_option("--conninfo", cli->conninfo,
+                  "libpq connection string to read the server's durability settings (fsync, synchronous_commit, "
+                  "...) into the trace (default: --host, or 127.0.0.1, and --port, dbname=postgres; "
+                  "none for --pcap)");
   sub->callback([cli] { run_sniff_cli(*cli); });
 }
 

@@ -20,10 +20,13 @@ void run_profile(const ProfileOptions& o) {
   const auto steady = models::steadiness(p, windows);
   if (o.json) {
     std::cout << models::profile_json(p, steady) << "\n";
-  } else {
-    models::print_profile(std::cout, p);
-    models::print_steadiness(std::cout, p, steady);
+    return;
   }
+  // First, before any figure: without device waits at commit the figures
+  // below say nothing about storage.
+  if (const std::string w = models::commit_durability_warning(p); !w.empty()) std::cout << "WARNING: " << w << "\n";
+  models::print_profile(std::cout, p);
+  models::print_steadiness(std::cout, p, steady);
 }
 
 void setup_profile(CLI::App& parent) {

@@ -117,7 +117,12 @@ void run_project(const ProjectCliOptions& o) {
   }
   const std::string json_text = o.json_out.empty() ? "" : models::projection_json(p) + "\n";
   const std::string html_text = o.html_out.empty() ? "" : models::projection_html(p, profile);
-  if (o.json_out != "-" && o.html_out != "-") models::print_projection(std::cout, p);
+  if (o.json_out != "-" && o.html_out != "-") {
+    // First, before the table: a capture whose commits did not wait for the
+    // device projects every tier's commits alike.
+    if (!p.durability_warning.empty()) std::cout << "WARNING: " << p.durability_warning << "\n";
+    models::print_projection(std::cout, p);
+  }
   std::cout.flush();
   json.write(json_text);  // nothing for ""
   html.write(html_text);

@@ -85,6 +85,20 @@ pid_t start_command(const std::vector<std::string>& command, const std::vector<s
   return pid;
 }
 
+// What the server does at commit, in one line: a capture of a server whose
+// commits do not wait for the device projects no storage latency.
+std::string durability_line(const pgtmp::Server& server) {
+  const std::string fsync = server.sql("SHOW fsync");
+  const std::string sync_commit = server.sql("SHOW synchronous_commit");
+  if (fsync == "off")
+    return "fsync=off: commits do not wait for the device (a capture of it projects no commit latency)";
+  if (sync_commit == "off")
+    return "synchronous_commit=off: commits do not wait for the device (a capture of it projects no commit "
+           "latency)";
+  return "commits wait for the device (fsync on, synchronous_commit " + sync_commit +
+         "); --set fsync=off trades that for speed";
+}
+
 void run_sandbox(const SandboxOptions& o) {
   pgtmp::Options po;
   if (o.port < 0 || o.port > 65535) throw InputError("--port " + std::to_string(o.port) + ": must be 1-65535");
@@ -119,6 +133,7 @@ void run_sandbox(const SandboxOptions& o) {
   } restore{old};
 
   std::cout << server.conninfo() << std::endl;
+  std::cerr << "tierlab sandbox: " << durability_line(server) << std::endl;
 
   auto wait_for_stop = [&] {
     siginfo_t info;
@@ -187,6 +202,9 @@ void setup_sandbox(CLI::App& parent) {
       "COMMAND runs with PGHOST, PGPORT, PGUSER and PGDATABASE set; the exit status is COMMAND's.\n"
       "COMMAND also gets TIERLAB_PG_SOCKET_DIR, TIERLAB_PG_BINDIR, TIERLAB_PG_DATA_DIR, TIERLAB_PG_LOG and\n"
       "TIERLAB_PG_POSTMASTER_PID. The conninfo line goes to stdout. Run as root, the server runs as postgres.\n"
+      "The server runs with PostgreSQL's defaults for durability (fsync on: commits wait for the device),\n"
+      "and says so on stderr; --set fsync=off trades that for speed, and a capture of it projects no\n"
+      "commit latency.\n"
       "Example: tierlab sandbox --pgbench-init 10 -- pgbench -T 30 -c 8 -P 5");
   sub->add_option("--pgbench-init", o->pgbench_scale, "Load pgbench tables at this scale (pgbench -i -s SCALE)");
   sub->add_option("--set", o->settings, "postgresql.conf setting NAME=VALUE (repeatable)")->allow_extra_args(false);

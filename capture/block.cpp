@@ -14,11 +14,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string_view>
+#include <unordered_map>
 
 namespace tierlab::capture {
 namespace {
@@ -430,6 +432,82 @@ void time_queued(BioQueue& q, Ev& issue) {
   }
 }
 
+// Which processes' I/O a capture keeps (BlockCaptureOptions::process_tree):
+// the root, its descendants and kernel threads. /proc/PID/stat is read once
+// per pid (and its ancestors) and the answer kept, so a process forked after
+// the start is found when its first I/O is, and the lookups cost nothing
+// once the server's processes are known. A pid reused within the capture
+// keeps its first answer.
+class ProcessTreeFilter {
+ public:
+  enum Verdict : uint8_t { kTree, kKernel, kOther, kGone };
+  explicit ProcessTreeFilter(int32_t root) : root_(root) {}
+  bool active() const { return root_ > 0; }
+
+  Verdict check(int32_t pid) {
+    if (pid == root_) return kTree;
+    if (pid <= 0) return kKernel;  // interrupt context, the idle task
+    if (auto it = known_.find(pid); it != known_.end()) return it->second;
+    // Walk up to the root, init, or a process already known.
+    int32_t chain[64];
+    int n = 0;
+    Verdict v = kOther;
+    for (int32_t p = pid;;) {
+      if (p == root_) {
+        v = kTree;
+        break;
+      }
+      if (auto it = known_.find(p); it != known_.end()) {
+        v = it->second;
+        break;
+      }
+      int32_t ppid = 0;
+      bool kthread = false;
+      if (!read_parent(p, ppid, kthread)) {
+        v = p == pid ? kGone : kOther;  // an ancestor gone: reparented, not the root's
+        break;
+      }
+      if (kthread) {
+        v = kKernel;
+        break;
+      }
+      if (n < 64) chain[n++] = p;
+      if (ppid <= 1 || n == 64) break;  // reached init: not in the tree
+      p = ppid;
+    }
+    if (v == kGone) return v;  // not kept: the pid may come back as another process
+    if (known_.size() > (1u << 16)) known_.clear();
+    for (int i = 0; i < n; ++i) known_[chain[i]] = v;
+    return v;
+  }
+
+ private:
+  // Parent pid and whether PID is a kernel thread (PF_KTHREAD in its flags).
+  static bool read_parent(int32_t pid, int32_t& ppid, bool& kthread) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    char buf[512];
+    ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+    buf[n] = 0;
+    const char* p = std::strrchr(buf, ')');  // the name may hold spaces and parentheses
+    if (!p) return false;
+    long long pp = 0;
+    unsigned long long flags = 0;
+    if (std::sscanf(p + 1, " %*c %lld %*d %*d %*d %*d %llu", &pp, &flags) != 2) return false;
+    constexpr unsigned long long kPfKthread = 0x00200000;
+    ppid = int32_t(pp);
+    kthread = (flags & kPfKthread) != 0;
+    return true;
+  }
+
+  int32_t root_;
+  std::unordered_map<int32_t, Verdict> known_;
+};
+
 std::string find_tracefs(const std::string& given) {
   if (!given.empty()) {
     if (::access((given + "/events").c_str(), F_OK) != 0)
@@ -662,6 +740,10 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
 
   write_file(ip + "/events/block/block_rq_issue/enable", "1");
   out.write(mono_now(), 0, trace::Meta{"capture.block.flush_pid", bio_events ? "submitter" : "issuer"});
+  if (opts.process_tree > 0)
+    out.write(mono_now(), 0,
+              trace::Meta{"capture.block.processes",
+                          "tree of " + std::to_string(opts.process_tree) + " and kernel threads"});
 
   write_file(ip + "/events/block/block_rq_complete/enable", "1");
   if (bio_events) {
@@ -688,9 +770,30 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   const trace::Nanos start = mono_now();
   const trace::Nanos end = opts.duration_ns ? start + opts.duration_ns : INT64_MAX;
 
+  ProcessTreeFilter tree(opts.process_tree);
+  st.process_tree = tree.active();
+  // Whether an I/O of `pid` is recorded; counts it where it is not.
   auto want_pid = [&](int32_t pid) {
-    return opts.pids.empty() || std::find(opts.pids.begin(), opts.pids.end(), pid) != opts.pids.end();
+    if (!opts.pids.empty() && std::find(opts.pids.begin(), opts.pids.end(), pid) == opts.pids.end()) {
+      ++st.filtered;
+      return false;
+    }
+    if (tree.active()) {
+      switch (tree.check(pid)) {
+        case ProcessTreeFilter::kOther:
+          ++st.others;
+          return false;
+        case ProcessTreeFilter::kGone:
+          ++st.exited_unchecked;  // kept: it may have been a short-lived backend
+          break;
+        default:
+          break;
+      }
+    }
+    return true;
   };
+  // Completions whose issue was filtered out are not orphans.
+  const bool filtering = !opts.pids.empty() || tree.active();
   auto emit = [&](const Ev& issue, trace::Nanos complete, bool incomplete) {
     trace::BlockIo b;
     b.complete_ns = complete;
@@ -708,10 +811,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   // filters it out.
   auto emit_flush = [&](Ev issue, trace::Nanos complete, bool incomplete) {
     if (!flush_bios.latest_before(issue.ts, issue.pid) && bio_events) ++st.flush_unattributed;
-    if (!want_pid(issue.pid)) {
-      ++st.filtered;
-      return false;
-    }
+    if (!want_pid(issue.pid)) return false;
     issue.sector = 0;
     issue.bytes = 0;
     emit(issue, complete, incomplete);
@@ -807,10 +907,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
       }
       if (e.kind == kIssue) {
         time_queued(bio_queue, e);
-        if (!want_pid(e.pid)) {
-          ++st.filtered;
-          continue;
-        }
+        if (!want_pid(e.pid)) continue;
         if (!table.insert(e)) {  // table full: record it as incomplete
           emit(e, e.ts, true);
           ++st.incomplete;
@@ -850,7 +947,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
         Ev c = e;
         c.carried = 1;
         carry.push_back(c);
-      } else if (opts.pids.empty()) {
+      } else if (!filtering) {
         ++st.orphans;
       }
     }
@@ -886,7 +983,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   if (bio_events) write_file(ip + "/events/block/block_bio_queue/enable", "0");
   drain();
   drain();  // second pass: carried completions get their last chance
-  st.orphans += opts.pids.empty() ? carry.size() : 0;
+  st.orphans += filtering ? 0 : carry.size();
   carry.clear();
 
   table.for_each([&](const Ev& e) {
@@ -915,6 +1012,12 @@ std::string describe(const BlockCaptureStats& st, bool pid_filter) {
                   std::to_string(st.incomplete) + " incomplete, " + std::to_string(st.orphans) +
                   " completions without issue, " + std::to_string(st.lost) + " events lost";
   if (pid_filter) s += ", " + std::to_string(st.filtered) + " of other pids skipped";
+  if (st.process_tree) {
+    s += "; " + std::to_string(st.others) + " I/Os of other processes counted, not recorded";
+    if (st.exited_unchecked)
+      s += " (" + std::to_string(st.exited_unchecked) + " of processes that exited before they could be looked up "
+           "recorded)";
+  }
   if (st.flush_unattributed)
     s += "; " + std::to_string(st.flush_unattributed) +
          " flushes keep the kernel worker's pid (no fdatasync or journal bio seen before them)";

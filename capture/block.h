@@ -68,6 +68,14 @@ std::string require_block_tracing(const std::string& tracefs);
 struct BlockCaptureOptions {
   std::string device;             // as resolve_block_device() takes it
   std::vector<int32_t> pids;      // record only I/Os issued by these; empty = all
+  // Record only the I/O of this process and its descendants, those forked
+  // after the start included (a new backend), and of kernel threads: the
+  // kernel writes a process's buffered writes back, and the file system's
+  // journal commits what its fdatasync asked for, from its own threads, so
+  // their I/O (and the flushes they ask for) is the server's too. Other
+  // processes' I/O is counted (BlockCaptureStats::others), not recorded.
+  // 0 = every process.
+  int32_t process_tree = 0;
   trace::Nanos duration_ns = 0;   // 0 = until *stop is set
   uint32_t buffer_kb = 8192;      // per-CPU ring buffer of the instance
   std::string tracefs;            // "" = /sys/kernel/tracing (mounted if needed)
@@ -88,6 +96,12 @@ struct BlockCaptureStats {
   uint64_t flushes = 0;      // of all BlockIo records, the flush requests
   uint64_t incomplete = 0;   // issued, no completion seen before the end
   uint64_t filtered = 0;     // issues of other pids
+  // With process_tree: I/Os of processes outside the tree (not kernel
+  // threads), counted and not recorded; and I/Os recorded although their
+  // process had exited before it could be looked up.
+  bool process_tree = false;
+  uint64_t others = 0;
+  uint64_t exited_unchecked = 0;
   uint64_t orphans = 0;      // completions whose issue was not seen
   uint64_t lost = 0;         // events the kernel dropped or overwrote
   uint64_t events = 0;       // events read
@@ -102,7 +116,8 @@ struct BlockCaptureStats {
 
 // The counts a user reads after a capture, one line, without a newline:
 // "N I/Os (F flushes), I incomplete, O completions without issue, L events
-// lost", then ", S of other pids skipped" when pids were filtered and
+// lost", then ", S of other pids skipped" when pids were filtered,
+// "; K of other processes counted, not recorded" with process_tree, and
 // "; U flushes keep the kernel worker's pid" when some could not be
 // attributed.
 std::string describe(const BlockCaptureStats& st, bool pid_filter);

@@ -390,6 +390,7 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   px.recorder->meta("start_time", realtime_iso());
   px.recorder->meta("threads", std::to_string(px.threads));
   px.recorder->meta("io", px.uring ? "io_uring" : "epoll");
+  for (const auto& [k, v] : opts.meta) px.recorder->meta(k, v);
 }
 
 Proxy::~Proxy() {

@@ -31,6 +31,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tierlab::capture {
 
@@ -56,6 +58,9 @@ struct ProxyOptions {
   // the proxy's CPU goes to forwarding, and its level made no measurable
   // difference to it, while level 1 keeps pgbench traces a sixth smaller.
   int compression_level = 1;
+  // Meta records written at the start after the proxy's own (the server's
+  // settings, read by the caller).
+  std::vector<std::pair<std::string, std::string>> meta;
 };
 
 struct ProxySummary {

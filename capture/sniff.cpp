@@ -508,6 +508,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
     if (!o.host.empty()) meta("server_host", o.host);
     const char* lname = pcap_datalink_val_to_name(dlt);
     meta("link_type", lname ? lname : std::to_string(dlt));
+    for (const auto& [k, v] : o.meta) meta(k, v);
   }
 
   Sessions sessions(o.max_connections, sink, std::move(map), log, sum);

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tierlab::capture {
@@ -62,6 +63,9 @@ struct SniffOptions {
     uint16_t port = 0;
   };
   std::vector<Client> ignore_clients;
+  // Meta records written at the start after the sniffer's own (the
+  // server's settings, read by the caller).
+  std::vector<std::pair<std::string, std::string>> meta;
 };
 
 struct SniffSummary {

@@ -541,6 +541,8 @@ void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
 }
 
 void ProfileBuilder::Impl::memory(Profile& p) {
+  for (auto it = meta.lower_bound("setting."); it != meta.end() && it->first.rfind("setting.", 0) == 0; ++it)
+    p.settings.emplace_back(it->first.substr(8), it->second);
   if (auto it = meta.find("device"); it != meta.end()) p.device = it->second;
   if (auto it = meta.find("cpu.count"); it != meta.end()) p.vcpus = std::atoi(it->second.c_str());
   if (auto it = meta.find("memory.bytes"); it != meta.end()) {
@@ -774,6 +776,9 @@ void print_profile(std::ostream& out, const Profile& p) {
 std::string profile_json(const Profile& p, int indent) {
   nlohmann::json j;
   j["source"] = p.source;
+  j["commit_durability_warning"] = commit_durability_warning(p);
+  j["settings"] = nlohmann::json::object();
+  for (const auto& [name, value] : p.settings) j["settings"][name] = value;
   j["duration_s"] = p.duration_s;
   j["sessions"] = p.sessions;
   j["clients"] = p.clients;

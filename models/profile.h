@@ -144,6 +144,9 @@ struct Profile {
   double memory_bytes = 0;
   double shared_buffers_bytes = 0;
   int vcpus = 0;                    // Meta "cpu.count"; 0 when unknown
+  // The server's settings at capture (Meta "setting.NAME": fsync,
+  // synchronous_commit, wal_sync_method, ...), (NAME, value) by name.
+  std::vector<std::pair<std::string, std::string>> settings;
   MissCurve mrc;
 
   std::vector<std::string> notes;   // what could not be measured, and why
@@ -244,6 +247,12 @@ void print_steadiness(std::ostream& out, const Profile& whole, const Steadiness&
 // profile_json with a "steadiness" object: windows, window_s, too_short,
 // unsteady, spreads, warnings.
 std::string profile_json(const Profile& p, const Steadiness& s, int indent = 2);
+// When the capture's commits did not wait for the device (setting fsync or
+// synchronous_commit off), one line saying so and what it means for a
+// projection: "fsync=off at capture: commits did not wait for the device,
+// so commit latency on other tiers is not projected ..."; "" when they did
+// or the trace does not record the settings.
+std::string commit_durability_warning(const Profile& p);
 
 void print_profile(std::ostream& out, const Profile& p);
 std::string profile_json(const Profile& p, int indent = 2);

@@ -292,7 +292,7 @@ double memory_factor(const Profile& p, double memory, double capture_memory,
   if (memory <= 0 || memory == capture_memory) return 1.0;
   if (p.mrc.empty())
     throw InputError(p.source + ": no page references in the trace, so --memory cannot be projected "
-                     "(capture with file or block I/O recording)");
+                     "(record block I/O: `tierlab capture run --device` or `tierlab capture block`)");
   if (capture_memory <= 0)
     throw InputError(p.source + ": the trace does not record the capture's memory (meta "
                      "memory.bytes); give --capture-memory");
@@ -313,7 +313,9 @@ double memory_factor(const Profile& p, double memory, double capture_memory,
   // them; for less memory the curve has nothing to say.
   if (memory > capture_memory) return p.mrc.at(memory - capture_memory);
   notes.push_back("less memory than at capture with only block-level references: reads per "
-                  "transaction kept as captured (record file I/O to project smaller memory)");
+                  "transaction kept as captured (block I/O shows only the reads that missed the capture's "
+                  "cache; projecting a smaller memory needs file-level reads, which no tierlab capture "
+                  "records)");
   return 1.0;
 }
 
@@ -439,6 +441,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   Projection out;
   out.source = p.source;
   out.notes = p.notes;
+  out.durability_warning = commit_durability_warning(p);
   int cap_clients = std::max(1, p.clients);
   out.clients_hi = o.clients_hi > 0 ? o.clients_hi : cap_clients;
   out.clients_lo = o.clients_lo > 0 ? o.clients_lo : out.clients_hi;
@@ -868,6 +871,7 @@ std::string projection_json(const Projection& p, int indent) {
   j["source"] = p.source;
   j["windows"] = {{"count", p.windows}, {"seconds", p.window_s}};
   j["same_on_every_tier"] = p.same_on_every_tier.empty() ? nlohmann::json() : nlohmann::json(p.same_on_every_tier);
+  j["commit_durability_warning"] = p.durability_warning;
   j["clients"] = {p.clients_lo, p.clients_hi};
   j["vcpus"] = p.vcpus;
   j["capture_vcpus"] = p.capture_vcpus;

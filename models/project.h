@@ -214,6 +214,8 @@ struct Projection {
   int windows = 0;
   double window_s = 0;
   std::vector<std::string> notes;
+  // commit_durability_warning() of the profile: "" when commits waited.
+  std::string durability_warning;
 };
 
 // Throws InputError for unusable input (no tiers, bad client range, a

@@ -299,12 +299,14 @@ struct Server::Impl {
       if (!hba) throw RuntimeError("pgtmp: cannot write " + data_dir + "/pg_hba.conf");
     }
     std::ofstream conf(data_dir + "/postgresql.conf", std::ios::app);
-    // Defaults suited to tests: fast, many connections (replay opens 2,000+
-    // sessions), small memory, log to a file. Caller settings come after and win.
+    // Defaults: many connections (replay opens 2,000+ sessions), small
+    // memory, log to a file. Durability (fsync, synchronous_commit) stays the
+    // server's default, on: a tool about storage must not hide the storage.
+    // Callers that want speed over durability set fsync=off themselves.
+    // Caller settings come after and win.
     conf << "\n# tierlab pgtmp defaults\n"
          << "listen_addresses = '127.0.0.1'\n"
          << "unix_socket_directories = " << conf_value(socket_dir) << "\n"
-         << "fsync = off\n"
          << "max_connections = 2500\n"
          << "shared_buffers = 32MB\n"
          << "logging_collector = off\n"

@@ -26,8 +26,9 @@
 //
 // Defaults in postgresql.conf (caller settings come after and win):
 // listen_addresses=127.0.0.1, the port, unix_socket_directories=<temp dir>,
-// fsync=off, max_connections=2500, shared_buffers=32MB; the server log goes to
-// <temp dir>/server.log. Bootstrap superuser "postgres", database "postgres".
+// max_connections=2500, shared_buffers=32MB; the server log goes to
+// <temp dir>/server.log. Durability is the server's own default (fsync on,
+// synchronous_commit on): tests that want speed pass {"fsync", "off"}. Bootstrap superuser "postgres", database "postgres".
 #pragma once
 
 #include <memory>

@@ -40,19 +40,34 @@ std::vector<std::string> lines(const std::string& s) {
 TEST_CASE("sandbox: runs a command against a fresh server and exits with its status", "[sandbox]") {
   auto r = run_tierlab({"sandbox", "--pgbench-init", "1", "--set", "work_mem=5MB", "--", "sh", "-c",
                         "\"$TIERLAB_PG_BINDIR/psql\" -Atc 'show work_mem' &&"
+                        " \"$TIERLAB_PG_BINDIR/psql\" -Atc 'show fsync' &&"
                         " \"$TIERLAB_PG_BINDIR/psql\" -Atc 'select count(*) from pgbench_accounts' &&"
                         " echo \"$PGHOST $PGUSER $PGDATABASE\" && echo \"$TIERLAB_PG_SOCKET_DIR\" && exit 3"});
   INFO("stdout: " << r.out);
   INFO("stderr: " << r.err);
   CHECK(r.status == 3);
   auto l = lines(r.out);
-  REQUIRE(l.size() == 5);
+  REQUIRE(l.size() == 6);
   CHECK(l[0].rfind("host=127.0.0.1 port=", 0) == 0);
   CHECK(l[1] == "5MB");
-  CHECK(l[2] == "100000");
-  CHECK(l[3] == "127.0.0.1 postgres postgres");
-  CHECK_FALSE(l[4].empty());
-  CHECK_FALSE(std::filesystem::exists(l[4]));  // removed on the way out
+  CHECK(l[2] == "on");  // the server's default: commits wait for the device
+  CHECK(l[3] == "100000");
+  CHECK(l[4] == "127.0.0.1 postgres postgres");
+  CHECK_FALSE(l[5].empty());
+  CHECK_FALSE(std::filesystem::exists(l[5]));  // removed on the way out
+  CHECK(r.err.find("fsync on") != std::string::npos);
+}
+
+TEST_CASE("sandbox: --set fsync=off is taken and said", "[sandbox]") {
+  auto r = run_tierlab({"sandbox", "--set", "fsync=off", "--", "sh", "-c",
+                        "\"$TIERLAB_PG_BINDIR/psql\" -Atc 'show fsync'"});
+  INFO("stdout: " << r.out);
+  INFO("stderr: " << r.err);
+  CHECK(r.status == 0);
+  auto l = lines(r.out);
+  REQUIRE(l.size() == 2);
+  CHECK(l[1] == "off");
+  CHECK(r.err.find("fsync=off: commits do not wait for the device") != std::string::npos);
 }
 
 TEST_CASE("sandbox: a command that cannot be run is status 127", "[sandbox]") {

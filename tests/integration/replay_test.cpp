@@ -391,8 +391,8 @@ TEST_CASE("a timed replay keeps its schedule on a kernel without epoll_pwait2", 
 }
 
 TEST_CASE("2,000 concurrent sessions replay", "[replay][pg][many]") {
-  pgtmp::Options po;
-  po.settings = {{"max_connections", "2100"}, {"shared_buffers", "32MB"}};
+  pgtmp::Options po = test::fast_server_options();
+  po.settings.insert(po.settings.end(), {{"max_connections", "2100"}, {"shared_buffers", "32MB"}});
   pgtmp::Server pg(po);
   TempDir dir;
   std::string path = dir.file("many.tlt");

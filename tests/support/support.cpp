@@ -153,9 +153,15 @@ void require_root(const char* what) {
   if (geteuid() != 0) skip(std::string(what) + " needs root");
 }
 
+pgtmp::Options fast_server_options() {
+  pgtmp::Options o;
+  o.settings = {{"fsync", "off"}};
+  return o;
+}
+
 pgtmp::Server& shared_server() {
   static std::unique_ptr<pgtmp::Server> server;
-  if (!server) server = std::make_unique<pgtmp::Server>();
+  if (!server) server = std::make_unique<pgtmp::Server>(fast_server_options());
   return *server;
 }
 

@@ -58,8 +58,13 @@ constexpr int kNoSeccomp = 125;
 // skip()s unless running as root; `what` names what needs root.
 void require_root(const char* what);
 
-// A throwaway PostgreSQL started on first use and kept until the process
-// exits. Throws RuntimeError (the test fails) if it cannot start.
+// Options for a test server whose commits do not wait for the device
+// (fsync=off): for tests that measure tierlab, not the machine's flush time.
+pgtmp::Options fast_server_options();
+
+// A throwaway PostgreSQL (fast_server_options(): fsync off) started on
+// first use and kept until the process exits. Throws RuntimeError (the test
+// fails) if it cannot start.
 pgtmp::Server& shared_server();
 
 // The number of lines in `s` (a last line without '\n' counts).
