@@ -210,6 +210,20 @@ TEST_CASE("mva: asymptotic bounds hold and N = 1 has no queueing", "[mva]") {
   CHECK(pts.back().throughput == Approx(1.0 / 0.002).epsilon(0.01));
 }
 
+TEST_CASE("mva: a multi-server station alone or with a WAL cycle", "[mva]") {
+  // Alone (its complementary network is empty): min(n, m) busy servers.
+  auto alone = solve_mva({{"cpu", StationKind::Multi, 0.002, 64}}, 200);
+  for (const auto& p : alone) REQUIRE(p.throughput == Approx(std::min(p.n, 64) / 0.002).epsilon(1e-9));
+  // With a throughput-dependent cycle: still under the bound, saturating.
+  std::vector<Station> st{{"cpu", StationKind::Multi, 0.0002, 16},
+                          {"storage", StationKind::Multi, 0.001, 128},
+                          Station("commit", StationKind::Cycle, 0, 1,
+                                  [](double x, int) { return 0.0002 + x * 1e-9; })};
+  auto pts = solve_mva(st, 256);
+  for (const auto& p : pts) REQUIRE(p.throughput <= 16 / 0.0002 * (1 + 1e-9));
+  CHECK(pts.back().utilisation[0] > 0.95);
+}
+
 TEST_CASE("mva: bad input throws", "[mva]") {
   CHECK_THROWS(solve_mva({{"a", StationKind::Queue, -1, 1}}, 3));
   CHECK_THROWS(solve_mva({{"a", StationKind::Queue, 1, 1}}, 0));
