@@ -5,14 +5,22 @@
 //   Delay   — infinite servers: residence time = demand (think time, a
 //             device's fixed latency when it serves requests in parallel).
 //   Queue   — one FCFS/PS server: R = D (1 + Q(n-1)).
-//   Multi   — m identical servers (the CPU with m vcpus), solved exactly
-//             with load-dependent MVA (Reiser & Lavenberg; Bolch et al.
-//             "Queueing Networks and Markov Chains" §8.2):
+//   Multi   — m identical servers (the CPU with m vcpus, a tier's
+//             parallelism), solved exactly with load-dependent MVA (Reiser &
+//             Lavenberg; Bolch et al. "Queueing Networks and Markov Chains"
+//             §8.2):
 //               R(n)   = D/m [1 + Q(n-1) + sum_{j=0}^{m-2} (m-1-j) p(j|n-1)]
 //               p(j|n) = X(n) D / j * p(j-1|n-1)        for j = 1..m-1
-//               p(0|n) = 1 - [X(n) D + sum_{j=1}^{m-1} (m-j) p(j|n)] / m
+//               p(0|n) = p(0|n-1) X(n) / X_c(n)
 //             where p(j|n) is the probability of j customers at the station
-//             with n in the network (only j < m is needed).
+//             with n in the network (only j < m is needed) and X_c(n) the
+//             throughput of the complementary network, the same network
+//             without this station (solved alongside, recursively). The
+//             textbook p(0|n) = 1 - [X(n) D + sum (m-j) p(j|n)] / m subtracts
+//             nearly equal numbers and loses all its digits near saturation
+//             once m is above about 8; this form only multiplies positive
+//             numbers (p(0|n) = G_c(n) / G(n) with G the normalising
+//             constants), so it stays exact for any m and n.
 //   Cycle   — a delay whose residence time depends on the network's
 //             throughput: R = residence(X, n), non-decreasing in X (a WAL
 //             flush cycle that the commits arriving during it share: the
@@ -24,7 +32,9 @@
 //             residence function is constant.
 //
 // Populations n = 1..N are solved in one pass; each step is O(K*m), plus
-// the bisection's evaluations of the Cycle stations.
+// the bisection's evaluations of the Cycle stations. A network with L
+// multi-server stations (m > 1) also solves its complementary networks: for
+// L = 2 (CPU and storage) five passes in all.
 #pragma once
 
 #include <functional>
