@@ -16,7 +16,7 @@ static_assert(std::endian::native == std::endian::little,
 // --- file header -------------------------------------------------------------
 inline constexpr uint8_t kFileMagic[8] = {0x89, 'T', 'L', 'T', '\r', '\n', 0x1a, '\n'};
 inline constexpr uint16_t kMajor = 1;
-inline constexpr uint16_t kMinor = 1;  // 1.1: Suspended, EmptyQuery
+inline constexpr uint16_t kMinor = 2;  // 1.1: Suspended, EmptyQuery; 1.2: BlockQueued
 // magic(8) major(2) minor(2) header_len(4) start_mono(8) realtime_offset(8) crc(4)
 inline constexpr uint32_t kHeaderLen = 36;
 inline constexpr uint32_t kHeaderPrefix = 16;  // magic..header_len
@@ -43,6 +43,13 @@ inline constexpr uint8_t kSameSession = 0x80;
 inline constexpr uint8_t kFirstExtension = 21;  // 21..61: length-prefixed, skippable
 static_assert(static_cast<uint8_t>(Kind::Suspended) == kFirstExtension);
 inline constexpr uint8_t kLastExtension = 61;
+// BlockQueued (1.2): a length-prefixed record (session 0, empty body) whose
+// timestamp is when the bios of the BlockIo that follows it were queued.
+// Not a record kind of its own: the reader gives its time to that BlockIo
+// as queued_ns. The last extension code, so that new kinds keep taking
+// codes from 23 on.
+inline constexpr uint8_t kBlockQueued = 61;
+static_assert(static_cast<uint8_t>(Kind::Count_) < kBlockQueued);
 inline constexpr uint8_t kStringDef = 62;
 inline constexpr uint8_t kEnd = 63;
 

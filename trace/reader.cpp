@@ -124,6 +124,9 @@ struct Reader::Impl {
   bool in_chunk = false;
   bool done = false;
   uint64_t pending_def_bytes = 0;
+  uint64_t file_records = 0;  // records in the file, BlockQueued included
+  // The time of a BlockQueued record, for the BlockIo right after it.
+  Nanos pending_queued = 0;
 
   DeltaState dstate;  // reset at every chunk start
 
@@ -190,6 +193,7 @@ struct Reader::Impl {
   void reset_chunk_state() {
     dstate.reset();
     chunk_seen = 0;
+    pending_queued = 0;
   }
 
   // Loads the next chunk; false at end of input (clean, or an incomplete
@@ -355,10 +359,10 @@ struct Reader::Impl {
     uint64_t chunks = varint();
     if (!chunk_is_end) corrupt("end record in a chunk not flagged as the last");
     if (p != end) corrupt("records after the end record");
-    if (records != stats.records || nstrings + 1 != strings.size() || chunks != stats.chunks)
+    if (records != file_records || nstrings + 1 != strings.size() || chunks != stats.chunks)
       corrupt("end record counts (" + std::to_string(records) + " records, " +
               std::to_string(chunks) + " chunks) differ from the trace (" +
-              std::to_string(stats.records) + " records, " + std::to_string(stats.chunks) +
+              std::to_string(file_records) + " records, " + std::to_string(stats.chunks) +
               " chunks)");
     stats.terminated = true;
   }
@@ -408,10 +412,21 @@ struct Reader::Impl {
         // body holds was appended by a later minor version. A kind of a
         // later minor version is skipped whole.
         bytes(varint());
+        if (code == kBlockQueued) {
+          // Its time goes to the BlockIo right after it; its bytes count
+          // as that record's.
+          ++file_records;
+          ++chunk_seen;
+          pending_queued = dstate.prev_ts;
+          pending_def_bytes += static_cast<uint64_t>(p - rec);
+          continue;
+        }
         if (code >= static_cast<uint8_t>(Kind::Count_)) {
           ++stats.records;
+          ++file_records;
           ++chunk_seen;
           pending_def_bytes = 0;
+          pending_queued = 0;
           continue;
         }
       }
@@ -420,7 +435,10 @@ struct Reader::Impl {
       decode(kb, code, out);
       out.ts = dstate.prev_ts;
       out.session = session;
+      if (code == static_cast<uint8_t>(Kind::BlockIo)) std::get<BlockIo>(out.body).queued_ns = pending_queued;
+      pending_queued = 0;
       ++stats.records;
+      ++file_records;
       ++chunk_seen;
       ++stats.kind_records[code];
       stats.kind_bytes[code] += static_cast<uint64_t>(p - rec) + pending_def_bytes;

@@ -41,7 +41,7 @@ struct Header {
 
 struct ReadStats {
   uint64_t chunks = 0;
-  uint64_t records = 0;
+  uint64_t records = 0;  // records read (a BlockQueued, part of the BlockIo after it, is not one)
   uint64_t bytes = 0;               // bytes of complete chunks and header
   uint64_t recovered_tail_bytes = 0;  // bytes of an incomplete last chunk
   bool terminated = false;          // the end record was seen

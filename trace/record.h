@@ -155,6 +155,13 @@ struct BlockIo {
   IoOp op = IoOp::Read;
   uint8_t flags = 0;
   int32_t pid = 0;
+  // Absolute CLOCK_MONOTONIC time the earliest bio of the request was
+  // queued to the block layer, at or before the issue (trace format 1.2);
+  // 0 when unknown (older traces, importers, a bio not seen). Issue minus
+  // this is the time the request waited in the block layer (scheduler,
+  // plugging, and whatever held it before it was queued that the capture
+  // could see).
+  Nanos queued_ns = 0;
 };
 
 // One file-level I/O system call; the record's ts is its entry.

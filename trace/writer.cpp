@@ -282,7 +282,8 @@ struct Writer::Impl {
   uint32_t chunk_records = 0;
   Nanos chunk_first_ts = 0;
   uint64_t chunks = 0;
-  uint64_t records = 0;
+  uint64_t records = 0;  // in the file, BlockQueued included (the End record's count)
+  uint64_t written = 0;  // given to write()
   uint64_t bytes = 0;
   bool closed = false;
 
@@ -354,7 +355,7 @@ struct Writer::Impl {
     else if constexpr (std::is_same_v<T, Error>)
       return str_bound(b.sqlstate) + str_bound(b.severity) + str_bound(b.message);
     else if constexpr (std::is_same_v<T, BlockIo>)
-      return 3 + 5 * kMaxVarint;
+      return 3 + 5 * kMaxVarint + 2 + 2 * kMaxVarint;  // BlockQueued included
     else if constexpr (std::is_same_v<T, FileIo>)
       return str_bound(b.file) + 5 * kMaxVarint;
     else if constexpr (std::is_same_v<T, Sample>)
@@ -418,6 +419,10 @@ struct Writer::Impl {
     } else if constexpr (std::is_same_v<T, Meta>) {
       refs[0] = ref(p, b.key);
       refs[1] = ref(p, b.value);
+    }
+
+    if constexpr (std::is_same_v<T, BlockIo>) {
+      if (b.queued_ns != 0) p = put_queued(p, b.queued_ns);
     }
 
     // Kind byte, timestamp delta, session.
@@ -523,7 +528,35 @@ struct Writer::Impl {
     used += static_cast<size_t>(p - start);
     ++chunk_records;
     ++records;
+    ++written;
     if (used >= opts.chunk_bytes) flush_chunk(false);
+  }
+
+  // The BlockQueued record before a BlockIo (format 1.2): kind byte,
+  // timestamp delta to the queue time, session 0 (a session kind, as every
+  // length-prefixed code), body length 0. A record of the chunk and the
+  // file, not one given to write().
+  uint8_t* put_queued(uint8_t* p, Nanos queued) {
+    uint8_t* kind_at = p++;
+    uint8_t kind = kBlockQueued;
+    int64_t delta = static_cast<int64_t>(static_cast<uint64_t>(queued) - static_cast<uint64_t>(dstate.prev_ts));
+    if (delta == 0)
+      kind |= kZeroDelta;
+    else
+      p = put_varint(p, zigzag(delta));
+    dstate.prev_ts = queued;
+    if (dstate.have_session && dstate.prev_session == 0) {
+      kind |= kSameSession;
+    } else {
+      p = put_varint(p, 0);
+      dstate.prev_session = 0;
+      dstate.have_session = true;
+    }
+    *kind_at = kind;
+    *p++ = 0;  // body length
+    ++chunk_records;
+    ++records;
+    return p;
   }
 
   static uint8_t* put_param(uint8_t* p, const Param& pa) {
@@ -706,7 +739,7 @@ void Writer::close() {
   impl_->sink->sync();
 }
 
-uint64_t Writer::records_written() const { return impl_->records; }
+uint64_t Writer::records_written() const { return impl_->written; }
 uint64_t Writer::bytes_written() const { return impl_->bytes; }
 
 std::unique_ptr<Writer> open_writer(const std::string& path, WriterOptions opts) {

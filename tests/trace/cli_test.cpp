@@ -100,7 +100,7 @@ TEST_CASE("trace info --json has the counts and bytes per kind", "[trace][cli]")
   CHECK(j["sessions"] == 2);
   CHECK(j["statements"] == 4);
   CHECK(j["errors"] == 2);
-  CHECK(j["block_ios"] == 6);
+  CHECK(j["block_ios"] == 10);
   CHECK(j["file_ios"] == 3);
   CHECK(j["samples"] == 6);
   CHECK(j["lost"] == 17);

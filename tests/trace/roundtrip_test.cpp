@@ -1,6 +1,7 @@
 // Writer -> Reader round trips: every record kind and field survives, in
 // memory and through a file, compressed or not, across chunk boundaries.
 #include "trace/crc32c.h"
+#include "trace/format.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
 #include "trace_test_util.h"
@@ -82,9 +83,56 @@ TEST_CASE("every record kind round trips with all its fields", "[trace]") {
       CHECK(r.stats().bytes == bytes.size());
       CHECK(r.stats().chunks > 1);
       CHECK(r.header().major == 1);
-      CHECK(r.header().minor == 1);
+      CHECK(r.header().minor == 2);
     }
   }
+}
+
+TEST_CASE("a trace written by format 1.1 still reads: its block I/O has no queue time", "[trace]") {
+  // Written by `capture import --blkparse` before format 1.2.
+  auto r = open_reader(std::string(TIERLAB_SOURCE_DIR) + "/tests/data/trace-1.1-block-io.tlt");
+  CHECK(r->header().minor == 1);
+  auto got = read_all(*r);
+  REQUIRE(got.size() == 3);
+  CHECK(got[0] == "110000 s0 block_io 400000 8388608 1048576 8192 read 0 697 q0");
+  CHECK(got[1] == "1020000 s0 block_io 1900000 8388608 2097152 4096 write 1 698 q0");
+  CHECK(got[2] == "2000000 s0 block_io 2250000 8388608 511705088 8192 read 0 697 q0");
+  CHECK(r->stats().terminated);
+  CHECK(r->stats().records == 3);
+}
+
+TEST_CASE("the BlockQueued example of docs/trace-format.md is what the writer emits", "[trace]") {
+  WriterOptions o;
+  o.compression_level = 0;
+  o.start_mono_ns = 0;
+  o.realtime_offset_ns = 0;
+  auto sink = std::make_unique<MemorySink>();
+  MemorySink* mem = sink.get();
+  Writer w(std::move(sink), o);
+  w.write(Record{1'000'000, 0, BlockIo{1'250'000, (8u << 20) | 16, 1ull << 30, 8192, IoOp::Read, 0, 4242, 960'000}});
+  w.close();
+  CHECK(w.records_written() == 1);
+  const auto& bytes = mem->bytes();
+  std::vector<uint8_t> payload(bytes.begin() + 36 + 40, bytes.end());
+  std::vector<uint8_t> want = {
+      0x3d, 0xff, 0xf0, 0x04, 0x00, 0x00,  // BlockQueued: -40 us, session 0, body length 0
+      0x90, 0x80, 0xf1, 0x04,              // BlockIo with extension byte, +40 us
+      0xf8, 0x03,                          // read, unit 4096, new pid; new device and length
+      0x90, 0x80, 0x80, 0x04, 0x80, 0x40,  // device 8:16, length 8192
+      0xa4, 0x42,                          // pid +4242
+      0x80, 0x80, 0x20,                    // offset 1 GiB / 4096
+      0xa0, 0xc2, 0x1e,                    // latency 250 us
+      0x7f, 2, 0, 1};                      // End: 2 records, 0 strings, 1 chunk
+  CHECK(payload == want);
+  CHECK(fmt::get_u32(bytes.data() + 36 + 16) == 2);  // the chunk counts both records
+
+  Reader r(memory_source(bytes));
+  auto got = read_all(r);
+  REQUIRE(got.size() == 1);
+  CHECK(got[0] == "1000000 s0 block_io 1250000 8388624 1073741824 8192 read 0 4242 q960000");
+  CHECK(r.stats().records == 1);
+  CHECK(r.stats().terminated);
+
 }
 
 TEST_CASE("header keeps the clock origin and realtime offset", "[trace]") {

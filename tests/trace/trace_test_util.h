@@ -86,7 +86,8 @@ inline std::string canon(const Record& r) {
         else if constexpr (std::is_same_v<T, BlockIo>)
           s += std::to_string(b.complete_ns) + " " + std::to_string(b.device) + " " +
                std::to_string(b.offset) + " " + std::to_string(b.length) + " " +
-               std::string(op_name(b.op)) + " " + std::to_string(b.flags) + " " + std::to_string(b.pid);
+               std::string(op_name(b.op)) + " " + std::to_string(b.flags) + " " + std::to_string(b.pid) +
+               " q" + std::to_string(b.queued_ns);
         else if constexpr (std::is_same_v<T, FileIo>)
           s += std::to_string(b.pid) + q(b.file) + std::to_string(b.offset) + " " +
                std::to_string(b.length) + " " + std::string(op_name(b.op)) + " " +
@@ -190,6 +191,13 @@ inline void fill_every_kind(Corpus& c, size_t big_copy) {
   add(100, 0, BlockIo{t - 5, 0, 0, 0, IoOp::Discard, kIoIncomplete, 0});
   add(0, 0, BlockIo{t, ~0u, ~0ull - 511, 512, IoOp::Read, 0xff, -1});
   add(0, 0, BlockIo{t + 3, 7, 1024, ~0u, IoOp::Write, 0, 2147483647});
+  // Queue times (format 1.2): well before the issue, at the issue, before
+  // the previous record, and in a session record's chunk position.
+  add(100, 0, BlockIo{t + 400'000, (8u << 20) | 16, 1ull << 30, 8192, IoOp::Read, 0, 4242, t - 40'000});
+  add(100, 0, BlockIo{t + 300'000, (8u << 20) | 16, 1ull << 31, 8192, IoOp::Read, 0, 4242, t + 100});
+  add(0, 0, BlockIo{t + 10, (8u << 20) | 16, 4096, 4096, IoOp::Write, kIoSync, 4243, t - 7'000'000});
+  add(5, 7, Ready{'T'});
+  add(5, 0, BlockIo{t + 10, (8u << 20) | 16, 8192, 4096, IoOp::Write, kIoSync, 4243, 1});
   add(10, 0, FileIo{4242, "base/5/16384", 8192 * 7, 8192, IoOp::Read, 0, 12345});
   add(10, 0, FileIo{-1, "fd:7", 3, 1, IoOp::Write, kIoSync, -1});
   add(10, 0, FileIo{0, "", ~0ull, 0, IoOp::Flush, 0xff, 0});
