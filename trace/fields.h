@@ -207,6 +207,18 @@ constexpr void for_each_field(F&& f) {
   std::apply([&](const auto&... fl) { (f(fl), ...); }, Fields<T>::list);
 }
 
+// How many string fields T has.
+template <class T>
+constexpr size_t string_field_count() {
+  size_t n = 0;
+  std::apply(
+      [&](const auto&... f) {
+        ((n += std::is_same_v<typename std::decay_t<decltype(f)>::Type, std::string_view>), ...);
+      },
+      Fields<T>::list);
+  return n;
+}
+
 // The largest value of an enum a reader accepts; larger stored values read
 // as this one (a newer writer's reason or loss kind reads as the catch-all).
 template <class E>
@@ -226,6 +238,15 @@ template <class E>
 struct is_span<std::span<E>> : std::true_type {};
 template <class T>
 inline constexpr bool is_span_v = is_span<T>::value;
+
+// The kind of a Body alternative.
+template <class T, size_t I = 0>
+constexpr Kind kind_of() {
+  if constexpr (std::is_same_v<std::variant_alternative_t<I, Body>, T>)
+    return static_cast<Kind>(I);
+  else
+    return kind_of<T, I + 1>();
+}
 
 // Calls f(std::type_identity<T>{}) with T the Body alternative of kind `k`:
 // one switch, generated from the variant, for every decoder's dispatch.
