@@ -416,8 +416,119 @@ void dump_line(std::string& s, const Record& r, Nanos origin) {
 
 namespace {
 
-// jsonl: one JSON object per record, every field. Binary parameter values
-// and COPY data that is not UTF-8 are given as hex (value_hex, data_hex).
+// jsonl: one JSON object per record, every field of trace/fields.h under
+// its name, by type: strings and one-character codes as JSON strings,
+// enums by name, numbers as numbers, spans as arrays, a double that is not
+// finite as null. Binary parameter values and COPY data that is not UTF-8
+// are given as hex (value_hex, data_hex). Where a field reads better
+// another way, json_field() below says so.
+
+void json_key(std::string& s, std::string_view k) {
+  s += ",\"";
+  s.append(k);
+  s += "\":";
+}
+
+std::string_view enum_name(EndReason v) { return reason_name(v); }
+std::string_view enum_name(LossKind v) { return loss_name(v); }
+std::string_view enum_name(IoOp v) { return op_name(v); }
+std::string_view enum_name(CopyDir v) { return dir_name(v); }
+
+void json_param(std::string& s, const Param& p) {
+  s += "{\"format\":";
+  append_i(s, p.format);
+  if (p.is_null) {
+    s += ",\"value\":null}";
+  } else if (p.format == 0 && valid_utf8(p.value)) {
+    s += ",\"value\":";
+    append_json(s, p.value);
+    s += '}';
+  } else {
+    s += ",\"value_hex\":\"";
+    append_hex(s, p.value);
+    s += "\"}";
+  }
+}
+
+template <class M>
+void json_value(std::string& s, const M& v) {
+  if constexpr (std::is_same_v<M, std::string_view>) {
+    append_json(s, v);
+  } else if constexpr (std::is_same_v<M, char>) {
+    append_json(s, std::string_view(&v, 1));
+  } else if constexpr (std::is_enum_v<M>) {
+    append_json(s, enum_name(v));
+  } else if constexpr (is_span_v<M>) {
+    s += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) s += ',';
+      if constexpr (std::is_same_v<M, std::span<const Param>>)
+        json_param(s, v[i]);
+      else
+        json_value(s, v[i]);
+    }
+    s += ']';
+  } else if constexpr (std::is_same_v<M, double>) {
+    if (std::isfinite(v))
+      append_double(s, v);
+    else
+      s += "null";
+  } else if constexpr (std::is_signed_v<M>) {
+    append_i(s, v);
+  } else {
+    append_u(s, v);
+  }
+}
+
+// One field of b, as jsonl prints it.
+template <class T, class F>
+void json_field(std::string& s, const Record& r, const T& b, const F& f) {
+  const auto& v = f.get(b);
+  using M = std::decay_t<decltype(v)>;
+  if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
+    if (f.name == "target") {
+      json_key(s, f.name);
+      append_json(s, b.target == 'P' ? "portal" : "statement");
+      return;
+    }
+  } else if constexpr (std::is_same_v<T, Result>) {
+    if (f.name == "has_rows") return;  // rows is null without a row count
+    if (f.name == "rows" && !b.has_rows) {
+      json_key(s, f.name);
+      s += "null";
+      return;
+    }
+  } else if constexpr (std::is_same_v<T, BlockIo>) {
+    if (f.name == "device") {
+      json_key(s, f.name);
+      s += '"';
+      append_device(s, b.device);
+      s += '"';
+      return;
+    }
+    if (f.name == "queued_ns") return;  // not part of the jsonl export
+    if (f.name == "complete_ns") {
+      json_key(s, f.name);
+      append_i(s, b.complete_ns);
+      json_key(s, "latency_ns");
+      append_i(s, b.complete_ns - r.ts);
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<M, std::string_view>) {
+    if (f.wire == Wire::Bytes && !valid_utf8(v)) {
+      s += ",\"";
+      s.append(f.name);
+      s += "_hex\":\"";
+      append_hex(s, v);
+      s += '"';
+      return;
+    }
+  }
+  json_key(s, f.name);
+  json_value(s, v);
+}
+
 class JsonlExporter : public Exporter {
  public:
   void record(std::string& s, const Record& r) override {
@@ -429,138 +540,10 @@ class JsonlExporter : public Exporter {
     s += ",\"kind\":\"";
     s.append(kind_name(r.kind()));
     s += '"';
-    auto str = [&](const char* k, std::string_view v) {
-      s += ",\"";
-      s += k;
-      s += "\":";
-      append_json(s, v);
-    };
-    auto num = [&](const char* k, int64_t v) {
-      s += ",\"";
-      s += k;
-      s += "\":";
-      append_i(s, v);
-    };
-    auto unum = [&](const char* k, uint64_t v) {
-      s += ",\"";
-      s += k;
-      s += "\":";
-      append_u(s, v);
-    };
     std::visit(
         [&](const auto& b) {
           using T = std::decay_t<decltype(b)>;
-          if constexpr (std::is_same_v<T, SessionBegin>) {
-            str("user", b.user);
-            str("database", b.database);
-            str("application_name", b.application_name);
-            str("client_addr", b.client_addr);
-            num("backend_pid", b.backend_pid);
-            unum("flags", b.flags);
-          } else if constexpr (std::is_same_v<T, SessionEnd>) {
-            str("reason", reason_name(b.reason));
-          } else if constexpr (std::is_same_v<T, Query>) {
-            str("sql", b.sql);
-          } else if constexpr (std::is_same_v<T, Parse>) {
-            str("statement", b.statement);
-            str("sql", b.sql);
-            s += ",\"param_types\":[";
-            for (size_t i = 0; i < b.param_types.size(); ++i) {
-              if (i) s += ',';
-              append_u(s, b.param_types[i]);
-            }
-            s += ']';
-          } else if constexpr (std::is_same_v<T, Bind>) {
-            str("portal", b.portal);
-            str("statement", b.statement);
-            s += ",\"params\":[";
-            for (size_t i = 0; i < b.params.size(); ++i) {
-              const Param& p = b.params[i];
-              if (i) s += ',';
-              s += "{\"format\":";
-              append_i(s, p.format);
-              if (p.is_null) {
-                s += ",\"value\":null}";
-              } else if (p.format == 0 && valid_utf8(p.value)) {
-                s += ",\"value\":";
-                append_json(s, p.value);
-                s += '}';
-              } else {
-                s += ",\"value_hex\":\"";
-                append_hex(s, p.value);
-                s += "\"}";
-              }
-            }
-            s += "],\"result_formats\":[";
-            for (size_t i = 0; i < b.result_formats.size(); ++i) {
-              if (i) s += ',';
-              append_i(s, b.result_formats[i]);
-            }
-            s += ']';
-          } else if constexpr (std::is_same_v<T, Execute>) {
-            str("portal", b.portal);
-            unum("max_rows", b.max_rows);
-          } else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
-            str("target", b.target == 'P' ? "portal" : "statement");
-            str("name", b.name);
-          } else if constexpr (std::is_same_v<T, CopyData>) {
-            str("direction", dir_name(b.dir));
-            if (valid_utf8(b.data)) {
-              str("data", b.data);
-            } else {
-              s += ",\"data_hex\":\"";
-              append_hex(s, b.data);
-              s += '"';
-            }
-          } else if constexpr (std::is_same_v<T, CopyDone>) {
-            str("direction", dir_name(b.dir));
-          } else if constexpr (std::is_same_v<T, CopyFail>) {
-            str("message", b.message);
-          } else if constexpr (std::is_same_v<T, Result>) {
-            str("tag", b.tag);
-            if (b.has_rows)
-              unum("rows", b.rows);
-            else
-              s += ",\"rows\":null";
-          } else if constexpr (std::is_same_v<T, Error>) {
-            str("sqlstate", b.sqlstate);
-            str("severity", b.severity);
-            str("message", b.message);
-          } else if constexpr (std::is_same_v<T, Ready>) {
-            str("status", std::string_view(&b.status, 1));
-          } else if constexpr (std::is_same_v<T, BlockIo>) {
-            str("op", op_name(b.op));
-            s += ",\"device\":\"";
-            append_device(s, b.device);
-            s += '"';
-            unum("offset", b.offset);
-            unum("length", b.length);
-            num("complete_ns", b.complete_ns);
-            num("latency_ns", b.complete_ns - r.ts);
-            unum("flags", b.flags);
-            num("pid", b.pid);
-          } else if constexpr (std::is_same_v<T, FileIo>) {
-            str("op", op_name(b.op));
-            str("file", b.file);
-            unum("offset", b.offset);
-            unum("length", b.length);
-            num("latency_ns", b.latency_ns);
-            unum("flags", b.flags);
-            num("pid", b.pid);
-          } else if constexpr (std::is_same_v<T, Sample>) {
-            str("name", b.name);
-            s += ",\"value\":";
-            if (std::isfinite(b.value))
-              append_double(s, b.value);
-            else
-              s += "null";
-          } else if constexpr (std::is_same_v<T, Meta>) {
-            str("key", b.key);
-            str("value", b.value);
-          } else if constexpr (std::is_same_v<T, Loss>) {
-            str("what", loss_name(b.what));
-            unum("count", b.count);
-          }
+          for_each_field<T>([&](const auto& f) { json_field(s, r, b, f); });
         },
         r.body);
     s += "}\n";
