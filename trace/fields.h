@@ -201,6 +201,35 @@ struct Fields<Loss> {
   };
 };
 
+namespace fields_detail {
+// Converts to any member type, to count an aggregate's members.
+struct AnyMember {
+  template <class U>
+  constexpr operator U() const;
+};
+template <class T, class... A>
+constexpr size_t member_count() {
+  if constexpr (requires { T{A{}..., AnyMember{}}; })
+    return member_count<T, A..., AnyMember>();
+  else
+    return sizeof...(A);
+}
+template <class T>
+constexpr bool lists_every_member() {
+  return member_count<T>() == std::tuple_size_v<std::decay_t<decltype(Fields<T>::list)>>;
+}
+template <size_t... I>
+constexpr bool every_kind_lists_every_member(std::index_sequence<I...>) {
+  return (lists_every_member<std::variant_alternative_t<I, Body>>() && ...);
+}
+}  // namespace fields_detail
+
+// A member added to a record struct and not to its list is a compile error
+// here, not a field silently left out of the queue, the file and the text.
+static_assert(fields_detail::every_kind_lists_every_member(std::make_index_sequence<std::variant_size_v<Body>>{}),
+              "a record struct has a member its Fields<T>::list does not name");
+static_assert(fields_detail::lists_every_member<Param>());
+
 // Calls f(field) for each field of T, in order.
 template <class T, class F>
 constexpr void for_each_field(F&& f) {
