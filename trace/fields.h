@@ -1,10 +1,12 @@
 // Every record kind's fields, described once. The in-process queue codec
 // (capture/queue.cpp), the trace file codec (trace/writer.cpp,
-// trace/reader.cpp) and the text exporters (trace/text.cpp) walk these
-// lists instead of spelling the fields out by hand, so adding a field or a
-// kind touches record.h and this file only (and, when the field needs a
-// coding of its own on disk, the one place in writer.cpp and reader.cpp that
-// says so).
+// trace/reader.cpp) and the jsonl export (trace/text.cpp) walk these lists
+// instead of spelling the fields out by hand: a field added to a record
+// struct in record.h is added here, and reaches all of them (a member
+// missing from its list does not compile). A field the trace file should
+// store in a coding of its own (delta-coded, packed) is the exception
+// writer.cpp and reader.cpp name; the dump line and the csv columns are
+// presentations chosen per kind in text.cpp.
 //
 // Fields<T>::list is a tuple of field(name, &T::member) in the order the
 // trace file stores them (docs/trace-format.md); the names are the ones
