@@ -5,6 +5,7 @@
 #include "trace/fields.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cstring>
 #include <ctime>
@@ -43,8 +44,21 @@ void sleep_ns(long ns) {
 template <class M>
 size_t value_size(const M& v);
 
+// A kind whose fields are all numbers (BlockIo, Loss, ...) is copied whole.
+template <class T>
+constexpr bool all_scalar() {
+  return std::apply(
+      [](const auto&... f) {
+        return (... && (std::is_arithmetic_v<typename std::decay_t<decltype(f)>::Type> ||
+                        std::is_enum_v<typename std::decay_t<decltype(f)>::Type>));
+      },
+      trace::Fields<T>::list) &&
+         !std::is_empty_v<T> && std::is_trivially_copyable_v<T>;
+}
+
 template <class T>
 size_t struct_size(const T& b) {
+  if constexpr (all_scalar<T>()) return sizeof(T);
   size_t n = 0;
   trace::for_each_field<T>([&](const auto& f) { n += value_size(f.get(b)); });
   return n;
@@ -74,6 +88,7 @@ uint8_t* put_value(uint8_t* p, const M& v);
 
 template <class T>
 uint8_t* put_struct(uint8_t* p, const T& b) {
+  if constexpr (all_scalar<T>()) return put<T>(p, b);
   trace::for_each_field<T>([&](const auto& f) { p = put_value(p, f.get(b)); });
   return p;
 }
@@ -112,6 +127,10 @@ uint8_t* encode(const trace::Record& r, uint8_t* p) {
 
 template <class T>
 void RecordDecoder::get_struct(In& in, T& b) {
+  if constexpr (all_scalar<T>()) {
+    b = in.get<T>();
+    return;
+  }
   trace::for_each_field<T>([&](const auto& f) { get_value(in, f.get(b)); });
 }
 
@@ -146,17 +165,26 @@ void RecordDecoder::get_value(In& in, M& v) {
   }
 }
 
+template <class T>
+void RecordDecoder::get_kind(In& in, trace::Record& out) {
+  get_struct(in, out.body.emplace<T>());
+}
+
+// One decoder per kind, generated from the Body variant.
+template <size_t... I>
+constexpr auto RecordDecoder::kind_decoders(std::index_sequence<I...>) {
+  using Fn = void (RecordDecoder::*)(In&, trace::Record&);
+  return std::array<Fn, sizeof...(I)>{&RecordDecoder::get_kind<std::variant_alternative_t<I, trace::Body>>...};
+}
+
 bool RecordDecoder::decode(const uint8_t* data, size_t len, trace::Record& out) {
   In in{data, data + len};
   uint8_t kind = in.get<uint8_t>();
   out.ts = in.get<int64_t>();
   out.session = in.get<uint64_t>();
   if (!in.ok || kind >= static_cast<uint8_t>(trace::Kind::Count_)) return false;
-  trace::with_kind(static_cast<trace::Kind>(kind), [&](auto type) {
-    using T = typename decltype(type)::type;
-    get_struct(in, out.body.emplace<T>());
-    return true;
-  });
+  static constexpr auto table = kind_decoders(std::make_index_sequence<std::variant_size_v<trace::Body>>{});
+  (this->*table[kind])(in, out);
   return in.ok && in.p == in.end;
 }
 

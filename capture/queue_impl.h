@@ -20,6 +20,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace tierlab::capture::detail {
@@ -71,6 +72,10 @@ class RecordDecoder {
   void get_struct(In& in, T& b);
   template <class M>
   void get_value(In& in, M& v);
+  template <class T>
+  void get_kind(In& in, trace::Record& out);
+  template <size_t... I>
+  static constexpr auto kind_decoders(std::index_sequence<I...>);
 
   // Behind the spans of the last record, one vector per element type.
   std::tuple<std::vector<uint32_t>, std::vector<trace::Param>, std::vector<int16_t>> scratch_;
