@@ -279,18 +279,4 @@ constexpr Kind kind_of() {
     return kind_of<T, I + 1>();
 }
 
-// Calls f(std::type_identity<T>{}) with T the Body alternative of kind `k`:
-// one switch, generated from the variant, for every decoder's dispatch.
-template <class F, size_t... I>
-bool with_kind_impl(size_t k, F&& f, std::index_sequence<I...>) {
-  bool ok = false;
-  ((k == I ? (ok = f(std::type_identity<std::variant_alternative_t<I, Body>>{}), true) : false) || ...);
-  return ok;
-}
-template <class F>
-bool with_kind(Kind k, F&& f) {
-  return with_kind_impl(static_cast<size_t>(k), std::forward<F>(f),
-                        std::make_index_sequence<std::variant_size_v<Body>>{});
-}
-
 }  // namespace tierlab::trace
