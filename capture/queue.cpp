@@ -2,8 +2,10 @@
 
 #include "common/error.h"
 #include "common/realtime.h"
+#include "trace/fields.h"
 
 #include <algorithm>
+#include <array>
 #include <cassert>
 #include <cstring>
 #include <ctime>
@@ -25,33 +27,6 @@ inline uint8_t* put_str(uint8_t* p, std::string_view s) {
 }
 inline size_t str_size(std::string_view s) { return 4 + s.size(); }
 
-struct In {
-  const uint8_t* p;
-  const uint8_t* end;
-  bool ok = true;
-  template <typename T>
-  T get() {
-    T v{};
-    if (static_cast<size_t>(end - p) < sizeof v) {
-      ok = false;
-      return v;
-    }
-    std::memcpy(&v, p, sizeof v);
-    p += sizeof v;
-    return v;
-  }
-  std::string_view str() {
-    uint32_t n = get<uint32_t>();
-    if (!ok || static_cast<size_t>(end - p) < n) {
-      ok = false;
-      return {};
-    }
-    std::string_view s(reinterpret_cast<const char*>(p), n);
-    p += n;
-    return s;
-  }
-};
-
 constexpr size_t kHead = 1 + 8 + 8;  // kind, ts, session
 
 inline size_t round8(size_t n) { return (n + 7) & ~size_t{7}; }
@@ -61,127 +36,145 @@ void sleep_ns(long ns) {
   nanosleep(&t, nullptr);
 }
 
+// The record codec, derived from trace/fields.h: each field in its list's
+// order, by type. Strings are a u32 length and the bytes; spans a u32 count
+// and the elements (plain values copied at once, described structs field by
+// field); everything else its bytes.
+
+template <class M>
+size_t value_size(const M& v);
+
+// A kind whose fields are all numbers (BlockIo, Loss, ...) is copied whole.
+template <class T>
+constexpr bool all_scalar() {
+  return std::apply(
+      [](const auto&... f) {
+        return (... && (std::is_arithmetic_v<typename std::decay_t<decltype(f)>::Type> ||
+                        std::is_enum_v<typename std::decay_t<decltype(f)>::Type>));
+      },
+      trace::Fields<T>::list) &&
+         !std::is_empty_v<T> && std::is_trivially_copyable_v<T>;
+}
+
+template <class T>
+size_t struct_size(const T& b) {
+  if constexpr (all_scalar<T>()) return sizeof(T);
+  size_t n = 0;
+  trace::for_each_field<T>([&](const auto& f) { n += value_size(f.get(b)); });
+  return n;
+}
+
+template <class M>
+size_t value_size(const M& v) {
+  if constexpr (std::is_same_v<M, std::string_view>) {
+    return str_size(v);
+  } else if constexpr (trace::is_span_v<M>) {
+    using E = std::remove_cv_t<typename M::element_type>;
+    if constexpr (std::is_arithmetic_v<E>) {
+      return 4 + sizeof(E) * v.size();
+    } else {
+      size_t n = 4;
+      for (const E& e : v) n += struct_size(e);
+      return n;
+    }
+  } else {
+    static_assert(std::is_trivially_copyable_v<M>);
+    return sizeof(M);
+  }
+}
+
+template <class M>
+uint8_t* put_value(uint8_t* p, const M& v);
+
+template <class T>
+uint8_t* put_struct(uint8_t* p, const T& b) {
+  if constexpr (all_scalar<T>()) return put<T>(p, b);
+  trace::for_each_field<T>([&](const auto& f) { p = put_value(p, f.get(b)); });
+  return p;
+}
+
+template <class M>
+uint8_t* put_value(uint8_t* p, const M& v) {
+  if constexpr (std::is_same_v<M, std::string_view>) {
+    return put_str(p, v);
+  } else if constexpr (trace::is_span_v<M>) {
+    using E = std::remove_cv_t<typename M::element_type>;
+    p = put<uint32_t>(p, static_cast<uint32_t>(v.size()));
+    if constexpr (std::is_arithmetic_v<E>) {
+      if (!v.empty()) std::memcpy(p, v.data(), sizeof(E) * v.size());
+      return p + sizeof(E) * v.size();
+    } else {
+      for (const E& e : v) p = put_struct(p, e);
+      return p;
+    }
+  } else {
+    return put<M>(p, v);
+  }
+}
+
 }  // namespace
 
 size_t encoded_size(const trace::Record& r) {
-  return kHead + std::visit(
-                     [](const auto& b) -> size_t {
-                       using T = std::decay_t<decltype(b)>;
-                       if constexpr (std::is_same_v<T, trace::SessionBegin>)
-                         return str_size(b.user) + str_size(b.database) +
-                                str_size(b.application_name) + str_size(b.client_addr) + 8;
-                       else if constexpr (std::is_same_v<T, trace::SessionEnd>) return 1;
-                       else if constexpr (std::is_same_v<T, trace::Query>) return str_size(b.sql);
-                       else if constexpr (std::is_same_v<T, trace::Parse>)
-                         return str_size(b.statement) + str_size(b.sql) + 4 + 4 * b.param_types.size();
-                       else if constexpr (std::is_same_v<T, trace::Bind>) {
-                         size_t n = str_size(b.portal) + str_size(b.statement) + 4;
-                         for (const auto& p : b.params) n += 3 + str_size(p.value);
-                         return n + 4 + 2 * b.result_formats.size();
-                       } else if constexpr (std::is_same_v<T, trace::Execute>)
-                         return str_size(b.portal) + 4;
-                       else if constexpr (std::is_same_v<T, trace::Describe> ||
-                                          std::is_same_v<T, trace::Close>)
-                         return 1 + str_size(b.name);
-                       else if constexpr (std::is_empty_v<T>)  // Sync, Flush, Suspended, ...
-                         return 0;
-                       else if constexpr (std::is_same_v<T, trace::CopyData>)
-                         return 1 + str_size(b.data);
-                       else if constexpr (std::is_same_v<T, trace::CopyDone>) return 1;
-                       else if constexpr (std::is_same_v<T, trace::CopyFail>)
-                         return str_size(b.message);
-                       else if constexpr (std::is_same_v<T, trace::Result>)
-                         return str_size(b.tag) + 1 + 8;
-                       else if constexpr (std::is_same_v<T, trace::Error>)
-                         return str_size(b.sqlstate) + str_size(b.severity) + str_size(b.message);
-                       else if constexpr (std::is_same_v<T, trace::Ready>) return 1;
-                       else if constexpr (std::is_same_v<T, trace::Meta>)
-                         return str_size(b.key) + str_size(b.value);
-                       else if constexpr (std::is_same_v<T, trace::Loss>) return 1 + 8;
-                       else if constexpr (std::is_same_v<T, trace::Sample>)
-                         return str_size(b.name) + 8;
-                       else return sizeof(T);  // BlockIo, FileIo: not produced by capture proxy
-                     },
-                     r.body);
+  return kHead + std::visit([](const auto& b) { return struct_size(b); }, r.body);
 }
 
 uint8_t* encode(const trace::Record& r, uint8_t* p) {
   p = put<uint8_t>(p, static_cast<uint8_t>(r.body.index()));
   p = put<int64_t>(p, r.ts);
   p = put<uint64_t>(p, r.session);
-  return std::visit(
-      [p](const auto& b) mutable -> uint8_t* {
-        using T = std::decay_t<decltype(b)>;
-        if constexpr (std::is_same_v<T, trace::SessionBegin>) {
-          p = put_str(p, b.user);
-          p = put_str(p, b.database);
-          p = put_str(p, b.application_name);
-          p = put_str(p, b.client_addr);
-          p = put<int32_t>(p, b.backend_pid);
-          p = put<uint32_t>(p, b.flags);
-        } else if constexpr (std::is_same_v<T, trace::SessionEnd>) {
-          p = put<uint8_t>(p, static_cast<uint8_t>(b.reason));
-        } else if constexpr (std::is_same_v<T, trace::Query>) {
-          p = put_str(p, b.sql);
-        } else if constexpr (std::is_same_v<T, trace::Parse>) {
-          p = put_str(p, b.statement);
-          p = put_str(p, b.sql);
-          p = put<uint32_t>(p, static_cast<uint32_t>(b.param_types.size()));
-          if (!b.param_types.empty()) std::memcpy(p, b.param_types.data(), 4 * b.param_types.size());
-          p += 4 * b.param_types.size();
-        } else if constexpr (std::is_same_v<T, trace::Bind>) {
-          p = put_str(p, b.portal);
-          p = put_str(p, b.statement);
-          p = put<uint32_t>(p, static_cast<uint32_t>(b.params.size()));
-          for (const auto& prm : b.params) {
-            p = put<int16_t>(p, prm.format);
-            p = put<uint8_t>(p, prm.is_null ? 1 : 0);
-            p = put_str(p, prm.value);
-          }
-          p = put<uint32_t>(p, static_cast<uint32_t>(b.result_formats.size()));
-          if (!b.result_formats.empty())
-            std::memcpy(p, b.result_formats.data(), 2 * b.result_formats.size());
-          p += 2 * b.result_formats.size();
-        } else if constexpr (std::is_same_v<T, trace::Execute>) {
-          p = put_str(p, b.portal);
-          p = put<uint32_t>(p, b.max_rows);
-        } else if constexpr (std::is_same_v<T, trace::Describe> || std::is_same_v<T, trace::Close>) {
-          p = put<char>(p, b.target);
-          p = put_str(p, b.name);
-        } else if constexpr (std::is_empty_v<T>) {
-        } else if constexpr (std::is_same_v<T, trace::CopyData>) {
-          p = put<uint8_t>(p, static_cast<uint8_t>(b.dir));
-          p = put_str(p, b.data);
-        } else if constexpr (std::is_same_v<T, trace::CopyDone>) {
-          p = put<uint8_t>(p, static_cast<uint8_t>(b.dir));
-        } else if constexpr (std::is_same_v<T, trace::CopyFail>) {
-          p = put_str(p, b.message);
-        } else if constexpr (std::is_same_v<T, trace::Result>) {
-          p = put_str(p, b.tag);
-          p = put<uint8_t>(p, b.has_rows ? 1 : 0);
-          p = put<uint64_t>(p, b.rows);
-        } else if constexpr (std::is_same_v<T, trace::Error>) {
-          p = put_str(p, b.sqlstate);
-          p = put_str(p, b.severity);
-          p = put_str(p, b.message);
-        } else if constexpr (std::is_same_v<T, trace::Ready>) {
-          p = put<char>(p, b.status);
-        } else if constexpr (std::is_same_v<T, trace::Meta>) {
-          p = put_str(p, b.key);
-          p = put_str(p, b.value);
-        } else if constexpr (std::is_same_v<T, trace::Loss>) {
-          p = put<uint8_t>(p, static_cast<uint8_t>(b.what));
-          p = put<uint64_t>(p, b.count);
-        } else if constexpr (std::is_same_v<T, trace::Sample>) {
-          p = put_str(p, b.name);
-          p = put<double>(p, b.value);
-        } else {
-          std::memcpy(p, &b, sizeof(T));  // trivially copyable, no views
-          p += sizeof(T);
-        }
-        return p;
-      },
-      r.body);
+  return std::visit([p](const auto& b) { return put_struct(p, b); }, r.body);
+}
+
+template <class T>
+void RecordDecoder::get_struct(In& in, T& b) {
+  if constexpr (all_scalar<T>()) {
+    b = in.get<T>();
+    return;
+  }
+  trace::for_each_field<T>([&](const auto& f) { get_value(in, f.get(b)); });
+}
+
+template <class M>
+void RecordDecoder::get_value(In& in, M& v) {
+  if constexpr (std::is_same_v<M, std::string_view>) {
+    v = in.str();
+  } else if constexpr (trace::is_span_v<M>) {
+    using E = std::remove_cv_t<typename M::element_type>;
+    uint32_t n = in.get<uint32_t>();
+    // Every element takes at least one byte: a larger count is not a record
+    // encode() wrote and must not size a buffer.
+    if (!in.ok || static_cast<size_t>(in.end - in.p) < n) {
+      in.ok = false;
+      return;
+    }
+    auto& scratch = std::get<std::vector<E>>(scratch_);
+    if (scratch.size() < n) scratch.resize(n);
+    if constexpr (std::is_arithmetic_v<E>) {
+      if (static_cast<size_t>(in.end - in.p) < sizeof(E) * n) {
+        in.ok = false;
+        return;
+      }
+      if (n) std::memcpy(scratch.data(), in.p, sizeof(E) * n);
+      in.p += sizeof(E) * n;
+    } else {
+      for (uint32_t i = 0; i < n; ++i) get_struct(in, scratch[i]);
+    }
+    v = M(scratch.data(), n);
+  } else {
+    v = in.get<M>();
+  }
+}
+
+template <class T>
+void RecordDecoder::get_kind(In& in, trace::Record& out) {
+  get_struct(in, out.body.emplace<T>());
+}
+
+// One decoder per kind, generated from the Body variant.
+template <size_t... I>
+constexpr auto RecordDecoder::kind_decoders(std::index_sequence<I...>) {
+  using Fn = void (RecordDecoder::*)(In&, trace::Record&);
+  return std::array<Fn, sizeof...(I)>{&RecordDecoder::get_kind<std::variant_alternative_t<I, trace::Body>>...};
 }
 
 bool RecordDecoder::decode(const uint8_t* data, size_t len, trace::Record& out) {
@@ -189,142 +182,9 @@ bool RecordDecoder::decode(const uint8_t* data, size_t len, trace::Record& out) 
   uint8_t kind = in.get<uint8_t>();
   out.ts = in.get<int64_t>();
   out.session = in.get<uint64_t>();
-  if (!in.ok) return false;
-  switch (static_cast<trace::Kind>(kind)) {
-    case trace::Kind::SessionBegin: {
-      trace::SessionBegin b;
-      b.user = in.str();
-      b.database = in.str();
-      b.application_name = in.str();
-      b.client_addr = in.str();
-      b.backend_pid = in.get<int32_t>();
-      b.flags = in.get<uint32_t>();
-      out.body = b;
-      break;
-    }
-    case trace::Kind::SessionEnd:
-      out.body = trace::SessionEnd{static_cast<trace::EndReason>(in.get<uint8_t>())};
-      break;
-    case trace::Kind::Query:
-      out.body = trace::Query{in.str()};
-      break;
-    case trace::Kind::Parse: {
-      trace::Parse b;
-      b.statement = in.str();
-      b.sql = in.str();
-      uint32_t n = in.get<uint32_t>();
-      if (!in.ok || static_cast<size_t>(in.end - in.p) < 4ull * n) return false;
-      if (types_.size() < n) types_.resize(n);
-      std::memcpy(types_.data(), in.p, 4ull * n);
-      in.p += 4ull * n;
-      b.param_types = std::span<const uint32_t>(types_.data(), n);
-      out.body = b;
-      break;
-    }
-    case trace::Kind::Bind: {
-      trace::Bind b;
-      b.portal = in.str();
-      b.statement = in.str();
-      uint32_t n = in.get<uint32_t>();
-      if (!in.ok || static_cast<size_t>(in.end - in.p) < 7ull * n) return false;
-      if (params_.size() < n) params_.resize(n);
-      for (uint32_t i = 0; i < n; ++i) {
-        params_[i].format = in.get<int16_t>();
-        params_[i].is_null = in.get<uint8_t>() != 0;
-        params_[i].value = in.str();
-      }
-      uint32_t nf = in.get<uint32_t>();
-      if (!in.ok || static_cast<size_t>(in.end - in.p) < 2ull * nf) return false;
-      if (formats_.size() < nf) formats_.resize(nf);
-      std::memcpy(formats_.data(), in.p, 2ull * nf);
-      in.p += 2ull * nf;
-      b.params = std::span<const trace::Param>(params_.data(), n);
-      b.result_formats = std::span<const int16_t>(formats_.data(), nf);
-      out.body = b;
-      break;
-    }
-    case trace::Kind::Execute: {
-      trace::Execute b;
-      b.portal = in.str();
-      b.max_rows = in.get<uint32_t>();
-      out.body = b;
-      break;
-    }
-    case trace::Kind::Describe: {
-      trace::Describe b;
-      b.target = in.get<char>();
-      b.name = in.str();
-      out.body = b;
-      break;
-    }
-    case trace::Kind::Close: {
-      trace::Close b;
-      b.target = in.get<char>();
-      b.name = in.str();
-      out.body = b;
-      break;
-    }
-    case trace::Kind::Sync: out.body = trace::Sync{}; break;
-    case trace::Kind::Flush: out.body = trace::Flush{}; break;
-    case trace::Kind::Suspended: out.body = trace::Suspended{}; break;
-    case trace::Kind::EmptyQuery: out.body = trace::EmptyQuery{}; break;
-    case trace::Kind::CopyData: {
-      trace::CopyData b;
-      b.dir = static_cast<trace::CopyDir>(in.get<uint8_t>());
-      b.data = in.str();
-      out.body = b;
-      break;
-    }
-    case trace::Kind::CopyDone:
-      out.body = trace::CopyDone{static_cast<trace::CopyDir>(in.get<uint8_t>())};
-      break;
-    case trace::Kind::CopyFail: out.body = trace::CopyFail{in.str()}; break;
-    case trace::Kind::Result: {
-      trace::Result b;
-      b.tag = in.str();
-      b.has_rows = in.get<uint8_t>() != 0;
-      b.rows = in.get<uint64_t>();
-      out.body = b;
-      break;
-    }
-    case trace::Kind::Error: {
-      trace::Error b;
-      b.sqlstate = in.str();
-      b.severity = in.str();
-      b.message = in.str();
-      out.body = b;
-      break;
-    }
-    case trace::Kind::Ready: out.body = trace::Ready{in.get<char>()}; break;
-    case trace::Kind::Meta: {
-      trace::Meta b;
-      b.key = in.str();
-      b.value = in.str();
-      out.body = b;
-      break;
-    }
-    case trace::Kind::Loss: {
-      trace::Loss b;
-      b.what = static_cast<trace::LossKind>(in.get<uint8_t>());
-      b.count = in.get<uint64_t>();
-      out.body = b;
-      break;
-    }
-    case trace::Kind::Sample: {
-      trace::Sample b;
-      b.name = in.str();
-      b.value = in.get<double>();
-      out.body = b;
-      break;
-    }
-    case trace::Kind::BlockIo: out.body = in.get<trace::BlockIo>(); break;
-    case trace::Kind::FileIo: {
-      // Holds a view: never encoded by capture; refuse rather than misread.
-      return false;
-    }
-    default:
-      return false;
-  }
+  if (!in.ok || kind >= static_cast<uint8_t>(trace::Kind::Count_)) return false;
+  static constexpr auto table = kind_decoders(std::make_index_sequence<std::variant_size_v<trace::Body>>{});
+  (this->*table[kind])(in, out);
   return in.ok && in.p == in.end;
 }
 

@@ -15,9 +15,12 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace tierlab::capture::detail {
@@ -38,9 +41,44 @@ class RecordDecoder {
   bool decode(const uint8_t* in, size_t len, trace::Record& out);
 
  private:
-  std::vector<uint32_t> types_;
-  std::vector<trace::Param> params_;
-  std::vector<int16_t> formats_;
+  // Bounds-checked reading of an entry.
+  struct In {
+    const uint8_t* p;
+    const uint8_t* end;
+    bool ok = true;
+    template <typename T>
+    T get() {
+      T v{};
+      if (static_cast<size_t>(end - p) < sizeof v) {
+        ok = false;
+        return v;
+      }
+      std::memcpy(&v, p, sizeof v);
+      p += sizeof v;
+      return v;
+    }
+    std::string_view str() {
+      uint32_t n = get<uint32_t>();
+      if (!ok || static_cast<size_t>(end - p) < n) {
+        ok = false;
+        return {};
+      }
+      std::string_view s(reinterpret_cast<const char*>(p), n);
+      p += n;
+      return s;
+    }
+  };
+  template <class T>
+  void get_struct(In& in, T& b);
+  template <class M>
+  void get_value(In& in, M& v);
+  template <class T>
+  void get_kind(In& in, trace::Record& out);
+  template <size_t... I>
+  static constexpr auto kind_decoders(std::index_sequence<I...>);
+
+  // Behind the spans of the last record, one vector per element type.
+  std::tuple<std::vector<uint32_t>, std::vector<trace::Param>, std::vector<int16_t>> scratch_;
 };
 
 // --- SPSC byte ring ----------------------------------------------------------

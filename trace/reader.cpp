@@ -2,6 +2,7 @@
 
 #include "common/error.h"
 #include "trace/crc32c.h"
+#include "trace/fields.h"
 #include "trace/format.h"
 
 #include <zstd.h>
@@ -13,6 +14,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <tuple>
 #include <cstring>
 #include <unordered_map>
 
@@ -134,9 +137,8 @@ struct Reader::Impl {
   StringArena arena;
 
   // Scratch behind the spans of the last record.
-  std::vector<uint32_t> types;
+  std::tuple<std::vector<uint32_t>, std::vector<int16_t>> spans;
   std::vector<Param> params;
-  std::vector<int16_t> formats;
   std::vector<char> digits;
 
   ~Impl() {
@@ -447,141 +449,88 @@ struct Reader::Impl {
     }
   }
 
-  void decode(uint8_t kb, uint8_t code, Record& out) {
-    switch (static_cast<Kind>(code)) {
-      case Kind::SessionBegin: {
-        auto& b = out.body.emplace<SessionBegin>();
-        b.user = str();
-        b.database = str();
-        b.application_name = str();
-        b.client_addr = str();
-        b.backend_pid = static_cast<int32_t>(unzigzag(varint()));
-        b.flags = static_cast<uint32_t>(varint());
-        break;
+  // A field by its type (trace/fields.h), as the writer's put_value()
+  // stores it.
+  template <class M>
+  void get_value(M& v, Wire wire) {
+    if constexpr (std::is_same_v<M, std::string_view>) {
+      v = wire == Wire::Bytes ? bytes(varint()) : str();
+    } else if constexpr (std::is_same_v<M, std::span<const Param>>) {
+      size_t n = count_field();
+      if (params.size() < n) params.resize(n);
+      if (digits.size() < n * 24) digits.resize(n * 24);
+      char* digits_at = digits.data();
+      for (size_t i = 0; i < n; ++i) params[i] = param(digits_at);
+      v = M(params.data(), n);
+    } else if constexpr (is_span_v<M>) {
+      using E = std::remove_cv_t<typename M::element_type>;
+      std::vector<E>& scratch = std::get<std::vector<E>>(spans);
+      size_t n = count_field();
+      if (scratch.size() < n) scratch.resize(n);
+      for (size_t i = 0; i < n; ++i) get_value(scratch[i], wire);
+      v = M(scratch.data(), n);
+    } else if constexpr (std::is_same_v<M, char>) {
+      v = static_cast<char>(byte());
+    } else if constexpr (std::is_enum_v<M>) {
+      // A value of a newer writer reads as the enum's catch-all last value.
+      v = static_cast<M>(std::min<uint64_t>(varint(), static_cast<uint64_t>(enum_max<M>())));
+    } else if constexpr (std::is_same_v<M, double>) {
+      uint8_t tag = byte();
+      if (tag == 1) {
+        v = static_cast<double>(unzigzag(varint()));
+      } else if (tag == 0) {
+        std::string_view raw8 = bytes(8);
+        std::memcpy(&v, raw8.data(), 8);
+      } else {
+        corrupt("undecodable payload (sample value tag)");
       }
-      case Kind::SessionEnd: {
-        uint64_t r = varint();
-        if (r > static_cast<uint64_t>(EndReason::Unknown)) r = static_cast<uint64_t>(EndReason::Unknown);
-        out.body.emplace<SessionEnd>().reason = static_cast<EndReason>(r);
-        break;
-      }
-      case Kind::Query: out.body.emplace<Query>().sql = str(); break;
-      case Kind::Parse: {
-        auto& b = out.body.emplace<Parse>();
-        b.statement = str();
-        b.sql = str();
-        size_t n = count_field();
-        if (types.size() < n) types.resize(n);
-        for (size_t i = 0; i < n; ++i) types[i] = static_cast<uint32_t>(varint());
-        b.param_types = std::span<const uint32_t>(types.data(), n);
-        break;
-      }
-      case Kind::Bind: {
-        auto& b = out.body.emplace<Bind>();
-        b.portal = str();
-        b.statement = str();
-        size_t n = count_field();
-        if (params.size() < n) params.resize(n);
-        if (digits.size() < n * 24) digits.resize(n * 24);
-        char* digits_at = digits.data();
-        for (size_t i = 0; i < n; ++i) params[i] = param(digits_at);
-        b.params = std::span<const Param>(params.data(), n);
-        size_t nf = count_field();
-        if (formats.size() < nf) formats.resize(nf);
-        for (size_t i = 0; i < nf; ++i) formats[i] = static_cast<int16_t>(unzigzag(varint()));
-        b.result_formats = std::span<const int16_t>(formats.data(), nf);
-        break;
-      }
-      case Kind::Execute: {
-        auto& b = out.body.emplace<Execute>();
-        b.portal = str();
-        b.max_rows = static_cast<uint32_t>(varint());
-        break;
-      }
-      case Kind::Describe: {
-        auto& b = out.body.emplace<Describe>();
-        b.target = static_cast<char>(byte());
-        b.name = str();
-        break;
-      }
-      case Kind::Close: {
-        auto& b = out.body.emplace<Close>();
-        b.target = static_cast<char>(byte());
-        b.name = str();
-        break;
-      }
-      case Kind::Sync: out.body.emplace<Sync>(); break;
-      case Kind::Flush: out.body.emplace<Flush>(); break;
-      case Kind::CopyData: {
-        auto& b = out.body.emplace<CopyData>();
-        b.dir = varint() ? CopyDir::Out : CopyDir::In;
-        b.data = bytes(varint());
-        break;
-      }
-      case Kind::CopyDone: out.body.emplace<CopyDone>().dir = varint() ? CopyDir::Out : CopyDir::In; break;
-      case Kind::CopyFail: out.body.emplace<CopyFail>().message = str(); break;
-      case Kind::Result: {
-        auto& b = out.body.emplace<Result>();
-        b.tag = str();
-        uint64_t r = varint();
-        b.has_rows = r != 0;
-        b.rows = r ? r - 1 : 0;
-        break;
-      }
-      case Kind::Error: {
-        auto& b = out.body.emplace<Error>();
-        b.sqlstate = str();
-        b.severity = str();
-        b.message = str();
-        break;
-      }
-      case Kind::Ready: out.body.emplace<Ready>().status = static_cast<char>(byte()); break;
-      case Kind::BlockIo: block(kb, dstate.prev_ts, out.body.emplace<BlockIo>()); break;
-      case Kind::FileIo: {
-        auto& b = out.body.emplace<FileIo>();
-        uint64_t of = varint();
-        b.op = static_cast<IoOp>(of & 3);
-        b.flags = static_cast<uint8_t>(of >> 2);
-        dstate.fio_pid = static_cast<int32_t>(dstate.fio_pid + unzigzag(varint()));
-        b.pid = dstate.fio_pid;
-        b.file = str();
-        b.offset = dstate.fio_end + static_cast<uint64_t>(unzigzag(varint()));
-        b.length = static_cast<uint32_t>(varint());
-        dstate.fio_end = b.offset + b.length;
-        b.latency_ns = unzigzag(varint());
-        break;
-      }
-      case Kind::Sample: {
-        auto& b = out.body.emplace<Sample>();
-        b.name = str();
-        uint8_t tag = byte();
-        if (tag == 1) {
-          b.value = static_cast<double>(unzigzag(varint()));
-        } else if (tag == 0) {
-          std::string_view raw8 = bytes(8);
-          std::memcpy(&b.value, raw8.data(), 8);
-        } else {
-          corrupt("undecodable payload (sample value tag)");
-        }
-        break;
-      }
-      case Kind::Meta: {
-        auto& b = out.body.emplace<Meta>();
-        b.key = str();
-        b.value = str();
-        break;
-      }
-      case Kind::Loss: {
-        auto& b = out.body.emplace<Loss>();
-        uint64_t w = varint();
-        b.what = static_cast<LossKind>(std::min<uint64_t>(w, static_cast<uint64_t>(LossKind::Unsupported)));
-        b.count = varint();
-        break;
-      }
-      case Kind::Suspended: out.body.emplace<Suspended>(); break;  // body read by length
-      case Kind::EmptyQuery: out.body.emplace<EmptyQuery>(); break;
-      case Kind::Count_: break;
+    } else if constexpr (std::is_signed_v<M>) {
+      v = static_cast<M>(unzigzag(varint()));
+    } else {
+      v = static_cast<M>(varint());
     }
+  }
+
+  template <class T>
+  void decode_kind(uint8_t kb, Record& out) {
+    auto& b = out.body.emplace<T>();
+    (void)kb;
+    if constexpr (std::is_same_v<T, BlockIo>) {
+      block(kb, dstate.prev_ts, b);
+    } else if constexpr (std::is_same_v<T, FileIo>) {
+      uint64_t of = varint();
+      b.op = static_cast<IoOp>(of & 3);
+      b.flags = static_cast<uint8_t>(of >> 2);
+      dstate.fio_pid = static_cast<int32_t>(dstate.fio_pid + unzigzag(varint()));
+      b.pid = dstate.fio_pid;
+      b.file = str();
+      b.offset = dstate.fio_end + static_cast<uint64_t>(unzigzag(varint()));
+      b.length = static_cast<uint32_t>(varint());
+      dstate.fio_end = b.offset + b.length;
+      b.latency_ns = unzigzag(varint());
+    } else if constexpr (std::is_same_v<T, Result>) {
+      b.tag = str();
+      uint64_t r = varint();
+      b.has_rows = r != 0;
+      b.rows = r ? r - 1 : 0;
+    } else if constexpr (static_cast<uint8_t>(kind_of<T>()) >= kFirstExtension) {
+      // The 1.1 kinds have no fields; their body was read by its length.
+      static_assert(std::is_empty_v<T>);
+    } else {
+      for_each_field<T>([&](const auto& f) { get_value(f.get(b), f.wire); });
+    }
+  }
+
+  // One decoder per kind, generated from the Body variant.
+  using Decoder = void (Impl::*)(uint8_t, Record&);
+  template <size_t... I>
+  static constexpr std::array<Decoder, sizeof...(I)> decoders(std::index_sequence<I...>) {
+    return {&Impl::decode_kind<std::variant_alternative_t<I, Body>>...};
+  }
+
+  void decode(uint8_t kb, uint8_t code, Record& out) {
+    static constexpr auto table = decoders(std::make_index_sequence<std::variant_size_v<Body>>{});
+    (this->*table[code])(kb, out);
   }
 };
 

@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/fd.h"
 #include "trace/crc32c.h"
+#include "trace/fields.h"
 #include "trace/format.h"
 
 #include <zstd.h>
@@ -325,45 +326,43 @@ struct Writer::Impl {
     return p;
   }
 
+  // Upper bound of the encoded size of a value as the trace stores it,
+  // string definitions included.
+  template <class M>
+  static size_t value_bound(const M& v, Wire wire) {
+    if constexpr (std::is_same_v<M, std::string_view>)
+      return wire == Wire::Bytes ? kMaxVarint + v.size() : str_bound(v);
+    else if constexpr (std::is_same_v<M, std::span<const Param>>) {
+      size_t n = kMaxVarint;
+      for (const Param& pa : v) n += 3 * kMaxVarint + pa.value.size();
+      return n;
+    } else if constexpr (is_span_v<M>)
+      return kMaxVarint * (1 + v.size());
+    else if constexpr (std::is_same_v<M, char> || std::is_same_v<M, bool>)
+      return 1;
+    else if constexpr (std::is_same_v<M, double>)
+      return 1 + kMaxVarint;
+    else
+      return kMaxVarint;
+  }
+
   // Upper bound of the encoded size of a record body, string definitions
-  // included (the kind byte, time delta and session come on top).
+  // included (the kind byte, time delta and session come on top): its
+  // fields', and never below two varints. The bound decides where a chunk
+  // ends, so it is part of what makes the same records the same bytes.
   template <class T>
   static size_t body_bound(const T& b) {
-    (void)b;
-    if constexpr (std::is_same_v<T, SessionBegin>)
-      return str_bound(b.user) + str_bound(b.database) + str_bound(b.application_name) +
-             str_bound(b.client_addr) + 2 * kMaxVarint;
-    else if constexpr (std::is_same_v<T, Query>)
-      return str_bound(b.sql);
-    else if constexpr (std::is_same_v<T, Parse>)
-      return str_bound(b.statement) + str_bound(b.sql) + kMaxVarint * (1 + b.param_types.size());
-    else if constexpr (std::is_same_v<T, Bind>) {
-      size_t n = str_bound(b.portal) + str_bound(b.statement) +
-                 kMaxVarint * (2 + b.result_formats.size());
-      for (const Param& pa : b.params) n += 3 * kMaxVarint + pa.value.size();
-      return n;
-    } else if constexpr (std::is_same_v<T, Execute>)
-      return str_bound(b.portal) + kMaxVarint;
-    else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>)
-      return str_bound(b.name) + 1;
-    else if constexpr (std::is_same_v<T, CopyData>)
-      return 2 * kMaxVarint + b.data.size();
-    else if constexpr (std::is_same_v<T, CopyFail>)
-      return str_bound(b.message);
-    else if constexpr (std::is_same_v<T, Result>)
-      return str_bound(b.tag) + kMaxVarint;
-    else if constexpr (std::is_same_v<T, Error>)
-      return str_bound(b.sqlstate) + str_bound(b.severity) + str_bound(b.message);
-    else if constexpr (std::is_same_v<T, BlockIo>)
+    if constexpr (std::is_same_v<T, BlockIo>) {
       return 3 + 5 * kMaxVarint + 2 + 2 * kMaxVarint;  // BlockQueued included
-    else if constexpr (std::is_same_v<T, FileIo>)
+    } else if constexpr (std::is_same_v<T, FileIo>) {
       return str_bound(b.file) + 5 * kMaxVarint;
-    else if constexpr (std::is_same_v<T, Sample>)
-      return str_bound(b.name) + 1 + kMaxVarint;
-    else if constexpr (std::is_same_v<T, Meta>)
-      return str_bound(b.key) + str_bound(b.value);
-    else
-      return 2 * kMaxVarint;
+    } else if constexpr (std::is_same_v<T, Result>) {
+      return str_bound(b.tag) + kMaxVarint;
+    } else {
+      size_t n = 0;
+      for_each_field<T>([&](const auto& f) { n += value_bound(f.get(b), f.wire); });
+      return std::max<size_t>(n, 2 * kMaxVarint);
+    }
   }
 
   void write(const Record& r) {
@@ -385,40 +384,21 @@ struct Writer::Impl {
     const uint8_t code = static_cast<uint8_t>(r.body.index());
     (void)b;
 
-    // Interned strings first: their definitions precede the record.
-    StrRef refs[4];
-    if constexpr (std::is_same_v<T, SessionBegin>) {
-      refs[0] = ref(p, b.user);
-      refs[1] = ref(p, b.database);
-      refs[2] = ref(p, b.application_name);
-      refs[3] = ref(p, b.client_addr);
-    } else if constexpr (std::is_same_v<T, Query>) {
-      refs[0] = ref(p, b.sql);
-    } else if constexpr (std::is_same_v<T, Parse> || std::is_same_v<T, Bind>) {
-      refs[0] = ref(p, b.statement);
-      if constexpr (std::is_same_v<T, Parse>)
-        refs[1] = ref(p, b.sql);
-      else
-        refs[1] = ref(p, b.portal);
-    } else if constexpr (std::is_same_v<T, Execute>) {
-      refs[0] = ref(p, b.portal);
-    } else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
-      refs[0] = ref(p, b.name);
-    } else if constexpr (std::is_same_v<T, CopyFail>) {
-      refs[0] = ref(p, b.message);
-    } else if constexpr (std::is_same_v<T, Result>) {
-      refs[0] = ref(p, b.tag);
-    } else if constexpr (std::is_same_v<T, Error>) {
-      refs[0] = ref(p, b.sqlstate);
-      refs[1] = ref(p, b.severity);
-      refs[2] = ref(p, b.message);
-    } else if constexpr (std::is_same_v<T, FileIo>) {
-      refs[0] = ref(p, b.file);
-    } else if constexpr (std::is_same_v<T, Sample>) {
-      refs[0] = ref(p, b.name);
-    } else if constexpr (std::is_same_v<T, Meta>) {
-      refs[0] = ref(p, b.key);
-      refs[1] = ref(p, b.value);
+    // Interned strings first, in field order: their definitions precede
+    // the record. (A Bind offers its statement before its portal, as the
+    // writer always has: the order decides the strings' ids.)
+    StrRef refs[std::max<size_t>(1, string_field_count<T>())];
+    size_t nref = 0;
+    auto offer = [&](std::string_view v) { refs[nref++] = ref(p, v); };
+    if constexpr (std::is_same_v<T, Bind>) {
+      offer(b.statement);
+      offer(b.portal);
+      std::swap(refs[0], refs[1]);
+    } else {
+      for_each_field<T>([&](const auto& f) {
+        if constexpr (std::is_same_v<typename std::decay_t<decltype(f)>::Type, std::string_view>)
+          if (f.wire == Wire::Auto) offer(f.get(b));
+      });
     }
 
     if constexpr (std::is_same_v<T, BlockIo>) {
@@ -445,51 +425,7 @@ struct Writer::Impl {
     }
     *kind_at = kind;
 
-    if constexpr (std::is_same_v<T, SessionBegin>) {
-      for (const auto& rf : refs) p = put_ref(p, rf);
-      p = put_varint(p, zigzag(b.backend_pid));
-      p = put_varint(p, b.flags);
-    } else if constexpr (std::is_same_v<T, SessionEnd>) {
-      p = put_varint(p, static_cast<uint8_t>(b.reason));
-    } else if constexpr (std::is_same_v<T, Query>) {
-      p = put_ref(p, refs[0]);
-    } else if constexpr (std::is_same_v<T, Parse>) {
-      p = put_ref(p, refs[0]);
-      p = put_ref(p, refs[1]);
-      p = put_varint(p, b.param_types.size());
-      for (uint32_t oid : b.param_types) p = put_varint(p, oid);
-    } else if constexpr (std::is_same_v<T, Bind>) {
-      p = put_ref(p, refs[1]);  // portal
-      p = put_ref(p, refs[0]);  // statement
-      p = put_varint(p, b.params.size());
-      for (const Param& pa : b.params) p = put_param(p, pa);
-      p = put_varint(p, b.result_formats.size());
-      for (int16_t f : b.result_formats) p = put_varint(p, zigzag(f));
-    } else if constexpr (std::is_same_v<T, Execute>) {
-      p = put_ref(p, refs[0]);
-      p = put_varint(p, b.max_rows);
-    } else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
-      *p++ = static_cast<uint8_t>(b.target);
-      p = put_ref(p, refs[0]);
-    } else if constexpr (std::is_same_v<T, CopyData>) {
-      p = put_varint(p, static_cast<uint8_t>(b.dir));
-      p = put_varint(p, b.data.size());
-      std::memcpy(p, b.data.data(), b.data.size());
-      p += b.data.size();
-    } else if constexpr (std::is_same_v<T, CopyDone>) {
-      p = put_varint(p, static_cast<uint8_t>(b.dir));
-    } else if constexpr (std::is_same_v<T, CopyFail>) {
-      p = put_ref(p, refs[0]);
-    } else if constexpr (std::is_same_v<T, Result>) {
-      p = put_ref(p, refs[0]);
-      p = put_varint(p, b.has_rows ? b.rows + 1 : 0);
-    } else if constexpr (std::is_same_v<T, Error>) {
-      p = put_ref(p, refs[0]);
-      p = put_ref(p, refs[1]);
-      p = put_ref(p, refs[2]);
-    } else if constexpr (std::is_same_v<T, Ready>) {
-      *p++ = static_cast<uint8_t>(b.status);
-    } else if constexpr (std::is_same_v<T, BlockIo>) {
+    if constexpr (std::is_same_v<T, BlockIo>) {
       p = put_block(p, r.ts, b, *kind_at);
     } else if constexpr (std::is_same_v<T, FileIo>) {
       p = put_varint(p, static_cast<uint64_t>(b.op) | (uint64_t{b.flags} << 2));
@@ -500,27 +436,15 @@ struct Writer::Impl {
       p = put_varint(p, b.length);
       dstate.fio_end = b.offset + b.length;
       p = put_varint(p, zigzag(b.latency_ns));
-    } else if constexpr (std::is_same_v<T, Sample>) {
+    } else if constexpr (std::is_same_v<T, Result>) {
       p = put_ref(p, refs[0]);
-      double v = b.value;
-      if (v == static_cast<double>(static_cast<int64_t>(v)) && v >= -9007199254740992.0 &&
-          v <= 9007199254740992.0 && !(v == 0 && std::signbit(v))) {
-        *p++ = 1;
-        p = put_varint(p, zigzag(static_cast<int64_t>(v)));
-      } else {
-        *p++ = 0;
-        std::memcpy(p, &v, 8);
-        p += 8;
-      }
-    } else if constexpr (std::is_same_v<T, Meta>) {
-      p = put_ref(p, refs[0]);
-      p = put_ref(p, refs[1]);
-    } else if constexpr (std::is_same_v<T, Loss>) {
-      p = put_varint(p, static_cast<uint8_t>(b.what));
-      p = put_varint(p, b.count);
-    } else if constexpr (std::is_same_v<T, Suspended> || std::is_same_v<T, EmptyQuery>) {
+      p = put_varint(p, b.has_rows ? b.rows + 1 : 0);
+    } else if constexpr (static_cast<uint8_t>(kind_of<T>()) >= kFirstExtension) {
       static_assert(std::is_empty_v<T>, "a 1.1 kind with fields writes its body length first");
       *p++ = 0;  // body length: the 1.1 kinds have no fields
+    } else {
+      size_t next_ref = 0;
+      for_each_field<T>([&](const auto& f) { p = put_value(p, f.get(b), f.wire, refs, next_ref); });
     }
 
     // Invariant: the bound covered everything written.
@@ -530,6 +454,47 @@ struct Writer::Impl {
     ++records;
     ++written;
     if (used >= opts.chunk_bytes) flush_chunk(false);
+  }
+
+  // A field by its type (trace/fields.h); strings take the next of the
+  // references the interning pass made.
+  template <class M>
+  static uint8_t* put_value(uint8_t* p, const M& v, Wire wire, const StrRef* refs, size_t& next_ref) {
+    if constexpr (std::is_same_v<M, std::string_view>) {
+      if (wire == Wire::Bytes) {
+        p = put_varint(p, v.size());
+        std::memcpy(p, v.data(), v.size());
+        return p + v.size();
+      }
+      return put_ref(p, refs[next_ref++]);
+    } else if constexpr (std::is_same_v<M, std::span<const Param>>) {
+      p = put_varint(p, v.size());
+      for (const Param& pa : v) p = put_param(p, pa);
+      return p;
+    } else if constexpr (is_span_v<M>) {
+      p = put_varint(p, v.size());
+      for (auto e : v) p = put_value(p, e, wire, refs, next_ref);
+      return p;
+    } else if constexpr (std::is_same_v<M, char>) {
+      *p++ = static_cast<uint8_t>(v);
+      return p;
+    } else if constexpr (std::is_enum_v<M>) {
+      return put_varint(p, static_cast<uint64_t>(v));
+    } else if constexpr (std::is_same_v<M, double>) {
+      if (v == static_cast<double>(static_cast<int64_t>(v)) && v >= -9007199254740992.0 &&
+          v <= 9007199254740992.0 && !(v == 0 && std::signbit(v))) {
+        *p++ = 1;
+        return put_varint(p, zigzag(static_cast<int64_t>(v)));
+      }
+      *p++ = 0;
+      std::memcpy(p, &v, 8);
+      return p + 8;
+    } else if constexpr (std::is_signed_v<M>) {
+      return put_varint(p, zigzag(v));
+    } else {
+      static_assert(std::is_unsigned_v<M>, "a field type the trace file has no coding for");
+      return put_varint(p, v);
+    }
   }
 
   // The BlockQueued record before a BlockIo (format 1.2): kind byte,
