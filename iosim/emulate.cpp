@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/realtime.h"
 #include "iosim/engine.h"
 
 #include <fuse3/fuse_lowlevel.h>
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -77,6 +79,7 @@ struct Emulator::State {
   int64_t interval_start = 0, start = 0;
   ShaperStats shaper_at_interval{};
   std::atomic<uint32_t> inflight{0};
+  CpuLatencyHold cpu_latency{true};  // idle CPUs wake at once: replies leave at the tier's time
 
   State(const models::Tier& t, const EmulateOptions& o) : tier(t), opts(o), shaper(t, o.seed) {}
   ~State();
@@ -99,7 +102,8 @@ namespace {
 // A worker thread's buffer, taken from the pool on its first request and
 // given back when the thread ends. The first request also marks the thread
 // as an I/O flusher (PR_SET_IO_FLUSHER; inherited from the session thread
-// already, set again here in case the library's threads were not).
+// already, set again here in case the library's threads were not) and
+// tightens its timer slack and time slice, for the timed replies.
 struct WorkerBuffer {
   Emulator::State* owner = nullptr;
   char* buf = nullptr;
@@ -112,6 +116,8 @@ thread_local WorkerBuffer t_buffer;
 char* worker_buffer(Emulator::State& s) {
   if (t_buffer.owner != &s || !t_buffer.buf) {
     ::prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0);
+    tight_timer_slack();  // the reply waits for the tier's completion time: no 50 us slack
+    request_short_slice(kShortestSliceNs);
     if (t_buffer.owner && t_buffer.buf) t_buffer.owner->give_buffer(t_buffer.buf);
     t_buffer.owner = &s;
     t_buffer.buf = s.take_buffer();
@@ -448,6 +454,25 @@ Emulator::Emulator(const models::Tier& tier, const EmulateOptions& o) {
   if (!(info.lo_flags & LO_FLAGS_DIRECT_IO))
     throw RuntimeError(st.device + ": the kernel did not enable direct I/O on the FUSE file (the page cache would "
                        "sit under the device)");
+  // The block layer splits a request the device cannot take in one (its
+  // segment limits) wherever the buffer's pages fall: a 1 MiB read could
+  // arrive as 516 + 508 KiB and count 5 units. Requests no larger than the
+  // tier's counting unit are split at unit multiples instead, so what the
+  // emulator counts is what the tier counts for the request.
+  if (tier.io_unit_bytes) {
+    const std::string q = "/sys/block/loop" + std::to_string(st.loop_index) + "/queue/";
+    uint64_t hw_kb = 0;
+    if (FILE* f = std::fopen((q + "max_hw_sectors_kb").c_str(), "r")) {
+      if (std::fscanf(f, "%lu", &hw_kb) != 1) hw_kb = 0;
+      std::fclose(f);
+    }
+    const uint64_t kb = std::max<uint64_t>(st.block_size / 1024 ? st.block_size / 1024 : 1,
+                                           std::min<uint64_t>(tier.io_unit_bytes / 1024, hw_kb ? hw_kb : UINT64_MAX));
+    FILE* f = std::fopen((q + "max_sectors_kb").c_str(), "w");
+    const bool ok = f && std::fprintf(f, "%lu\n", kb) > 0;
+    if (f && std::fclose(f) != 0) f = nullptr;
+    if (!ok || !f) throw RuntimeError(errno_message(q + "max_sectors_kb: setting " + std::to_string(kb), errno));
+  }
   st.start = st.interval_start = now_ns();
   s_ = std::move(s);
 }
