@@ -60,12 +60,14 @@ class Emulated {
   }
   const std::string& device() const { return device_; }
   const std::string& mountpoint() const { return mountpoint_; }
+  Background& process() { return *run_; }
 
   struct Totals {
     int status = -1;
     uint64_t reads = 0, read_bytes = 0, counted = 0;
     std::string err;
   };
+  // Sends `sig` (0: none, it is ending by itself) and waits for the exit.
   Totals stop(int sig = SIGTERM) {
     Totals t;
     t.status = run_->stop(sig);
@@ -194,6 +196,27 @@ TEST_CASE("iosim emulate: SIGTERM or SIGINT detaches the device and unmounts", "
   CHECK_FALSE(mounted(mnt));
   struct stat st{};
   CHECK(::stat(mnt.c_str(), &st) != 0);  // nor its mount point
+}
+
+TEST_CASE("iosim emulate: a device still open at SIGTERM is served until it is closed", "[iosim][emulate][signal]") {
+  TempDir dir;
+  Emulated emu(dir, "counting");
+  const std::string dev = emu.device();
+  const std::string sys = "/sys/block/" + dev.substr(5) + "/loop";
+  {
+    DirectReader r(dev);
+    r.read(0, 4096);
+    emu.process().signal(SIGTERM);
+    REQUIRE(emu.process().wait_for("is still in use", 5000));
+    r.read(4096, 4096);  // still served
+    CHECK(::access(sys.c_str(), F_OK) == 0);
+  }  // the last user closes it: detached, and the emulator ends by itself
+  auto t = emu.stop(0);
+  INFO(t.err);
+  CHECK(t.status == 0);
+  CHECK(t.reads == 2);
+  CHECK(::access(sys.c_str(), F_OK) != 0);
+  CHECK_FALSE(mounted(emu.mountpoint()));
 }
 
 TEST_CASE("iosim emulate: without root it fails in one line", "[iosim][emulate]") {
