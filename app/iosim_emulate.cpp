@@ -75,7 +75,13 @@ void run_emulate(const EmulateOpts& o) {
   const int64_t stats_ns = o.stats.empty() ? 0 : parse_positive_duration("--stats", o.stats);
 
   StopSignals signals;  // before any thread starts: the workers inherit the mask
-  iosim::Emulator emu(tier, eo);
+  std::unique_ptr<iosim::Emulator> emu_ptr;
+  try {
+    emu_ptr = std::make_unique<iosim::Emulator>(tier, eo);
+  } catch (const InputError& e) {
+    throw InputError(std::string("--image ") + e.what());  // the image, or its size
+  }
+  iosim::Emulator& emu = *emu_ptr;
   std::printf("%s\n", emu.device().c_str());
   std::fflush(stdout);
   std::fprintf(stderr,

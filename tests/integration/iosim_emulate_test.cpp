@@ -219,6 +219,38 @@ TEST_CASE("iosim emulate: a device still open at SIGTERM is served until it is c
   CHECK_FALSE(mounted(emu.mountpoint()));
 }
 
+TEST_CASE("iosim emulate: bad flags fail in one line naming the flag", "[iosim][emulate]") {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--tier", "nvme-local", "--image", dir.file("i"), "--stats", "0"}, "--stats"},
+      {{"--tier", "nvme-local", "--image", dir.file("i"), "--size", "0"}, "--size"},
+      {{"--tier", "nvme-local", "--image", dir.file("i"), "--size", "1q"}, "--size"},
+      {{"--tier", "no-such-tier", "--image", dir.file("i")}, "unknown tier \"no-such-tier\""},
+      {{"--tier", "nvme-local"}, "--image"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args{"iosim", "emulate"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = tierlab::test::run_tierlab(args);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.says) != std::string::npos);
+    CHECK(tierlab::test::count_lines(r.err) == 1);
+  }
+  struct stat st{};
+  CHECK(::stat(dir.file("i").c_str(), &st) != 0);  // nothing created
+
+  tierlab::test::require_root("iosim emulate on a directory as --image");
+  auto r = tierlab::test::run_tierlab({"iosim", "emulate", "--tier", "nvme-local", "--image", dir.path()});
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err == "tierlab: --image " + dir.path() + ": not a regular file\n");
+}
+
 TEST_CASE("iosim emulate: without root it fails in one line", "[iosim][emulate]") {
   tierlab::test::require_root("changing to an unprivileged user");
   TempDir dir;
