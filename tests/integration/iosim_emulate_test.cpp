@@ -128,9 +128,10 @@ TEST_CASE("iosim emulate: a fixed-latency tier seen by a single reader", "[iosim
   const double p50 = lat[lat.size() / 2];
   INFO("p50 " << p50 * 1e3 << " ms, min " << lat.front() * 1e3 << " ms");
   CHECK(lat.front() >= 0.002);  // never faster than the tier
-  // The emulator adds the FUSE and loop round trip (60-100 us here, on two
-  // busy CPUs) after the tier's time.
-  CHECK(p50 < 0.002 * 1.10);
+  // The emulator adds the FUSE and loop round trip after the tier's time:
+  // 60-100 us on two busy CPUs, up to a few hundred at a load average of 13
+  // (the bound leaves room for that; a latency applied twice is far above).
+  CHECK(p50 < 0.002 * 1.25);
   auto t = emu.stop();
   CHECK(t.status == 0);
   CHECK(t.reads == 150);
