@@ -10,6 +10,7 @@
 #include "pgtmp/pgtmp.h"
 
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 
@@ -42,6 +43,69 @@ struct SandboxOptions {
   std::string tier;                  // "": the server's files on the temp dir's disk
   std::string tiers_file;
   std::string tier_size = "4G";      // the emulated device
+  std::string memory;                // "": no memory limit for the server
+};
+
+// A cgroup v1 memory group that the server joins (--memory): its processes
+// and the page cache they fill are held to `limit` bytes (a group inside
+// tierlab's own); tierlab itself,
+// and so the emulator serving the server's disk, stays outside. The
+// postmaster joins it through a prefix command before it execs (children
+// inherit the group). The destructor removes the group once empty.
+class MemoryCgroup {
+ public:
+  MemoryCgroup(uint64_t limit, const std::string& run_as) {
+    const std::string root = "/sys/fs/cgroup/memory";
+    if (access((root + "/memory.limit_in_bytes").c_str(), F_OK) != 0)
+      throw RuntimeError("sandbox: --memory needs the cgroup v1 memory controller at " + root);
+    // Under tierlab's own group, so that whatever limits that has still apply.
+    std::string own;
+    if (FILE* f = std::fopen("/proc/self/cgroup", "r")) {
+      char line[4096];
+      while (std::fgets(line, sizeof line, f)) {
+        std::string l = line;
+        const auto at = l.find(":memory:");
+        if (at == std::string::npos) continue;
+        own = l.substr(at + 8);
+        while (!own.empty() && (own.back() == '\n' || own.back() == '/')) own.pop_back();
+      }
+      std::fclose(f);
+    }
+    dir_ = root + own + "/tierlab-sandbox-" + std::to_string(getpid());
+    if (mkdir(dir_.c_str(), 0755) != 0) {
+      const int e = errno;
+      dir_.clear();
+      throw RuntimeError(errno_message("sandbox: creating the memory cgroup", e));
+    }
+    write_file(dir_ + "/memory.limit_in_bytes", std::to_string(limit));
+    // The server user moves its own postmaster in.
+    if (geteuid() == 0) {
+      if (const passwd* pw = getpwnam(run_as.c_str()))
+        if (chown((dir_ + "/cgroup.procs").c_str(), pw->pw_uid, pw->pw_gid) != 0)
+          throw RuntimeError(errno_message("sandbox: chown " + dir_ + "/cgroup.procs", errno));
+    }
+  }
+  ~MemoryCgroup() {
+    if (dir_.empty()) return;
+    for (int i = 0; i < 100 && rmdir(dir_.c_str()) != 0 && errno == EBUSY; ++i) usleep(20'000);
+  }
+  MemoryCgroup(const MemoryCgroup&) = delete;
+  MemoryCgroup& operator=(const MemoryCgroup&) = delete;
+
+  // The prefix that puts the command it execs into the group.
+  std::vector<std::string> exec_prefix() const {
+    return {"/bin/sh", "-c", "echo $$ > " + dir_ + "/cgroup.procs && exec \"$@\"", "sh"};
+  }
+  const std::string& path() const { return dir_; }
+
+ private:
+  static void write_file(const std::string& path, const std::string& text) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    bool ok = f && std::fputs(text.c_str(), f) >= 0;
+    if (f && std::fclose(f) != 0) ok = false;
+    if (!ok) throw RuntimeError(errno_message("sandbox: writing " + text + " to " + path, errno));
+  }
+  std::string dir_;
 };
 
 // The server's disk for --tier: an ext4 file system on a device emulating
@@ -210,6 +274,15 @@ void run_sandbox(const SandboxOptions& o) {
                    t.lat.quantile(0.99) / 1e6);
     }
   } totals{disk};
+  std::optional<MemoryCgroup> memory;
+  if (!o.memory.empty()) {
+    const uint64_t limit = parse_size("--memory", o.memory);
+    if (limit < (32u << 20)) throw InputError("--memory " + o.memory + ": must be at least 32M");
+    memory.emplace(limit, po.run_as);
+    po.exec_prefix = memory->exec_prefix();
+    std::cerr << "tierlab sandbox: the server runs in the memory cgroup " << memory->path() << ", limit "
+              << format_bytes(double(limit)) << std::endl;
+  }
   pgtmp::Server server(po);
   if (o.pgbench_scale > 0) {
     std::string out;
@@ -310,6 +383,9 @@ void setup_sandbox(CLI::App& parent) {
   sub->add_option("--tiers-file", o->tiers_file, "JSON file with more tiers");
   sub->add_option("--tier-size", o->tier_size, "size of the emulated device (its image is a temporary file)")
       ->capture_default_str();
+  sub->add_option("--memory", o->memory,
+                  "hold the server's memory, page cache included, to this (512M) in a cgroup v1 memory group "
+                  "(root); tierlab stays outside it");
   sub->add_option("command", o->command, "Command to run against the server (after --)");
   sub->callback([o] { run_sandbox(*o); });
 }

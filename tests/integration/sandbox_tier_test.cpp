@@ -56,3 +56,31 @@ TEST_CASE("sandbox --tier: commits wait for the tier's flushes, and everything i
   CHECK(::access(("/sys/block/" + dev.substr(5) + "/loop").c_str(), F_OK) != 0);
   CHECK(tierlab::test::shell_output("grep -c '^" + dev + " ' /proc/mounts") == "0");
 }
+
+TEST_CASE("sandbox --memory: the server runs in a memory cgroup of that limit, tierlab outside it",
+          "[sandbox][emulate]") {
+  tierlab::test::require_root("sandbox --memory (cgroup)");
+  if (::access("/sys/fs/cgroup/memory/memory.limit_in_bytes", F_OK) != 0)
+    tierlab::test::skip("no cgroup v1 memory controller at /sys/fs/cgroup/memory");
+  TempDir dir;
+  const std::string out = dir.file("out");
+  // Lines: the postmaster's group, a backend's group, tierlab's group, the limit.
+  const std::string script =
+      "g() { sed -n 's/^[0-9]*:memory://p' /proc/$1/cgroup; }; "
+      "pm=$(g $TIERLAB_PG_POSTMASTER_PID); g $TIERLAB_PG_POSTMASTER_PID >" + out + "; "
+      "psql -Atc \"select pg_read_file('/proc/' || pg_backend_pid() || '/cgroup')\" | sed -n 's/^[0-9]*:memory://p' >>" +
+      out + "; g $PPID >>" + out + "; cat /sys/fs/cgroup/memory$pm/memory.limit_in_bytes >>" + out;
+  auto r = tierlab::test::run_tierlab({"sandbox", "--memory", "128M", "--", "sh", "-c", script});
+  INFO("stderr: " << r.err);
+  std::ifstream f(out);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(f, l);) lines.push_back(l);
+  INFO("lines: " << lines.size());
+  REQUIRE(r.status == 0);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0].find("/tierlab-sandbox-") != std::string::npos);
+  CHECK(lines[1] == lines[0]);  // a backend, forked by the postmaster
+  CHECK(lines[2] != lines[0]);  // tierlab (and an emulator in it) stays outside
+  CHECK(lines[3] == std::to_string(128u << 20));
+  CHECK(::access(("/sys/fs/cgroup/memory" + lines[0]).c_str(), F_OK) != 0);  // removed
+}
