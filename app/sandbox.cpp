@@ -243,6 +243,13 @@ void run_sandbox(const SandboxOptions& o) {
     po.settings.emplace_back(s.substr(0, eq), s.substr(eq + 1));
   }
 
+  uint64_t memory_limit = 0;
+  if (!o.memory.empty()) {
+    memory_limit = parse_size("--memory", o.memory);
+    if (memory_limit < (32u << 20)) throw InputError("--memory " + o.memory + ": must be at least 32M");
+  }
+  const uint64_t tier_size = parse_size("--tier-size", o.tier_size);
+  if (tier_size < (64u << 20)) throw InputError("--tier-size " + o.tier_size + ": must be at least 64M");
   // --tier: the emulator's threads start with the stop signals blocked, so
   // that only this thread takes them (and cleans up in order).
   const sigset_t early = stop_signals();
@@ -252,9 +259,7 @@ void run_sandbox(const SandboxOptions& o) {
   if (!o.tier.empty()) {
     const models::Catalog catalog = models::load_catalog(o.tiers_file);
     const models::Tier& tier = catalog.get(o.tier);
-    const uint64_t size = parse_size("--tier-size", o.tier_size);
-    if (size < (64u << 20)) throw InputError("--tier-size " + o.tier_size + ": must be at least 64M");
-    disk.emplace(tier, size);
+    disk.emplace(tier, tier_size);
     po.tmp_parent = disk->mountpoint();
     std::cerr << "tierlab sandbox: the server's files are on " << disk->emulator().device() << ", ext4, emulating "
               << tier.name << std::endl;
@@ -276,8 +281,7 @@ void run_sandbox(const SandboxOptions& o) {
   } totals{disk};
   std::optional<MemoryCgroup> memory;
   if (!o.memory.empty()) {
-    const uint64_t limit = parse_size("--memory", o.memory);
-    if (limit < (32u << 20)) throw InputError("--memory " + o.memory + ": must be at least 32M");
+    const uint64_t limit = memory_limit;
     memory.emplace(limit, po.run_as);
     po.exec_prefix = memory->exec_prefix();
     std::cerr << "tierlab sandbox: the server runs in the memory cgroup " << memory->path() << ", limit "

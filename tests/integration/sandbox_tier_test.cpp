@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <utility>
+#include <vector>
 #include <regex>
 #include <string>
 
@@ -83,4 +85,23 @@ TEST_CASE("sandbox --memory: the server runs in a memory cgroup of that limit, t
   CHECK(lines[2] != lines[0]);  // tierlab (and an emulator in it) stays outside
   CHECK(lines[3] == std::to_string(128u << 20));
   CHECK(::access(("/sys/fs/cgroup/memory" + lines[0]).c_str(), F_OK) != 0);  // removed
+}
+
+TEST_CASE("sandbox: bad --memory and --tier-size fail in one line before anything starts", "[sandbox][emulate]") {
+  for (const auto& c : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--memory", "1q"}, "--memory"},
+           {{"--memory", "1M"}, "--memory 1M: must be at least 32M"},
+           {{"--tier", "nvme-local", "--tier-size", "1M"}, "--tier-size 1M: must be at least 64M"},
+           {{"--tier", "nvme-local", "--memory", "1M"}, "--memory 1M"},
+           {{"--tier", "no-such-tier"}, "unknown tier"},
+       }) {
+    std::vector<std::string> args{"sandbox"};
+    args.insert(args.end(), c.first.begin(), c.first.end());
+    args.insert(args.end(), {"--", "true"});
+    auto r = tierlab::test::run_tierlab(args);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.second) != std::string::npos);
+    CHECK(tierlab::test::count_lines(r.err) == 1);  // nothing emulated, mounted or started first
+  }
 }
