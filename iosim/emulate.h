@@ -1,0 +1,98 @@
+// A block device that behaves like a storage tier: `tierlab iosim emulate`.
+//
+// The image file is exported as the single file of a FUSE file system
+// (libfuse3's low-level API) and a loop device is attached to that file with
+// direct I/O. The page cache and the file system stay in the kernel above the
+// loop device, so every request the emulator serves is one a volume would
+// see: a read that missed the cache, writeback, a journal write, a flush.
+// Each request is admitted by the tier's Shaper (iosim/shaper.h, the same
+// rules as `iosim simulate` and `iosim run --tier`), its backing I/O goes to
+// the image with O_DIRECT, and its reply is held until the tier's completion
+// time. A flush (fsync of the FUSE file) is acknowledged only after the
+// image's fdatasync, so nothing acknowledged is lost.
+//
+//   Emulator emu(tier, opts);           // mounted and attached, or throws
+//   std::puts(emu.device().c_str());    // "/dev/loop3"
+//   ... emu.take_interval() every second ...
+//   emu.detach_loop();                  // at SIGINT/SIGTERM
+//   while (!emu.loop_detached()) ...;   // a user may still have it mounted
+//   emu.shutdown();                     // unmounts, joins the workers
+//
+// The daemon's worker threads run with PR_SET_IO_FLUSHER, the process's
+// memory is locked (mlockall) and every worker's buffer is preallocated, so
+// serving a request never waits on writeback of the device being served.
+// The destructor cleans up whatever was set up (loop device, mount, mount
+// point), also when the constructor fails half-way.
+#pragma once
+
+#include "common/histogram.h"
+#include "iosim/shaper.h"
+#include "models/tiers.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace tierlab::iosim {
+
+struct EmulateOptions {
+  std::string image;   // the backing file
+  uint64_t size = 0;   // grow or create the image to this many bytes; 0 = its size
+  uint64_t seed = 1;   // the shaper's latency draws
+  uint32_t workers = 64;  // FUSE worker threads: the most requests in flight
+};
+
+// What the emulator served between two take_interval() calls (or since the
+// start), as the tier sees it.
+struct EmulateInterval {
+  int64_t ns = 0;             // length of the interval
+  uint64_t ios[3] = {0, 0, 0};     // requests served: read, write, flush (+ discard as write)
+  uint64_t bytes[3] = {0, 0, 0};
+  uint64_t counted_ios = 0;   // I/Os the tier counted against its caps
+  int64_t throttled_ns = 0;   // time during which some I/O waited for tokens
+  uint32_t queue_depth = 0;   // requests in flight at the end of the interval
+  uint32_t max_queue_depth = 0;
+  uint64_t slower_than_tier = 0;  // backing I/O finished after the tier's completion time
+  uint64_t errors = 0;        // requests answered with an error
+  Histogram lat;              // arrival to reply, every request
+};
+
+class Emulator {
+ public:
+  // Checks the machine (root, /dev/fuse, /dev/loop-control), opens or
+  // creates the image, mounts the FUSE file system on a fresh directory and
+  // attaches a loop device with direct I/O. RuntimeError naming what is
+  // missing or failed; InputError for a bad image or size.
+  Emulator(const models::Tier& tier, const EmulateOptions& opts);
+  ~Emulator();
+  Emulator(const Emulator&) = delete;
+  Emulator& operator=(const Emulator&) = delete;
+
+  const std::string& device() const;      // "/dev/loopN"
+  const std::string& mountpoint() const;  // where the FUSE file system is
+  uint64_t size() const;                  // bytes of the device
+  uint32_t block_size() const;            // the loop device's logical block size
+  const models::Tier& tier() const;
+
+  // What was served since the last call (the first: since the start).
+  EmulateInterval take_interval();
+  // Everything served since the start.
+  EmulateInterval totals();
+
+  // Asks the kernel to detach the loop device: at once when nobody else
+  // has it open, else when its last user closes it (a mounted file system
+  // keeps it). Requests are served until then.
+  void detach_loop();
+  // True once the loop device no longer serves the image.
+  bool loop_detached() const;
+  // Unmounts the FUSE file system and stops its workers; a loop device still
+  // attached then fails its I/O (EIO or ENOTCONN). Idempotent.
+  void shutdown();
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace tierlab::iosim

@@ -1,0 +1,266 @@
+// tierlab iosim emulate as the real binary: a loop device over a FUSE file
+// whose requests the tier's shaper admits and times. Needs root, /dev/fuse
+// and loop devices (skips without them), no PostgreSQL.
+#include "support/background.h"
+#include "support/support.h"
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+using tierlab::test::Background;
+using tierlab::test::TempDir;
+
+namespace {
+
+const char* kTiers = R"({"tiers": [
+  {"name": "lat2ms", "latency": {"read": {"dist": "fixed", "p50_us": 2000},
+                                 "write": {"dist": "fixed", "p50_us": 2000},
+                                 "flush": {"dist": "fixed", "p50_us": 100}}},
+  {"name": "cap2k", "iops": 2000, "io_unit_kib": 256, "merge_sequential": true},
+  {"name": "counting", "io_unit_kib": 256, "merge_sequential": true}
+]})";
+
+// One emulator run: started, its device read from stdout once it says it is
+// ready; stop() sends a signal and reads its last line's totals.
+class Emulated {
+ public:
+  Emulated(const TempDir& dir, const std::string& tier, const std::vector<std::string>& extra = {}) {
+    tierlab::test::require_root("iosim emulate (FUSE mount, loop device)");
+    if (::access("/dev/fuse", R_OK | W_OK) != 0) tierlab::test::skip("/dev/fuse is missing: no FUSE");
+    if (::access("/dev/loop-control", R_OK | W_OK) != 0) tierlab::test::skip("/dev/loop-control is missing");
+    std::ofstream(dir.file("tiers.json")) << kTiers;
+    std::vector<std::string> argv{TIERLAB_BINARY, "iosim", "emulate", "--tier", tier, "--tiers-file",
+                                  dir.file("tiers.json"), "--image", dir.file("img"), "--size", "128M"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    run_ = std::make_unique<Background>(argv, dir.file("emulate.out"));
+    const bool ready = run_->wait_for("SIGINT or SIGTERM detaches it\n");
+    INFO("stderr: " << run_->err());
+    if (!ready && run_->err().find("FUSE: cannot mount") != std::string::npos)
+      tierlab::test::skip("FUSE cannot mount here: " + run_->err());
+    REQUIRE(ready);
+    device_ = run_->out();
+    while (!device_.empty() && device_.back() == '\n') device_.pop_back();
+    REQUIRE(device_.rfind("/dev/loop", 0) == 0);
+    std::smatch m;
+    const std::string& e = run_->err();
+    REQUIRE(std::regex_search(e, m, std::regex("FUSE file on (\\S+),")));
+    mountpoint_ = m[1];
+  }
+  const std::string& device() const { return device_; }
+  const std::string& mountpoint() const { return mountpoint_; }
+  Background& process() { return *run_; }
+
+  struct Totals {
+    int status = -1;
+    uint64_t reads = 0, read_bytes = 0, counted = 0;
+    std::string err;
+  };
+  // Sends `sig` (0: none, it is ending by itself) and waits for the exit.
+  Totals stop(int sig = SIGTERM) {
+    Totals t;
+    t.status = run_->stop(sig);
+    t.err = run_->err();
+    std::smatch m;
+    if (std::regex_search(t.err, m, std::regex("read (\\d+) I/Os (\\d+) bytes.*; (\\d+) counted I/Os"))) {
+      t.reads = std::stoull(m[1]);
+      t.read_bytes = std::stoull(m[2]);
+      t.counted = std::stoull(m[3]);
+    }
+    return t;
+  }
+
+ private:
+  std::unique_ptr<Background> run_;
+  std::string device_, mountpoint_;
+};
+
+// An O_DIRECT read of `len` bytes at `off` from `dev`; its seconds.
+struct DirectReader {
+  int fd = -1;
+  void* buf = nullptr;
+  explicit DirectReader(const std::string& dev) {
+    fd = ::open(dev.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(::posix_memalign(&buf, 4096, 1 << 20) == 0);
+  }
+  ~DirectReader() {
+    ::close(fd);
+    std::free(buf);
+  }
+  double read(uint64_t off, size_t len) {
+    auto t0 = std::chrono::steady_clock::now();
+    REQUIRE(::pread(fd, buf, len, off_t(off)) == ssize_t(len));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+bool mounted(const std::string& path) {
+  std::ifstream f("/proc/self/mounts");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.find(" " + path + " ") != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("iosim emulate: a fixed-latency tier seen by a single reader", "[iosim][emulate]") {
+  TempDir dir;
+  Emulated emu(dir, "lat2ms");
+  std::vector<double> lat;
+  {
+    DirectReader r(emu.device());
+    for (int i = 0; i < 150; ++i) lat.push_back(r.read(uint64_t(i * 7919 % 30000) * 4096, 4096));
+  }
+  std::sort(lat.begin(), lat.end());
+  const double p50 = lat[lat.size() / 2];
+  INFO("p50 " << p50 * 1e3 << " ms, min " << lat.front() * 1e3 << " ms");
+  CHECK(lat.front() >= 0.002);  // never faster than the tier
+  // The emulator adds the FUSE and loop round trip after the tier's time:
+  // 60-100 us on two busy CPUs, up to a few hundred at a load average of 13
+  // (the bound leaves room for that; a latency applied twice is far above).
+  CHECK(p50 < 0.002 * 1.25);
+  auto t = emu.stop();
+  CHECK(t.status == 0);
+  CHECK(t.reads == 150);
+}
+
+TEST_CASE("iosim emulate: an IOPS cap holds at QD 32", "[iosim][emulate]") {
+  TempDir dir;
+  Emulated emu(dir, "cap2k");
+  auto r = tierlab::test::run_tierlab({"iosim", "run", "--target", emu.device(), "--direct", "--rw", "randread",
+                                       "--bs", "4k", "--iodepth", "32", "--runtime", "3s", "--json", "-"});
+  INFO("iosim run: " << r.out << r.err);
+  REQUIRE(r.status == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  const double iops = j["iops"].get<double>();
+  CHECK(iops > 2000 * 0.97);
+  CHECK(iops < 2000 * 1.03);
+  auto t = emu.stop();
+  CHECK(t.status == 0);
+  CHECK(t.counted == t.reads);  // 4 KiB random reads: one counted I/O each
+  CHECK(t.reads >= j["ios"].get<uint64_t>());
+}
+
+TEST_CASE("iosim emulate: I/Os are counted in 256 KiB units with sequential merge", "[iosim][emulate]") {
+  TempDir dir;
+  SECTION("one 1 MiB read counts 4") {
+    Emulated emu(dir, "counting");
+    DirectReader(emu.device()).read(0, 1 << 20);
+    auto t = emu.stop();
+    INFO(t.err);
+    CHECK(t.read_bytes == 1u << 20);
+    CHECK(t.counted == 4);
+  }
+  SECTION("8 sequential 32 KiB reads count 1") {
+    Emulated emu(dir, "counting");
+    {
+      DirectReader r(emu.device());
+      for (int i = 0; i < 8; ++i) r.read(64u * 1048576 + uint64_t(i) * 32768, 32768);
+    }
+    auto t = emu.stop();
+    INFO(t.err);
+    CHECK(t.reads == 8);
+    CHECK(t.counted == 1);
+  }
+}
+
+TEST_CASE("iosim emulate: SIGTERM or SIGINT detaches the device and unmounts", "[iosim][emulate][signal]") {
+  TempDir dir;
+  const int sig = GENERATE(SIGTERM, SIGINT);
+  Emulated emu(dir, "lat2ms");
+  const std::string dev = emu.device(), mnt = emu.mountpoint();
+  const std::string sys = "/sys/block/" + dev.substr(5) + "/loop";
+  REQUIRE(::access(sys.c_str(), F_OK) == 0);
+  REQUIRE(mounted(mnt));
+  {
+    DirectReader r(emu.device());
+    r.read(0, 4096);
+  }
+  auto t = emu.stop(sig);
+  INFO(t.err);
+  CHECK(t.status == 0);
+  CHECK(t.err.find("detached " + dev) != std::string::npos);
+  CHECK(::access(sys.c_str(), F_OK) != 0);  // no loop device left
+  CHECK_FALSE(mounted(mnt));
+  struct stat st{};
+  CHECK(::stat(mnt.c_str(), &st) != 0);  // nor its mount point
+}
+
+TEST_CASE("iosim emulate: a device still open at SIGTERM is served until it is closed", "[iosim][emulate][signal]") {
+  TempDir dir;
+  Emulated emu(dir, "counting");
+  const std::string dev = emu.device();
+  const std::string sys = "/sys/block/" + dev.substr(5) + "/loop";
+  {
+    DirectReader r(dev);
+    r.read(0, 4096);
+    emu.process().signal(SIGTERM);
+    REQUIRE(emu.process().wait_for("is still in use", 5000));
+    r.read(4096, 4096);  // still served
+    CHECK(::access(sys.c_str(), F_OK) == 0);
+  }  // the last user closes it: detached, and the emulator ends by itself
+  auto t = emu.stop(0);
+  INFO(t.err);
+  CHECK(t.status == 0);
+  CHECK(t.reads == 2);
+  CHECK(::access(sys.c_str(), F_OK) != 0);
+  CHECK_FALSE(mounted(emu.mountpoint()));
+}
+
+TEST_CASE("iosim emulate: bad flags fail in one line naming the flag", "[iosim][emulate]") {
+  TempDir dir;
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--tier", "nvme-local", "--image", dir.file("i"), "--stats", "0"}, "--stats"},
+      {{"--tier", "nvme-local", "--image", dir.file("i"), "--size", "0"}, "--size"},
+      {{"--tier", "nvme-local", "--image", dir.file("i"), "--size", "1q"}, "--size"},
+      {{"--tier", "no-such-tier", "--image", dir.file("i")}, "unknown tier \"no-such-tier\""},
+      {{"--tier", "nvme-local"}, "--image"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> args{"iosim", "emulate"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = tierlab::test::run_tierlab(args);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(c.says) != std::string::npos);
+    CHECK(tierlab::test::count_lines(r.err) == 1);
+  }
+  struct stat st{};
+  CHECK(::stat(dir.file("i").c_str(), &st) != 0);  // nothing created
+
+  tierlab::test::require_root("iosim emulate on a directory as --image");
+  auto r = tierlab::test::run_tierlab({"iosim", "emulate", "--tier", "nvme-local", "--image", dir.path()});
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err == "tierlab: --image " + dir.path() + ": not a regular file\n");
+}
+
+TEST_CASE("iosim emulate: without root it fails in one line", "[iosim][emulate]") {
+  tierlab::test::require_root("changing to an unprivileged user");
+  TempDir dir;
+  ::chmod(dir.path().c_str(), 0777);
+  const std::string out = tierlab::test::shell_output(
+      std::string("setpriv --reuid=65534 --regid=65534 --clear-groups ") + TIERLAB_BINARY +
+      " iosim emulate --tier nvme-local --image " + dir.file("img") + " --size 16M 2>&1; echo status=$?");
+  INFO(out);
+  CHECK(out.find("needs root") != std::string::npos);
+  CHECK(out.find("status=1") != std::string::npos);
+  CHECK(tierlab::test::count_lines(out) == 2);
+}
