@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <iostream>
 #include <memory>
 
@@ -25,6 +27,8 @@ struct SynthCliOptions {
   std::string memory;
   int vcpus = 0;
   std::string calibrate;
+  std::string script;
+  std::vector<std::string> defines;
   double checkpoint_tps = 5000;
   std::string json_out;
 };
@@ -54,6 +58,30 @@ void run_synth(const SynthCliOptions& o) {
   so.memory_bytes = static_cast<double>(parse_size("--memory", o.memory));
   if (so.memory_bytes <= 0) throw InputError("--memory: expected a size above 0");
   so.checkpoint_tps = o.checkpoint_tps;
+  if (!o.script.empty()) {
+    std::vector<std::pair<std::string, double>> vars{{"scale", o.scale}};
+    for (const auto& d : o.defines) {
+      auto eq = d.find('=');
+      double v = 0;
+      size_t pos = 0;
+      try {
+        if (eq != std::string::npos) v = std::stod(d.substr(eq + 1), &pos);
+      } catch (const std::exception&) {
+        pos = 0;
+      }
+      if (eq == std::string::npos || eq == 0 || pos == 0 || eq + 1 + pos != d.size())
+        throw InputError("-D " + d + ": expected NAME=NUMBER");
+      vars.emplace_back(d.substr(0, eq), v);
+    }
+    std::ifstream in(o.script);
+    if (!in) throw InputError("--script " + o.script + ": cannot read");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    models::ScriptAccess sa = models::parse_pgbench_script(text, vars, o.script);
+    so.aid = sa.aid;
+    so.mode = sa.updates_accounts ? models::PgbenchMode::TpcbLike : models::PgbenchMode::SelectOnly;
+  } else if (!o.defines.empty()) {
+    throw InputError("-D: only with --script");
+  }
   OutputFile json(o.json_out, "--json");
 
   models::SynthCalibration cal = o.calibrate.empty()
@@ -103,6 +131,11 @@ void setup_synth(CLI::App& parent) {
   sub->add_option("--calibrate", opts->calibrate,
                   "trace of a small local run of the same script (`capture run`): CPU per transaction, "
                   "round trips and think time from it (default: built-in figures, said in the output)");
+  sub->add_option("--script", opts->script,
+                  "a custom pgbench script (-f): the distribution of the key its pgbench_accounts statements "
+                  "look up by 'aid = :var' (\\set var random / random_gaussian / random_exponential); "
+                  "writes as tpcb-like when it updates pgbench_accounts (replaces --mode)");
+  sub->add_option("-D", opts->defines, "NAME=VALUE for the script's :NAME (pgbench -D; :scale is --scale)");
   sub->add_option("--checkpoint-tps", opts->checkpoint_tps,
                   "tpcb-like: transactions per second assumed over a 300 s checkpoint interval, for how often "
                   "a dirtied page is written again")

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -131,27 +132,56 @@ SynthResult synth_pgbench(const SynthOptions& o, const SynthCalibration& cal) {
 
   // One primary-key lookup per transaction (the UPDATE's; tpcb-like's
   // SELECT of the same row then hits), one heap page.
-  for (size_t i = 0; i < g.index_levels.size(); ++i) {
-    std::string name = i + 1 == g.index_levels.size() ? "pkey leaves" : "pkey level " + std::to_string(i);
-    r.classes.push_back({name, g.index_levels[i], 1.0});
+  const KeyAccess& k = o.aid;
+  const double lo = std::max(1.0, k.lo), hi = k.hi > 0 ? std::min(k.hi, g.rows) : g.rows;
+  if (!(hi >= lo)) throw InputError("key range " + fmt("%.0f", lo) + ".." + fmt("%.0f", hi) + " is empty");
+  if (k.dist != KeyDist::Uniform && !(k.param > 0))
+    throw InputError("distribution parameter " + fmt("%g", k.param) + ": expected above 0");
+  if (k.dist == KeyDist::Gaussian && k.param < 2)
+    throw InputError("gaussian parameter " + fmt("%g", k.param) + ": pgbench needs at least 2.0");
+  const bool sliced = k.dist != KeyDist::Uniform;
+  const int slices = sliced ? 1000 : 1;
+  // Share of the references in the key slice [a, b] (fractions of lo..hi).
+  auto mass = [&](double a, double b) {
+    if (k.dist == KeyDist::Uniform) return b - a;
+    if (k.dist == KeyDist::Exponential) return (std::exp(-k.param * a) - std::exp(-k.param * b)) / -std::expm1(-k.param);
+    // Gaussian on [0, 1]: mean 1/2, deviation 1 / (2 param), cut at +-param deviations.
+    auto cdf = [&](double x) { return 0.5 * std::erfc(-(x - 0.5) * 2 * k.param / std::sqrt(2.0)); };
+    return (cdf(b) - cdf(a)) / (cdf(1) - cdf(0));
+  };
+  const double keys = hi - lo + 1;
+  for (size_t i = 0; i + 1 < g.index_levels.size(); ++i) {
+    // Inner levels: the part of each level over the key range.
+    double pages = std::max(1.0, std::ceil(g.index_levels[i] * keys / g.rows));
+    r.classes.push_back({"pkey level " + std::to_string(i), pages, 1.0});
   }
-  r.classes.push_back({"accounts heap", g.heap_pages, 1.0});
+  const size_t first_slice = r.classes.size();
+  for (int s = 0; s < slices; ++s) {
+    const double a = static_cast<double>(s) / slices, b = static_cast<double>(s + 1) / slices;
+    const double m = mass(a, b);
+    const std::string tag = sliced ? " (keys " + fmt("%.0f%%", a * 100) + "-" + fmt("%.0f%%)", b * 100) : "";
+    r.classes.push_back({"pkey leaves" + tag, std::max(1.0, keys / slices / kLeafEntriesPerPage), m});
+    r.classes.push_back({"accounts heap" + tag, std::max(1.0, keys / slices / kHeapRowsPerPage), m});
+  }
   r.hit = lru_hit_ratios(r.classes, r.cache_pages);
   for (size_t i = 0; i < r.classes.size(); ++i) r.reads_per_tx += r.classes[i].refs_per_tx * (1 - r.hit[i]);
 
   if (tpcb) {
     const double per_ckpt = o.checkpoint_tps * kCheckpointS;
-    auto dirty = [&](double pages, double miss) {
-      double u = per_ckpt / pages;
-      double distinct = u < 1e-9 ? 1.0 : -std::expm1(-u) / u;
-      return std::pair{std::max(miss, distinct), distinct};
-    };
-    const size_t leaf = g.index_levels.size() - 1, heap = r.classes.size() - 1;
-    auto [heap_w, heap_fpi] = dirty(g.heap_pages, 1 - r.hit[heap]);
-    auto [leaf_w, leaf_fpi] = dirty(g.index_levels.back(), 1 - r.hit[leaf]);
+    // Each slice's leaves and heap pages are dirtied at its share of the
+    // transactions.
+    double w = 0, fpi = 0;
+    for (size_t i = first_slice; i < r.classes.size(); ++i) {
+      const auto& c = r.classes[i];
+      if (c.refs_per_tx <= 0) continue;
+      const double u = per_ckpt * c.refs_per_tx / c.pages;
+      const double distinct = u < 1e-9 ? 1.0 : -std::expm1(-u) / u;
+      w += c.refs_per_tx * std::max(1 - r.hit[i], distinct);
+      fpi += c.refs_per_tx * distinct;
+    }
     const double append = 1 / kHeapRowsPerPage;
-    r.dirty_writes_per_tx = heap_w + leaf_w + append;
-    r.wal_bytes_per_tx = kWalRecordBytes + (heap_fpi + leaf_fpi + append) * kPageBytes;
+    r.dirty_writes_per_tx = w + append;
+    r.wal_bytes_per_tx = kWalRecordBytes + (fpi + append) * kPageBytes;
   }
 
   Profile& p = r.profile;
@@ -219,11 +249,23 @@ SynthResult synth_pgbench(const SynthOptions& o, const SynthCalibration& cal) {
   a.push_back("cache: memory less 512 MiB and 8 MiB per client, " + fmt("%.0f pages (", r.cache_pages) +
               fmt("%.1f GiB); ", r.cache_pages * kPageBytes / 1073741824.0) +
               "shared_buffers (25% of memory) and the OS page cache taken as one LRU cache, pages held by both "
-              "counted once; hit ratios by Che's approximation for uniform references");
+              "counted once; hit ratios by Che's approximation, references uniform within each page class");
   std::string hits = "hit ratio per transaction's page:";
-  for (size_t i = 0; i < r.classes.size(); ++i) hits += " " + r.classes[i].name + fmt(" %.3f", r.hit[i]) + ",";
+  for (size_t i = 0; i < first_slice; ++i) hits += " " + r.classes[i].name + fmt(" %.3f,", r.hit[i]);
+  for (int kind = 0; kind < 2; ++kind) {
+    double refs = 0, hit = 0;
+    for (size_t i = first_slice + kind; i < r.classes.size(); i += 2) {
+      refs += r.classes[i].refs_per_tx;
+      hit += r.classes[i].refs_per_tx * r.hit[i];
+    }
+    hits += std::string(kind ? " accounts heap" : " pkey leaves") + fmt(" %.3f,", refs > 0 ? hit / refs : 1.0);
+  }
   hits.pop_back();
   a.push_back(hits);
+  if (sliced)
+    a.push_back(std::string("keys ") + fmt("%.0f", lo) + ".." + fmt("%.0f ", hi) +
+                (k.dist == KeyDist::Gaussian ? "random_gaussian" : "random_exponential") +
+                fmt(" with parameter %g", k.param) + ", cut into 1000 slices of pages");
   if (tpcb)
     a.push_back("writes: accounts update not HOT (fillfactor 100): its heap page and primary-key leaf dirtied, "
                 "1/61 of an appended page; each dirtied page written once per checkpoint (300 s at " +
@@ -242,6 +284,180 @@ SynthResult synth_pgbench(const SynthOptions& o, const SynthCalibration& cal) {
                    : "the capture " + cal.source));
   p.notes = a;
   return r;
+}
+
+namespace {
+
+// Integer expressions of pgbench's \set: numbers, :NAME, + - * / and
+// parentheses (recursive descent).
+struct Expr {
+  const std::string& s;
+  size_t i = 0;
+  const std::vector<std::pair<std::string, double>>& vars;
+  const std::string& where;
+
+  void ws() {
+    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
+  }
+  [[noreturn]] void fail(const std::string& what) {
+    throw InputError(where + ": " + what + " in '" + s + "'");
+  }
+  double atom() {
+    ws();
+    if (i < s.size() && s[i] == '(') {
+      ++i;
+      double v = sum();
+      ws();
+      if (i >= s.size() || s[i] != ')') fail("missing ')'");
+      ++i;
+      return v;
+    }
+    if (i < s.size() && s[i] == '-') {
+      ++i;
+      return -atom();
+    }
+    if (i < s.size() && s[i] == ':') {
+      size_t b = ++i;
+      while (i < s.size() && (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_')) ++i;
+      const std::string n = s.substr(b, i - b);
+      for (const auto& [k, v] : vars)
+        if (k == n) return v;
+      fail("variable :" + n + " is not defined (give -D " + n + "=VALUE)");
+    }
+    size_t b = i;
+    while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+    if (b == i) fail("expected a number or :variable");
+    return std::stod(s.substr(b, i - b));
+  }
+  double product() {
+    double v = atom();
+    for (ws(); i < s.size() && (s[i] == '*' || s[i] == '/'); ws()) {
+      char op = s[i++];
+      double r = atom();
+      if (op == '/' && r == 0) fail("division by zero");
+      v = op == '*' ? v * r : std::trunc(v / r);
+    }
+    return v;
+  }
+  double sum() {
+    double v = product();
+    for (ws(); i < s.size() && (s[i] == '+' || s[i] == '-'); ws()) {
+      char op = s[i++];
+      double r = product();
+      v = op == '+' ? v + r : v - r;
+    }
+    return v;
+  }
+};
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+ScriptAccess parse_pgbench_script(const std::string& text, const std::vector<std::pair<std::string, double>>& vars_in,
+                                  const std::string& name) {
+  auto vars = vars_in;
+  struct Set {
+    std::string var;
+    KeyAccess access;
+    bool random = false;
+  };
+  std::vector<Set> sets;
+  ScriptAccess out;
+  std::string lookup_var;
+  std::istringstream in(text);
+  std::string line;
+  for (int no = 1; std::getline(in, line); ++no) {
+    const std::string where = name + ":" + std::to_string(no);
+    std::string t = line.substr(0, line.find("--"));
+    size_t b = t.find_first_not_of(" \t");
+    if (b == std::string::npos) continue;
+    t = t.substr(b);
+    if (t.rfind("\\set", 0) == 0) {
+      std::istringstream ls(t.substr(4));
+      std::string var;
+      ls >> var;
+      std::string rest;
+      std::getline(ls, rest);
+      if (var.empty()) throw InputError(where + ": \\set without a variable");
+      std::string fn;
+      size_t open = rest.find('(');
+      std::string head = open == std::string::npos ? "" : rest.substr(0, open);
+      head.erase(0, head.find_first_not_of(" \t"));
+      head.erase(head.find_last_not_of(" \t") + 1);
+      Set st;
+      st.var = var;
+      if (head == "random" || head == "random_gaussian" || head == "random_exponential") {
+        size_t close = rest.rfind(')');
+        if (close == std::string::npos || close < open) throw InputError(where + ": missing ')' in '" + t + "'");
+        std::vector<double> args;
+        std::string inner = rest.substr(open + 1, close - open - 1);
+        int depth = 0;
+        size_t from = 0;
+        for (size_t j = 0; j <= inner.size(); ++j) {
+          if (j < inner.size() && inner[j] == '(') ++depth;
+          if (j < inner.size() && inner[j] == ')') --depth;
+          if (j == inner.size() || (inner[j] == ',' && depth == 0)) {
+            std::string arg = inner.substr(from, j - from);
+            Expr e{arg, 0, vars, where};
+            double v = e.sum();
+            e.ws();
+            if (e.i != arg.size()) e.fail("unexpected text");
+            args.push_back(v);
+            from = j + 1;
+          }
+        }
+        const size_t want = head == "random" ? 2 : 3;
+        if (args.size() != want)
+          throw InputError(where + ": " + head + " takes " + std::to_string(want) + " arguments");
+        st.random = true;
+        st.access.dist = head == "random" ? KeyDist::Uniform
+                         : head == "random_gaussian" ? KeyDist::Gaussian : KeyDist::Exponential;
+        st.access.lo = args[0];
+        st.access.hi = args[1];
+        st.access.param = want == 3 ? args[2] : 0;
+        if (!(st.access.hi >= st.access.lo))
+          throw InputError(where + ": " + head + " range " + fmt("%.0f", args[0]) + ".." + fmt("%.0f", args[1]) +
+                           " is empty");
+      } else {
+        Expr e{rest, 0, vars, where};
+        double v = e.sum();
+        vars.emplace_back(var, v);
+      }
+      sets.push_back(st);
+      continue;
+    }
+    if (t[0] == '\\') continue;  // \sleep, \if ...: no pages
+    const std::string l = lower(t);
+    if (l.find("pgbench_accounts") == std::string::npos) continue;
+    if (l.find("update") != std::string::npos) out.updates_accounts = true;
+    size_t at = l.find("aid");
+    while (at != std::string::npos) {
+      size_t c = l.find(':', at);
+      size_t eq = l.find('=', at);
+      if (eq != std::string::npos && c != std::string::npos && eq < c &&
+          l.find_first_not_of(" \t", eq + 1) == c) {
+        size_t e = c + 1;
+        while (e < l.size() && (std::isalnum(static_cast<unsigned char>(l[e])) || l[e] == '_')) ++e;
+        lookup_var = t.substr(c + 1, e - c - 1);
+        break;
+      }
+      at = l.find("aid", at + 3);
+    }
+  }
+  if (lookup_var.empty())
+    throw InputError(name + ": no statement on pgbench_accounts looks a row up by 'aid = :variable'");
+  for (auto it = sets.rbegin(); it != sets.rend(); ++it)
+    if (it->var == lookup_var) {
+      if (!it->random)
+        throw InputError(name + ": :" + lookup_var + " is not set by random, random_gaussian or random_exponential");
+      out.aid = it->access;
+      return out;
+    }
+  throw InputError(name + ": :" + lookup_var + " is not \\set in the script");
 }
 
 namespace {

@@ -86,6 +86,36 @@ double cache_pages_for(double memory_bytes, int clients);
 
 enum class PgbenchMode { SelectOnly, TpcbLike };
 
+// How a transaction picks its pgbench_accounts row (pgbench's \set
+// functions, over the keys lo..hi): random (uniform), random_gaussian
+// (mean at the middle, standard deviation (hi - lo + 1) / 2 / param, cut at
+// +-param deviations) or random_exponential (density proportional to
+// exp(-param (k - lo) / (hi - lo + 1))). Rows are loaded in key order, so
+// key k sits on heap page k / 61 and leaf k / 367: the key range is cut into
+// 1,000 slices, each slice's heap pages and leaves one page class with the
+// slice's share of the references (leaves and heap pages outside lo..hi
+// are not referenced).
+enum class KeyDist { Uniform, Gaussian, Exponential };
+struct KeyAccess {
+  KeyDist dist = KeyDist::Uniform;
+  double lo = 1;
+  double hi = 0;      // 0: every row (100,000 x scale)
+  double param = 0;   // gaussian / exponential parameter
+};
+
+// What a custom pgbench script does, as far as the model goes: the
+// distribution of the variable its pgbench_accounts statements look rows up
+// by ("aid = :NAME"), and whether it updates pgbench_accounts (then the
+// tpcb-like write model applies). `vars` are -D NAME=VALUE (and "scale");
+// expressions may use integers, :NAME, + - * / and parentheses. Throws
+// InputError naming `name` and the line.
+struct ScriptAccess {
+  KeyAccess aid;
+  bool updates_accounts = false;
+};
+ScriptAccess parse_pgbench_script(const std::string& text, const std::vector<std::pair<std::string, double>>& vars,
+                                  const std::string& name);
+
 // What one transaction costs apart from storage: CPU, the client's round
 // trips and the time between its transactions, and the device the figures
 // were taken on (which `project` calibrates with).
@@ -118,6 +148,7 @@ struct SynthOptions {
   // Transactions per second assumed for the checkpoint interval
   // (checkpoint_timeout 300 s): only the write model uses it.
   double checkpoint_tps = 5000;
+  KeyAccess aid;  // uniform over every row by default
 };
 
 struct SynthResult {

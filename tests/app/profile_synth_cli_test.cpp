@@ -36,3 +36,23 @@ TEST_CASE("synth: profile synth writes a profile that project takes", "[synth][c
                  "--vcpus", "2"}) == 2);
   CHECK(run_cli({"profile"}) == 2);
 }
+
+TEST_CASE("synth: profile synth reads a pgbench script and its -D variables", "[synth][cli]") {
+  test::TempDir dir;
+  const std::string script = dir.file("ro.sql");
+  std::ofstream(script) << "\\set aid random_gaussian(1, :range, 10.0)\n"
+                           "SELECT abalance FROM pgbench_accounts WHERE aid = :aid;\n";
+  auto ok = test::run_tierlab({"profile", "synth", "pgbench", "--scale", "100", "--script", script, "-D",
+                               "range=5000000", "--clients", "8", "--memory", "1GiB", "--vcpus", "2"});
+  INFO(ok.out << ok.err);
+  CHECK(ok.status == 0);
+  CHECK(ok.out.find("random_gaussian with parameter 10") != std::string::npos);
+  auto undefined = test::run_tierlab({"profile", "synth", "pgbench", "--scale", "100", "--script", script,
+                                      "--clients", "8", "--memory", "1GiB", "--vcpus", "2"});
+  CHECK(undefined.status == 2);
+  CHECK(undefined.err.find("-D range=") != std::string::npos);
+  auto bad = test::run_tierlab({"profile", "synth", "pgbench", "--scale", "100", "--script", script, "-D", "range",
+                                "--clients", "8", "--memory", "1GiB", "--vcpus", "2"});
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("-D range: expected NAME=NUMBER") != std::string::npos);
+}
