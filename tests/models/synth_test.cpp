@@ -195,3 +195,30 @@ TEST_CASE("synth: a gaussian key spreads its references as the normal law cut at
   CHECK(g.reads_per_tx < u.reads_per_tx);
   CHECK(g10.reads_per_tx < g.reads_per_tx / 2);
 }
+
+TEST_CASE("synth: a capture calibrates CPU, round trips and think time", "[synth]") {
+  Profile p;
+  p.source = "small.tlt";
+  p.transactions = 10000;
+  p.duration_s = 10;
+  p.tps = 1000;
+  p.clients = 4;
+  p.mean_clients = 4;
+  p.think_time_s = 0.001;
+  p.has_cpu = true;
+  p.cpu_s_per_tx = 0.0005;
+  p.vcpus = 2;
+  p.latency = {10000, 0.0012, 0.001, 0.003};
+  auto c = calibration_from(p);
+  CHECK(c.source == "small.tlt");
+  CHECK(c.cpu_s_per_tx == Approx(0.0005));
+  CHECK(c.think_time_s == Approx(0.001));
+  // "Other" is what project calibrates on the capture: here latency less
+  // the CPU's time at 4 clients on 2 vCPUs.
+  Projection pr = project(p, {Catalog::builtin().get("nvme-local")}, ProjectOptions{});
+  CHECK(c.other_s == Approx(pr.other_s));
+  CHECK(c.other_s > 0);
+  CHECK(c.other_s < 0.0012 - 0.0005 + 1e-9);
+  p.has_cpu = false;
+  CHECK_THROWS_WITH(calibration_from(p), Catch::Contains("small.tlt: no CPU samples"));
+}
