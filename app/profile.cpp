@@ -1,5 +1,6 @@
 // tierlab profile FILE [--json]: the workload profile of a trace.
 #include "app/command.h"
+#include "common/error.h"
 #include "models/profile.h"
 
 #include <iostream>
@@ -14,6 +15,7 @@ struct ProfileOptions {
 };
 
 void run_profile(const ProfileOptions& o) {
+  if (o.trace.empty()) throw InputError("profile: FILE is required");
   models::Profile p = models::profile_file(o.trace);
   // Too short or unsteady to project from: the capture's windows say.
   const auto windows = models::profile_windows(o.trace, p, models::windows_for(p));
@@ -36,9 +38,13 @@ void setup_profile(CLI::App& parent) {
       "workload profile of a trace: transaction templates, CPU and device I/O per transaction, "
       "think time, device latency, miss-ratio curve; a warning when the capture is too short or unsteady "
       "to project from (docs/projection.md)");
-  sub->add_option("FILE", opts->trace, "trace file (.tlt)")->required();
+  // FILE is checked when it runs: `profile synth` (app/profile_synth.cpp)
+  // runs without one.
+  sub->add_option("FILE", opts->trace, "trace file (.tlt)");
   sub->add_flag("--json", opts->json, "print JSON instead of text");
-  sub->callback([opts] { run_profile(*opts); });
+  sub->callback([opts, sub] {
+    if (sub->get_subcommands().empty()) run_profile(*opts);
+  });
 }
 
 const Registration reg{"profile", 60, &setup_profile};

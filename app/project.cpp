@@ -5,6 +5,7 @@
 #include "common/units.h"
 #include "models/profile.h"
 #include "models/project.h"
+#include "models/synth.h"
 #include "models/tiers.h"
 
 #include <cstdio>
@@ -99,7 +100,9 @@ void run_project(const ProjectCliOptions& o) {
   OutputFile json(o.json_out, "--json");
   OutputFile html(o.html_out, "--html");
 
-  models::Profile profile = models::profile_file(o.trace);
+  // A profile JSON (`profile --json`, `profile synth --json`) or a trace.
+  const bool is_json = o.trace.size() > 5 && o.trace.compare(o.trace.size() - 5, 5, ".json") == 0;
+  models::Profile profile = is_json ? models::read_profile_json(o.trace) : models::profile_file(o.trace);
   models::Projection p = models::project(profile, tiers, po);
   // The interval: each window of the capture projected alone.
   int n = o.windows.value_or(models::windows_for(profile));
@@ -133,7 +136,9 @@ void setup_project(CLI::App& parent) {
   auto* sub = parent.add_subcommand(
       "project",
       "project a captured workload onto storage tiers: TPS, latency, IOPS and bottleneck per tier");
-  sub->add_option("FILE", opts->trace, "trace file (.tlt) with transactions and, ideally, block I/O and samples")
+  sub->add_option("FILE", opts->trace,
+                  "trace file (.tlt) with transactions and, ideally, block I/O and samples; or a profile "
+                  "as JSON (*.json: `profile --json`, `profile synth --json`)")
       ->required();
   sub->add_option("--tier", opts->tiers, "tier to project onto (repeatable; see `tierlab tiers`)")
       ->required();
