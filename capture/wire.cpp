@@ -124,7 +124,7 @@ size_t make_error_response(uint8_t* out, size_t cap, std::string_view severity,
   *p++ = uint8_t(body);
   auto field = [&p](char code, std::string_view v) {
     *p++ = static_cast<uint8_t>(code);
-    std::memcpy(p, v.data(), v.size());
+    if (!v.empty()) std::memcpy(p, v.data(), v.size());  // v.data() may be null when empty
     p += v.size();
     *p++ = 0;
   };
@@ -155,7 +155,7 @@ void SessionDecoder::begin(uint64_t session, std::string_view client_addr, uint3
   error_[0] = 0;
   user_ = database_ = app_ = {};
   size_t n = std::min(client_addr.size(), sizeof(client_addr_buf_));
-  std::memcpy(client_addr_buf_, client_addr.data(), n);
+  if (n) std::memcpy(client_addr_buf_, client_addr.data(), n);  // data() may be null when empty
   client_addr_ = std::string_view(client_addr_buf_, n);
   for (Dir& s : dirs_) {
     s.mode = Mode::Header;
@@ -177,7 +177,7 @@ void SessionDecoder::join(uint64_t session, const JoinInfo& info, trace::Nanos t
   char* end = p + startup_.size();
   auto keep = [&p, end](std::string_view v) {
     size_t n = std::min(v.size(), static_cast<size_t>(end - p));
-    std::memcpy(p, v.data(), n);
+    if (n) std::memcpy(p, v.data(), n);  // v.data() may be null when empty
     std::string_view r(p, n);
     p += n;
     return r;
