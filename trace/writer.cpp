@@ -498,8 +498,9 @@ struct Writer::Impl {
     } else if constexpr (std::is_same_v<T, Sample>) {
       p = put_ref(p, refs[0]);
       double v = b.value;
-      if (v == static_cast<double>(static_cast<int64_t>(v)) && v >= -9007199254740992.0 &&
-          v <= 9007199254740992.0 && !(v == 0 && std::signbit(v))) {
+      // Range first: converting a double outside int64_t's range is undefined.
+      if (v >= -9007199254740992.0 && v <= 9007199254740992.0 &&
+          v == static_cast<double>(static_cast<int64_t>(v)) && !(v == 0 && std::signbit(v))) {
         *p++ = 1;
         p = put_varint(p, zigzag(static_cast<int64_t>(v)));
       } else {
