@@ -12,7 +12,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tierlab::fuzz::trace_roundtrip(bytes, [&](const tierlab::trace::Record& r) { b.add(r); });
   auto plan = b.finish();
   tierlab::fuzz::check(plan != nullptr, "PlanBuilder::finish returned no plan");
-  tierlab::fuzz::check(plan->units.size() == plan->session_units.size(),
-                       "every unit belongs to one session");
+  for (uint32_t u : plan->session_units)
+    tierlab::fuzz::check(u < plan->units.size(), "session_units index a unit");
+  for (const auto& s : plan->sessions)
+    tierlab::fuzz::check(uint64_t{s.first_unit} + s.n_units <= plan->session_units.size(),
+                         "a session's units lie within session_units");
   return 0;
 }
