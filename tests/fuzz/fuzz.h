@@ -28,7 +28,12 @@ namespace tierlab::fuzz {
 
 // Aborts with a message: a property the target asserts does not hold.
 [[noreturn]] inline void fail(const char* what, const std::string& detail = {}) {
-  std::fprintf(stderr, "fuzz check failed: %s\n%s\n", what, detail.c_str());
+  std::fprintf(stderr, "fuzz check failed: %s\n", what);
+  for (char c : detail) {  // bytes of the input may be in it: escape them
+    if ((c >= 32 && c < 127) || c == '\n') std::fputc(c, stderr);
+    else std::fprintf(stderr, "\\x%02x", static_cast<unsigned char>(c));
+  }
+  std::fputc('\n', stderr);
   std::abort();
 }
 inline void check(bool ok, const char* what, const std::string& detail = {}) {

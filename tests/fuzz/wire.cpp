@@ -9,7 +9,13 @@
 //   1  streams: [u16 frontend length][frontend bytes][backend bytes], fed
 //      once whole and once split at points the last byte seeds; both runs
 //      must record the same records and fail alike (begin() mode: no
-//      hunting, so the split cannot matter).
+//      hunting, and every CopyData reassembled, so the split cannot matter).
+//
+// Limits: a message's body is buffered whole, up to WireLimits::max_message
+// (1 GiB by default, as PostgreSQL allows), allocated when its header
+// arrives. The targets lower it to 1 MiB so that -malloc_limit_mb finds any
+// allocation that is not bounded by it; the pieces mode also lowers
+// copy_reassemble_max so that long CopyData is recorded piece by piece.
 #include "fuzz.h"
 
 #include "capture/wire.h"
@@ -30,9 +36,14 @@ struct Sink : capture::RecordSink {
   }
 };
 
+constexpr uint32_t kMaxMessage = 1u << 20;
+
 void pieces(fuzz::Bytes& in, bool join) {
   Sink sink;
-  capture::SessionDecoder dec(sink);
+  capture::WireLimits limits;
+  limits.max_message = kMaxMessage;
+  limits.copy_reassemble_max = 64;
+  capture::SessionDecoder dec(sink, limits);
   trace::Nanos ts = 1;
   auto start = [&] {
     if (join) {
@@ -84,7 +95,10 @@ struct Run {
 
 Run stream(std::string_view fe, std::string_view be, uint32_t seed) {
   Sink sink;
-  capture::SessionDecoder dec(sink);
+  capture::WireLimits limits;
+  limits.max_message = kMaxMessage;
+  limits.copy_reassemble_max = kMaxMessage;
+  capture::SessionDecoder dec(sink, limits);
   dec.begin(7, "127.0.0.1:1", 0, 1);
   auto feed = [&](Direction d, std::string_view s) {
     while (!s.empty()) {
@@ -120,9 +134,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Run split = stream(fe, be, seed);
   fuzz::check(whole.failed == split.failed, "decoding fails alike however the bytes are split",
               "whole: " + whole.error + "\nsplit: " + split.error);
-  fuzz::check(whole.records.size() == split.records.size(),
-              "the same number of records however the bytes are split",
-              std::to_string(whole.records.size()) + " vs " + std::to_string(split.records.size()));
+  if (whole.records.size() != split.records.size()) {
+    std::string d = "whole:\n";
+    for (const auto& r : whole.records) d += "  " + r + "\n";
+    d += "split:\n";
+    for (const auto& r : split.records) d += "  " + r + "\n";
+    fuzz::fail("the same number of records however the bytes are split", d);
+  }
   for (size_t i = 0; i < whole.records.size(); ++i)
     fuzz::check(whole.records[i] == split.records[i], "the same records however the bytes are split",
                 "whole: " + whole.records[i] + "\nsplit: " + split.records[i]);
