@@ -397,8 +397,9 @@ bool SessionDecoder::start_message(Direction d, Dir& s, char type, uint32_t len)
     a = s.body_len <= limits_.copy_reassemble_max ? Action::Collect : Action::Copy;
   switch (a) {
     case Action::Collect:
+      // The buffer grows as the body arrives (Mode::Collect), not by the
+      // length the header claims: a header alone costs no memory.
       s.mode = Mode::Collect;
-      if (s.buf.size() < s.body_len) s.buf.resize(s.body_len);
       break;
     case Action::Copy:
       s.mode = Mode::Stream;
@@ -498,6 +499,7 @@ bool SessionDecoder::feed_dir(Direction d, Dir& s, const uint8_t* p, size_t n,
 
       case Mode::Collect: {
         size_t take = std::min<size_t>(s.body_len - s.body_have, n - pos);
+        if (s.buf.size() < s.body_have + take) s.buf.resize(s.body_have + take);
         std::memcpy(s.buf.data() + s.body_have, p + pos, take);
         s.body_have += static_cast<uint32_t>(take);
         pos += take;
