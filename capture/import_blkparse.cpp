@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <string_view>
@@ -38,13 +39,16 @@ bool num(std::string_view s, T& v) {
 bool parse_time(std::string_view s, trace::Nanos& out) {
   size_t dot = s.find('.');
   uint64_t sec = 0, frac = 0;
+  // Seconds whose nanoseconds (plus a fraction) fit in Nanos.
+  constexpr uint64_t kMaxSec = INT64_MAX / 1'000'000'000 - 1;
   if (dot == std::string_view::npos) {
-    if (!num(s, sec)) return false;
+    if (!num(s, sec) || sec > kMaxSec) return false;
     out = trace::Nanos(sec) * 1'000'000'000;
     return true;
   }
   std::string_view f = s.substr(dot + 1);
-  if (f.empty() || f.size() > 9 || !num(s.substr(0, dot), sec) || !num(f, frac)) return false;
+  if (f.empty() || f.size() > 9 || !num(s.substr(0, dot), sec) || !num(f, frac) || sec > kMaxSec)
+    return false;
   for (size_t i = f.size(); i < 9; ++i) frac *= 10;
   out = trace::Nanos(sec) * 1'000'000'000 + trace::Nanos(frac);
   return true;

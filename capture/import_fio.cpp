@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -95,7 +96,10 @@ ImportStats import_fio_iolog(std::istream& in, const std::string& name, trace::W
     trace::Nanos ts = clock_ns;
     size_t base = 0;
     if (st.version == 3) {
-      ts = trace::Nanos(parse_u64(tok[0], name, ln, "timestamp")) * 1000;
+      uint64_t us = parse_u64(tok[0], name, ln, "timestamp");
+      if (us > static_cast<uint64_t>(INT64_MAX / 1000))
+        bad(name, ln, "timestamp '" + std::string(tok[0]) + "' is too large (microseconds past 2^63 ns)");
+      ts = trace::Nanos(us) * 1000;
       base = 1;
     }
     size_t n = tok.size() - base;
@@ -117,6 +121,8 @@ ImportStats import_fio_iolog(std::istream& in, const std::string& name, trace::W
     uint64_t len = parse_u64(tok[base + 3], name, ln, "length");
     if (act == "wait") {
       if (st.version == 3) bad(name, ln, "'wait' is not allowed in a version 3 iolog");
+      if (off > static_cast<uint64_t>(INT64_MAX / 1'000'000))
+        bad(name, ln, "wait '" + std::string(tok[base + 2]) + "' is too large (milliseconds past 2^63 ns)");
       clock_ns = trace::Nanos(off) * 1'000'000;  // fio: milliseconds since the start
       continue;
     }

@@ -633,7 +633,7 @@ struct Reassembler::Impl {
     for (;;) {
       int32_t rel = seq_diff(s.seq, hf.next_seq);
       if (rel <= 0) {
-        uint32_t trim = static_cast<uint32_t>(-rel);
+        uint32_t trim = 0u - static_cast<uint32_t>(rel);  // -rel overflows at INT32_MIN
         if (trim > len || (trim == len && !fin)) {
           if (len > 0) ++st.retransmitted;
           return;

@@ -124,7 +124,7 @@ size_t make_error_response(uint8_t* out, size_t cap, std::string_view severity,
   *p++ = uint8_t(body);
   auto field = [&p](char code, std::string_view v) {
     *p++ = static_cast<uint8_t>(code);
-    std::memcpy(p, v.data(), v.size());
+    if (!v.empty()) std::memcpy(p, v.data(), v.size());  // v.data() may be null when empty
     p += v.size();
     *p++ = 0;
   };
@@ -155,7 +155,7 @@ void SessionDecoder::begin(uint64_t session, std::string_view client_addr, uint3
   error_[0] = 0;
   user_ = database_ = app_ = {};
   size_t n = std::min(client_addr.size(), sizeof(client_addr_buf_));
-  std::memcpy(client_addr_buf_, client_addr.data(), n);
+  if (n) std::memcpy(client_addr_buf_, client_addr.data(), n);  // data() may be null when empty
   client_addr_ = std::string_view(client_addr_buf_, n);
   for (Dir& s : dirs_) {
     s.mode = Mode::Header;
@@ -177,7 +177,7 @@ void SessionDecoder::join(uint64_t session, const JoinInfo& info, trace::Nanos t
   char* end = p + startup_.size();
   auto keep = [&p, end](std::string_view v) {
     size_t n = std::min(v.size(), static_cast<size_t>(end - p));
-    std::memcpy(p, v.data(), n);
+    if (n) std::memcpy(p, v.data(), n);  // v.data() may be null when empty
     std::string_view r(p, n);
     p += n;
     return r;
@@ -397,8 +397,9 @@ bool SessionDecoder::start_message(Direction d, Dir& s, char type, uint32_t len)
     a = s.body_len <= limits_.copy_reassemble_max ? Action::Collect : Action::Copy;
   switch (a) {
     case Action::Collect:
+      // The buffer grows as the body arrives (Mode::Collect), not by the
+      // length the header claims: a header alone costs no memory.
       s.mode = Mode::Collect;
-      if (s.buf.size() < s.body_len) s.buf.resize(s.body_len);
       break;
     case Action::Copy:
       s.mode = Mode::Stream;
@@ -498,6 +499,7 @@ bool SessionDecoder::feed_dir(Direction d, Dir& s, const uint8_t* p, size_t n,
 
       case Mode::Collect: {
         size_t take = std::min<size_t>(s.body_len - s.body_have, n - pos);
+        if (s.buf.size() < s.body_have + take) s.buf.resize(s.body_have + take);
         std::memcpy(s.buf.data() + s.body_have, p + pos, take);
         s.body_have += static_cast<uint32_t>(take);
         pos += take;

@@ -351,7 +351,8 @@ struct PlanBuilder::Impl {
       st.captured_latency = ts - u.ts;
       if (is_error) {
         st.captured.status = Status::Error;
-        std::memcpy(st.captured.sqlstate, sqlstate.data(), std::min<size_t>(5, sqlstate.size()));
+        if (!sqlstate.empty())  // data() may be null when empty
+          std::memcpy(st.captured.sqlstate, sqlstate.data(), std::min<size_t>(5, sqlstate.size()));
         t.error_seen = true;
       } else {
         st.captured.status = Status::Ok;
@@ -364,7 +365,8 @@ struct PlanBuilder::Impl {
     if (is_error) {
       if (t.agg.status != Status::Error) {
         t.agg.status = Status::Error;
-        std::memcpy(t.agg.sqlstate, sqlstate.data(), std::min<size_t>(5, sqlstate.size()));
+        if (!sqlstate.empty())  // data() may be null when empty
+          std::memcpy(t.agg.sqlstate, sqlstate.data(), std::min<size_t>(5, sqlstate.size()));
       }
     } else {
       t.any_result = true;

@@ -198,6 +198,23 @@ struct Reader::Impl {
     pending_queued = 0;
   }
 
+  // Reads a chunk's stored bytes into `stored`, growing it as they arrive
+  // rather than by the length the header claims: a damaged or hostile header
+  // (up to 2 GiB) costs no more memory than the file holds. Returns the
+  // bytes read (fewer than len at end of input).
+  size_t read_stored(uint32_t len) {
+    constexpr size_t kStep = 16u << 20;
+    size_t have = 0;
+    while (have < len) {
+      size_t want = std::min<size_t>(len - have, kStep);
+      if (stored.size() < have + want) stored.resize(have + want);
+      size_t got = read_full(stored.data() + have, want);
+      have += got;
+      if (got < want) break;
+    }
+    return have;
+  }
+
   // Loads the next chunk; false at end of input (clean, or an incomplete
   // last chunk, which is counted in recovered_tail_bytes).
   bool load_chunk() {
@@ -230,8 +247,7 @@ struct Reader::Impl {
     if (raw_len > kMaxRawLen || (!zstd && stored_len != raw_len) ||
         (zstd && stored_len > ZSTD_compressBound(raw_len)))
       corrupt("impossible chunk lengths");
-    if (stored.size() < stored_len) stored.resize(stored_len);
-    n = read_full(stored.data(), stored_len);
+    n = read_stored(stored_len);
     if (n < stored_len) {
       stats.recovered_tail_bytes = kChunkHeaderLen + n;
       done = true;

@@ -481,8 +481,9 @@ struct Writer::Impl {
     } else if constexpr (std::is_enum_v<M>) {
       return put_varint(p, static_cast<uint64_t>(v));
     } else if constexpr (std::is_same_v<M, double>) {
-      if (v == static_cast<double>(static_cast<int64_t>(v)) && v >= -9007199254740992.0 &&
-          v <= 9007199254740992.0 && !(v == 0 && std::signbit(v))) {
+      // Range first: converting a double outside int64_t's range is undefined.
+      if (v >= -9007199254740992.0 && v <= 9007199254740992.0 &&
+          v == static_cast<double>(static_cast<int64_t>(v)) && !(v == 0 && std::signbit(v))) {
         *p++ = 1;
         return put_varint(p, zigzag(static_cast<int64_t>(v)));
       }

@@ -214,6 +214,15 @@ TEST_CASE("malformed input names file and line", "[import]") {
   CHECK(error_of("  8,0    3        1     0.1   697  D   Q 1 + 8 [k]\n", true) == "sample.log:1: bad RWBS 'Q'");
 }
 
+TEST_CASE("times past 2^63 nanoseconds are refused, not wrapped", "[import]") {
+  CHECK(error_of("fio version 3 iolog\n9223372036854776 /f read 0 4096\n", false) ==
+        "sample.log:2: timestamp '9223372036854776' is too large (microseconds past 2^63 ns)");
+  CHECK(error_of("fio version 2 iolog\n/f wait 9223372036855 0\n", false) ==
+        "sample.log:2: wait '9223372036855' is too large (milliseconds past 2^63 ns)");
+  CHECK(error_of("  8,0    3        1  49185367445937  697  D   W 1 + 8 [k]\n", true) ==
+        "sample.log:1: bad time '49185367445937'");
+}
+
 TEST_CASE("captured block I/O exports as a fio iolog v3", "[import]") {
   auto sink = std::make_unique<trace::MemorySink>();
   auto* mem = sink.get();
