@@ -1,4 +1,5 @@
 #include "models/profile.h"
+#include "models/fmt.h"
 
 #include "common/error.h"
 #include "common/histogram.h"
@@ -663,12 +664,6 @@ std::string fingerprint_sql(std::string_view sql) {
 // --- output ------------------------------------------------------------------
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 std::string ms(double s) { return fmt("%.3f ms", s * 1e3); }
 

@@ -1,4 +1,5 @@
 #include "models/project.h"
+#include "models/fmt.h"
 
 #include "common/error.h"
 #include "models/group_commit.h"
@@ -317,12 +318,6 @@ double memory_factor(const Profile& p, double memory, double capture_memory,
                   "cache; projecting a smaller memory needs file-level reads, which no tierlab capture "
                   "records)");
   return 1.0;
-}
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
 }
 
 // `projected` has a burst tier's burst phase before its baseline (see

@@ -1,5 +1,6 @@
 // Synthetic pgbench profiles (see synth.h for the model).
 #include "models/synth.h"
+#include "models/fmt.h"
 
 #include "common/error.h"
 #include "models/project.h"
@@ -17,12 +18,6 @@
 namespace tierlab::models {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 constexpr double kReservedBytes = 512.0 * 1024 * 1024;
 constexpr double kPerClientBytes = 8.0 * 1024 * 1024;

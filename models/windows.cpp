@@ -2,6 +2,7 @@
 // projection carries the spread of what the capture's parts give, and a
 // capture too short or unsteady to project from is called so.
 #include "models/profile.h"
+#include "models/fmt.h"
 #include "models/project.h"
 
 #include "common/error.h"
@@ -18,12 +19,6 @@
 namespace tierlab::models {
 
 namespace {
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
 
 // A spread's bounds as printed: TPS to a tenth, the rest to a thousandth.
 std::string bounds(const Spread& sp) {
