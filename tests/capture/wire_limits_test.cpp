@@ -2,6 +2,8 @@
 // lengths their headers claim.
 #include "capture/wire.h"
 
+#include "support/support.h"
+
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -11,14 +13,7 @@ namespace {
 
 using namespace tierlab;
 
-// Peak resident set of this process (VmHWM), in bytes.
-uint64_t peak_rss() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  return 0;
-}
+using test::peak_rss;
 
 struct CountSink : capture::RecordSink {
   uint64_t n = 0;

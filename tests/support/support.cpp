@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -181,6 +182,14 @@ size_t count_lines(const std::string& s) {
   for (char c : s) n += c == '\n';
   if (!s.empty() && s.back() != '\n') ++n;
   return n;
+}
+
+uint64_t peak_rss() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
 }
 
 }  // namespace tierlab::test

@@ -11,6 +11,7 @@
 
 #include "pgtmp/pgtmp.h"
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,5 +74,8 @@ size_t count_lines(const std::string& s);
 // What `cmd` (run by /bin/sh) printed on stdout, trailing newlines removed;
 // empty if it could not be run.
 std::string shell_output(const std::string& cmd);
+
+// Peak resident set of this process so far (VmHWM), in bytes.
+uint64_t peak_rss();
 
 }  // namespace tierlab::test

@@ -4,6 +4,8 @@
 #include "trace/reader.h"
 #include "trace/writer.h"
 
+#include "support/support.h"
+
 #include <catch2/catch.hpp>
 
 #include <cstring>
@@ -14,14 +16,7 @@ namespace {
 
 using namespace tierlab;
 
-// Peak resident set of this process (VmHWM), in bytes.
-uint64_t peak_rss() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  return 0;
-}
+using test::peak_rss;
 
 void put32(std::vector<uint8_t>& v, uint32_t x) {
   for (int i = 0; i < 4; ++i) v.push_back(static_cast<uint8_t>(x >> (8 * i)));
