@@ -104,8 +104,11 @@ void run_project(const ProjectCliOptions& o) {
   const bool is_json = o.trace.size() > 5 && o.trace.compare(o.trace.size() - 5, 5, ".json") == 0;
   models::Profile profile = is_json ? models::read_profile_json(o.trace) : models::profile_file(o.trace);
   models::Projection p = models::project(profile, tiers, po);
-  // The interval: each window of the capture projected alone.
-  int n = o.windows.value_or(models::windows_for(profile));
+  // The interval: each window of the capture projected alone. A profile
+  // JSON has no capture to split: no windows, and nothing to say about them.
+  if (is_json && o.windows)
+    throw InputError("--windows: " + o.trace + " is a profile, not a trace: windows need the capture itself");
+  int n = is_json ? 1 : o.windows.value_or(models::windows_for(profile));
   if (o.windows && n >= 2 && models::windows_for(profile, n) < n)
     throw InputError("--windows: " + o.trace + " holds " + std::to_string(profile.transactions) +
                      " transactions in " + format_seconds(profile.duration_s) + ", too few for " +
@@ -115,7 +118,7 @@ void run_project(const ProjectCliOptions& o) {
     auto windows = models::profile_windows(o.trace, profile, n);
     models::add_windows(p, windows, tiers, po);
     for (const auto& w : models::steadiness(profile, windows).warnings(profile)) p.notes.push_back(w);
-  } else if (!o.windows) {
+  } else if (!o.windows && !is_json) {
     for (const auto& w : models::steadiness(profile, {}).warnings(profile)) p.notes.push_back(w);
   }
   const std::string json_text = o.json_out.empty() ? "" : models::projection_json(p) + "\n";

@@ -135,3 +135,24 @@ TEST_CASE("profile: a capture too short to project from is called so and --windo
   CHECK(count_lines(bad.err) == 1);
   CHECK(bad.err.find("--windows: ") != std::string::npos);
 }
+
+TEST_CASE("project: a profile JSON has no windows and no note about them", "[project][cli][windows]") {
+  TempDir dir;
+  std::string json = dir.file("synth.json");
+  auto synth = run_tierlab({"profile", "synth", "pgbench", "--scale", "136", "--mode", "select-only", "--clients", "32",
+                            "--memory", "8GiB", "--vcpus", "2", "--json", json});
+  INFO(synth.out << synth.err);
+  REQUIRE(synth.status == 0);
+
+  auto proj = run_tierlab({"project", json, "--tier", "nvme-local"});
+  INFO(proj.out << proj.err);
+  REQUIRE(proj.status == 0);
+  CHECK(proj.out.find("too short") == std::string::npos);
+  CHECK(proj.out.find("windows") == std::string::npos);
+
+  auto asked = run_tierlab({"project", json, "--tier", "nvme-local", "--windows", "4"});
+  CHECK(asked.status == 2);
+  CHECK(count_lines(asked.err) == 1);
+  CHECK(asked.err.find("--windows") != std::string::npos);
+  CHECK(asked.err.find("is a profile, not a trace") != std::string::npos);
+}
