@@ -10,8 +10,9 @@ namespace tierlab::capture {
 // /proc/PID/stat is read once per pid (and its ancestors) and the answer
 // kept, so a process forked after the start is found when its first I/O
 // is, and the lookups cost nothing once the server's processes are known.
-// A pid reused within the capture keeps its first answer. A thread's id
-// answers as its process.
+// A pid reused within the capture keeps its first answer. A thread id
+// answers by its process's parent, so threads of a descendant are in the
+// tree and the root's own threads (but its first) are not.
 class ProcessTreeFilter {
  public:
   enum Verdict : uint8_t { kTree, kKernel, kOther, kGone };
