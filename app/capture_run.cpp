@@ -1,12 +1,13 @@
 // tierlab capture run: the transaction capture (through the proxy, or
-// passively from packets), the block recorder and periodic samples of the
-// server (CPU time of its process tree, PostgreSQL's counters) together, on
-// one clock, into one trace.
+// passively from packets), the block and file I/O recorders and periodic
+// samples of the server (CPU time of its process tree, PostgreSQL's
+// counters) together, on one clock, into one trace.
 #include "app/capture_server.h"
 #include "app/command.h"
 #include "app/stop_signals.h"
 #include "common/units.h"
 #include "capture/block.h"
+#include "capture/file_io.h"
 #include "capture/proxy.h"
 #include "capture/run.h"
 #include "capture/sniff.h"
@@ -60,6 +61,7 @@ struct CaptureRunOptions {
   int pid = 0;
   std::string conninfo;
   bool all_processes = false;  // block I/O of every process, not only the server's
+  bool no_file_io = false;
 };
 
 void say(const std::string& line) {
@@ -89,6 +91,58 @@ void print_counts(uint64_t sessions, uint64_t statements, uint64_t transactions,
               static_cast<unsigned long long>(sessions), static_cast<unsigned long long>(statements),
               static_cast<unsigned long long>(transactions), static_cast<unsigned long long>(errors));
 }
+
+// A tracefs recorder (block or file I/O) on its own thread, writing its
+// part file, until the capture's stop flag is set.
+class RecorderThread {
+ public:
+  explicit RecorderThread(std::atomic<bool>& stop) : stop_(stop) {}
+  // Starts `record(writer, ready)` and returns once it called ready() (it
+  // records), or rethrows why it could not start.
+  template <class F>
+  void start(const std::string& part, F record) {
+    thread_ = std::thread([this, part, record] {
+      try {
+        auto w = trace::open_writer(part);
+        record(*w, [this] {
+          std::lock_guard<std::mutex> l(mu_);
+          ready_ = true;
+          cv_.notify_all();
+        });
+        w->close();
+      } catch (...) {
+        error_ = std::current_exception();
+      }
+      std::lock_guard<std::mutex> l(mu_);
+      ready_ = true;
+      cv_.notify_all();
+    });
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return ready_; });
+    if (error_) {
+      l.unlock();
+      thread_.join();
+      std::rethrow_exception(error_);
+    }
+  }
+  // Waits for the end (after the stop flag is set); the error it ended on.
+  std::exception_ptr join() {
+    if (thread_.joinable()) thread_.join();
+    return error_;
+  }
+  ~RecorderThread() {
+    stop_ = true;  // an early exit of the capture ends the recorder too
+    join();
+  }
+
+ private:
+  std::atomic<bool>& stop_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool ready_ = false;
+  std::exception_ptr error_;
+};
 
 class ProxyCapture : public TxCapture {
  public:
@@ -264,7 +318,8 @@ void run_capture_run(const CaptureRunOptions& o) {
   }
 
   const std::string part_tx = o.out + (passive ? ".sniff.part" : ".proxy.part"),
-                    part_block = o.out + ".block.part", part_samples = o.out + ".samples.part";
+                    part_block = o.out + ".block.part", part_samples = o.out + ".samples.part",
+                    part_file_io = o.out + ".fileio.part";
   if (passive) {
     so.out = part_tx;
     capture::check_sniff_options(so, "capture run");  // before the server checks print their warnings
@@ -294,11 +349,12 @@ void run_capture_run(const CaptureRunOptions& o) {
     if (pg.tcp_client(self.addr, self.port)) so.ignore_clients.push_back(self);
   }
   int32_t postmaster = o.pid;
+  std::string datadir;
   std::vector<std::pair<std::string, std::string>> meta;
   if (pg.ok()) {
     meta.push_back({"server_version", pg.value("SHOW server_version")});
     for (auto& kv : durability_settings(pg)) meta.push_back(std::move(kv));
-    std::string datadir = pg.value("SHOW data_directory");
+    datadir = pg.value("SHOW data_directory");
     if (!datadir.empty()) meta.push_back({"data_directory", datadir});
     if (postmaster == 0 && !datadir.empty()) {
       try {
@@ -339,48 +395,55 @@ void run_capture_run(const CaptureRunOptions& o) {
       say("block I/O of every process recorded: the postmaster's pid is unknown (give --pid)");
   }
   if (block) parts.push_back(part_block);
+  // File I/O of the server's process tree: the page references below
+  // shared_buffers that project --memory needs.
+  bool file_io = !o.no_file_io;
+  if (file_io) {
+    try {
+      capture::require_file_io_tracing("");
+      if (postmaster <= 0) {
+        say("file I/O not recorded: the postmaster's pid is unknown (give --pid)");
+        file_io = false;
+      }
+    } catch (const RuntimeError& e) {
+      say(std::string("file I/O not recorded: ") + e.what());
+      file_io = false;
+    }
+  }
+  if (file_io) parts.push_back(part_file_io);
 
   StopSignals signals;
 
   std::atomic<bool> stop{false};
   std::mutex mu;
   std::condition_variable cv;
-  std::exception_ptr block_error, sample_error;
+  std::exception_ptr sample_error;
   capture::BlockCaptureStats block_stats;
+  capture::FileIoCaptureStats file_io_stats;
   std::atomic<uint64_t> samples{0};  // counter values written
   std::atomic<uint64_t> rounds{0};   // sampling moments (one per --sample-interval)
 
-  // Block recorder first: the I/O of the first transactions must be seen.
-  std::thread block_thread;
-  std::mutex rmu;  // outlive the block thread: it signals through them at its end
-  std::condition_variable rcv;
-  bool ready = false;
-  if (block) {
-    block_thread = std::thread([&] {
-      try {
-        auto w = trace::open_writer(part_block);
-        capture::BlockCaptureOptions bo;
-        bo.device = o.device;
-        bo.process_tree = block_tree;
-        block_stats = capture::capture_block(bo, *w, &stop, [&] {
-          std::lock_guard<std::mutex> l(rmu);
-          ready = true;
-          rcv.notify_all();
-        });
-        w->close();
-      } catch (...) {
-        block_error = std::current_exception();
-      }
-      std::lock_guard<std::mutex> l(rmu);
-      ready = true;
-      rcv.notify_all();
+  // The recorders first: the I/O of the first transactions must be seen.
+  RecorderThread block_thread(stop), file_io_thread(stop);
+  if (block)
+    block_thread.start(part_block, [&](trace::Writer& w, const std::function<void()>& ready) {
+      capture::BlockCaptureOptions bo;
+      bo.device = o.device;
+      bo.process_tree = block_tree;
+      block_stats = capture::capture_block(bo, w, &stop, ready);
     });
-    std::unique_lock<std::mutex> l(rmu);
-    rcv.wait(l, [&] { return ready; });
-    if (block_error) {
-      l.unlock();
+  if (file_io) {
+    try {
+      file_io_thread.start(part_file_io, [&](trace::Writer& w, const std::function<void()>& ready) {
+        capture::FileIoCaptureOptions fo;
+        fo.process_tree = postmaster;
+        fo.data_dir = datadir;
+        file_io_stats = capture::capture_file_io(fo, w, &stop, ready);
+      });
+    } catch (...) {
+      stop = true;
       block_thread.join();
-      std::rethrow_exception(block_error);
+      throw;
     }
   }
 
@@ -446,12 +509,14 @@ void run_capture_run(const CaptureRunOptions& o) {
     }
     cv.notify_all();
     sample_thread.join();
-    if (block_thread.joinable()) block_thread.join();
+    block_thread.join();
+    file_io_thread.join();
     tx.reset();
     for (const auto& p : parts) ::unlink(p.c_str());
     throw;
   }
   say(tx->where() + ", recording to " + o.out + (block ? ", block I/O of " + o.device : std::string()) +
+      (file_io ? ", the server's file I/O" : "") +
       (duration > 0 ? "" : "; Ctrl-C to stop"));
 
   timespec start;
@@ -489,8 +554,8 @@ void run_capture_run(const CaptureRunOptions& o) {
   }
   cv.notify_all();
   sample_thread.join();
-  if (block_thread.joinable()) block_thread.join();
-  for (auto* e : {&tx_error, &block_error, &sample_error})
+  std::exception_ptr block_error = block_thread.join(), file_io_error = file_io_thread.join();
+  for (auto* e : {&tx_error, &block_error, &file_io_error, &sample_error})
     if (*e) {
       for (const auto& p : parts) ::unlink(p.c_str());
       std::rethrow_exception(*e);
@@ -502,6 +567,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   tx->print_summary(why);
   if (block)
     std::printf("block I/O: %s\n", capture::describe(block_stats, false).c_str());
+  if (file_io) std::printf("file I/O: %s\n", capture::describe(file_io_stats).c_str());
   std::printf("samples: %llu sampling rounds (every %s), %llu counter values in all\n",
               static_cast<unsigned long long>(rounds.load()), o.sample_interval.c_str(),
               static_cast<unsigned long long>(samples.load()));
@@ -516,9 +582,10 @@ void setup_capture_run(CLI::App& parent) {
       "run",
       "record everything a projection needs in one trace: the transactions (through the proxy:\n"
       "point clients at --listen; or passively from packets on --interface, no hop in the path,\n"
-      "needs root), the block I/O of --device (needs root), and every --sample-interval the CPU\n"
-      "time of the server's process tree and PostgreSQL's counters (pg_stat_database,\n"
-      "pg_stat_bgwriter, WAL position).");
+      "needs root), the block I/O of --device (needs root), the server's file I/O (its reads,\n"
+      "writes and syncs from the kernel's syscall tracepoints; needs root, --no-file-io to leave it\n"
+      "out), and every --sample-interval the CPU time of the server's process tree and PostgreSQL's\n"
+      "counters (pg_stat_database, pg_stat_bgwriter, WAL position).");
   auto* listen = cmd->add_option("--listen", opt->listen,
                                  "proxy: HOST:PORT to accept clients on (port 0: any free port)")
                      ->capture_default_str();
@@ -549,6 +616,9 @@ void setup_capture_run(CLI::App& parent) {
                 "record the block I/O of every process on --device (default: the server's process tree, "
                 "new backends included, and kernel threads such as writeback and the journal; other "
                 "processes' I/Os are counted in the summary, not recorded)");
+  cmd->add_flag("--no-file-io", opt->no_file_io,
+                "do not record the server's file I/O (recorded by default where it can be: root and the "
+                "kernel's syscall tracepoints; it gives project --memory its miss-ratio curve)");
   cmd->callback([opt, listen, upstream, threads, io, iface, port, host, buffer] {
     opt->proxy_flags = listen->count() + upstream->count() + threads->count() + io->count() > 0;
     opt->passive_flags = iface->count() + port->count() + host->count() + buffer->count() > 0;

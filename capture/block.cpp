@@ -1,12 +1,12 @@
 #include "capture/block.h"
 
+#include "capture/probe_table.h"
+#include "capture/process_tree.h"
+#include "capture/tracefs.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
 
-#include <fcntl.h>
-#include <poll.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <time.h>
@@ -14,39 +14,17 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string_view>
-#include <unordered_map>
 
 namespace tierlab::capture {
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return {};
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s;
-}
-
-void write_file(const std::string& path, const std::string& value) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-  if (fd < 0) throw RuntimeError(errno_message("tracefs: open " + path, errno));
-  ssize_t n = ::write(fd, value.data(), value.size());
-  int err = errno;
-  ::close(fd);
-  if (n != ssize_t(value.size()))
-    throw RuntimeError(errno_message("tracefs: write '" + value + "' to " + path, err));
-}
+using tracefs::read_file;
+using tracefs::trim;
+using tracefs::Field;
+using tracefs::load;
 
 trace::Nanos mono_now() { return clock_ns(CLOCK_MONOTONIC); }
 
@@ -59,59 +37,25 @@ bool parse_mm(const std::string& s, unsigned& maj, unsigned& min) {
          b.ptr == s.data() + s.size();
 }
 
-// The event's fields we use, from its tracefs "format" file.
-struct Field {
-  int offset = -1;
-  int size = 0;
-};
-
+// The fields of a block event we use.
 struct EventFormat {
   uint16_t id = 0;
   Field pid, dev, sector, nr_sector, bytes, rwbs;
 };
 
-EventFormat read_format(const std::string& path) {
-  std::string text = read_file(path);
-  if (text.empty()) throw RuntimeError("tracefs: cannot read " + path);
+EventFormat block_format(const tracefs::Instance& inst, const std::string& event) {
+  tracefs::EventFormat t = inst.format(event);
   EventFormat f;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("ID:", 0) == 0) {
-      f.id = uint16_t(std::stoul(line.substr(3)));
-      continue;
-    }
-    size_t fp = line.find("field:");
-    if (fp == std::string::npos) continue;
-    size_t semi = line.find(';', fp);
-    std::string decl = line.substr(fp + 6, semi - fp - 6);
-    // name: last identifier of the declaration, before any [N]
-    std::string name = decl;
-    if (auto br = name.find('['); br != std::string::npos) name = name.substr(0, br);
-    if (auto sp = name.find_last_of(" \t"); sp != std::string::npos) name = name.substr(sp + 1);
-    Field fld;
-    if (auto o = line.find("offset:"); o != std::string::npos) fld.offset = std::stoi(line.substr(o + 7));
-    if (auto s = line.find("size:"); s != std::string::npos) fld.size = std::stoi(line.substr(s + 5));
-    if (name == "common_pid") f.pid = fld;
-    else if (name == "dev") f.dev = fld;
-    else if (name == "sector") f.sector = fld;
-    else if (name == "nr_sector") f.nr_sector = fld;
-    else if (name == "bytes") f.bytes = fld;
-    else if (name == "rwbs") f.rwbs = fld;
-  }
-  if (!f.id || f.dev.offset < 0 || f.sector.offset < 0 || f.rwbs.offset < 0 || f.pid.offset < 0)
-    throw RuntimeError("tracefs: " + path + " lacks the fields dev, sector, rwbs or common_pid");
+  f.id = t.id;
+  f.pid = t.field("common_pid");
+  f.dev = t.field("dev");
+  f.sector = t.field("sector");
+  f.nr_sector = t.field("nr_sector");
+  f.bytes = t.field("bytes");
+  f.rwbs = t.field("rwbs");
+  if (!f.dev.present() || !f.sector.present() || !f.rwbs.present() || !f.pid.present())
+    throw RuntimeError("tracefs: " + event + " lacks the fields dev, sector, rwbs or common_pid");
   return f;
-}
-
-uint64_t load(const uint8_t* p, const Field& f) {
-  switch (f.size) {
-    case 1: return p[f.offset];
-    case 2: { uint16_t v; std::memcpy(&v, p + f.offset, 2); return v; }
-    case 4: { uint32_t v; std::memcpy(&v, p + f.offset, 4); return v; }
-    case 8: { uint64_t v; std::memcpy(&v, p + f.offset, 8); return v; }
-    default: return 0;
-  }
 }
 
 // Event kinds, in the order events of the same instant are processed.
@@ -236,73 +180,36 @@ class FlushBios {
   size_t next_ = 0;
 };
 
-// Issued requests waiting for their completion, keyed by (dev, sector):
-// open addressing with linear probing, fixed capacity, duplicates allowed
-// (a requeued request may repeat a key; the first one found is the
-// oldest). No allocation after construction.
+// Issued requests waiting for their completion, keyed by (dev, sector),
+// duplicates allowed (a requeued request may repeat a key; the first one
+// found is the oldest). No allocation after construction.
 class InflightTable {
  public:
-  explicit InflightTable(size_t cap_pow2) : slots_(cap_pow2), mask_(cap_pow2 - 1) {}
-  bool insert(const Ev& e) {
-    if (used_ * 4 >= slots_.size() * 3) return false;  // keep probes short
-    size_t i = hash(e.dev, e.sector) & mask_;
-    while (slots_[i].used) i = (i + 1) & mask_;
-    slots_[i].used = true;
-    slots_[i].ev = e;
-    ++used_;
-    return true;
-  }
+  explicit InflightTable(size_t cap_pow2) : t_(cap_pow2) {}
+  bool insert(const Ev& e) { return t_.insert(e); }
   bool take(uint32_t dev, uint64_t sector, Ev& out) {
-    size_t i = hash(dev, sector) & mask_;
-    while (slots_[i].used) {
-      if (slots_[i].ev.dev == dev && slots_[i].ev.sector == sector) {
-        out = slots_[i].ev;
-        erase(i);
-        return true;
-      }
-      i = (i + 1) & mask_;
-    }
-    return false;
+    Ev* e = t_.find(hash(dev, sector), [&](const Ev& v) { return v.dev == dev && v.sector == sector; });
+    if (!e) return false;
+    out = *e;
+    t_.erase(e);
+    return true;
   }
   template <class F>
   void for_each(F f) const {
-    for (auto& s : slots_)
-      if (s.used) f(s.ev);
+    t_.for_each(f);
   }
 
  private:
-  struct Slot {
-    bool used = false;
-    Ev ev{};
-  };
   static size_t hash(uint32_t dev, uint64_t sector) {
     uint64_t x = sector * 0x9e3779b97f4a7c15ull ^ dev;
     return size_t(x ^ (x >> 29));
   }
-  void erase(size_t i) {
-    // Backward-shift deletion keeps every probe chain intact.
-    size_t j = i;
-    for (;;) {
-      slots_[i].used = false;
-      for (;;) {
-        j = (j + 1) & mask_;
-        if (!slots_[j].used) {
-          --used_;
-          return;
-        }
-        size_t k = hash(slots_[j].ev.dev, slots_[j].ev.sector) & mask_;
-        // Move j to i unless its home k lies cyclically in (i, j].
-        if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
-        break;
-      }
-      slots_[i] = slots_[j];
-      i = j;
-    }
-  }
-  std::vector<Slot> slots_;
-  size_t mask_;
-  size_t used_ = 0;
+  struct Hash {
+    size_t operator()(const Ev& e) const { return hash(e.dev, e.sector); }
+  };
+  ProbeTable<Ev, Hash> t_;
 };
+
 
 // When the bios of the requests not issued yet were queued, and by whom,
 // for a BlockIo's queued_ns and pid. Two tracepoints see a bio before its
@@ -319,19 +226,18 @@ class InflightTable {
 class BioQueue {
  public:
   static constexpr trace::Nanos kStale = 10'000'000'000;
-  explicit BioQueue(size_t cap_pow2) : slots_(cap_pow2), scratch_(cap_pow2), mask_(cap_pow2 - 1) {}
+  explicit BioQueue(size_t cap_pow2) : t_(cap_pow2), scratch_(cap_pow2) {}
 
   void add(trace::Nanos ts, uint64_t sector, uint32_t sectors, int32_t pid, char op) {
     if (sectors == 0) return;  // a flush without data: no request of its own to time
     Slot* s = find(sector);
     if (s) {
       // The same bio seen twice (remap, then queue), or a stale one.
-      if (s->op != op || ts < s->ts || s->ts + kStale < ts) *s = Slot{true, op, sectors, pid, sector, ts};
+      if (s->op != op || ts < s->ts || s->ts + kStale < ts) *s = Slot{op, sectors, pid, sector, ts};
       return;
     }
-    if (used_ * 4 >= slots_.size() * 3) purge(ts);
-    if (used_ * 4 >= slots_.size() * 3) return;  // still full: this bio goes untimed
-    place(Slot{true, op, sectors, pid, sector, ts});
+    if (t_.full()) purge(ts);
+    t_.insert(Slot{op, sectors, pid, sector, ts});  // still full: this bio goes untimed
   }
 
   // For a request of `sectors` from `sector` of operation `op`: the
@@ -345,7 +251,7 @@ class BioQueue {
       Slot* s = find(at);
       if (!s) break;
       Slot b = *s;
-      erase(static_cast<size_t>(s - slots_.data()));
+      t_.erase(s);
       if (b.op == op && (!found || b.ts < queued)) {
         queued = b.ts;
         pid = b.pid;
@@ -353,7 +259,7 @@ class BioQueue {
       }
       uint64_t next = at + b.sectors;
       if (next > end) {  // split: the rest is another request's
-        place(Slot{true, b.op, static_cast<uint32_t>(next - end), b.pid, end, b.ts});
+        t_.insert(Slot{b.op, static_cast<uint32_t>(next - end), b.pid, end, b.ts});
         next = end;
       }
       at = next;
@@ -363,7 +269,6 @@ class BioQueue {
 
  private:
   struct Slot {
-    bool used = false;
     char op = 0;
     uint32_t sectors = 0;
     int32_t pid = 0;
@@ -374,47 +279,23 @@ class BioQueue {
     uint64_t x = sector * 0x9e3779b97f4a7c15ull;
     return size_t(x ^ (x >> 29));
   }
+  struct Hash {
+    size_t operator()(const Slot& s) const { return hash(s.sector); }
+  };
   Slot* find(uint64_t sector) {
-    for (size_t i = hash(sector) & mask_; slots_[i].used; i = (i + 1) & mask_)
-      if (slots_[i].sector == sector) return &slots_[i];
-    return nullptr;
+    return t_.find(hash(sector), [&](const Slot& s) { return s.sector == sector; });
   }
-  void place(const Slot& v) {
-    size_t i = hash(v.sector) & mask_;
-    while (slots_[i].used) i = (i + 1) & mask_;
-    slots_[i] = v;
-    ++used_;
-  }
-  void erase(size_t i) {
-    // Backward-shift deletion keeps every probe chain intact.
-    size_t j = i;
-    for (;;) {
-      slots_[i].used = false;
-      for (;;) {
-        j = (j + 1) & mask_;
-        if (!slots_[j].used) {
-          --used_;
-          return;
-        }
-        size_t k = hash(slots_[j].sector) & mask_;
-        if (i <= j ? (i < k && k <= j) : (i < k || k <= j)) continue;
-        break;
-      }
-      slots_[i] = slots_[j];
-      i = j;
-    }
-  }
+  // Drops the bios queued more than kStale before `now`.
   void purge(trace::Nanos now) {
     size_t n = 0;
-    for (auto& s : slots_)
-      if (s.used && s.ts + kStale >= now) scratch_[n++] = s;
-    for (auto& s : slots_) s.used = false;
-    used_ = 0;
-    for (size_t i = 0; i < n; ++i) place(scratch_[i]);
+    t_.for_each([&](const Slot& s) {
+      if (s.ts + kStale >= now) scratch_[n++] = s;
+    });
+    t_.clear();
+    for (size_t i = 0; i < n; ++i) t_.insert(scratch_[i]);
   }
-  std::vector<Slot> slots_, scratch_;
-  size_t mask_;
-  size_t used_ = 0;
+  ProbeTable<Slot, Hash> t_;
+  std::vector<Slot> scratch_;
 };
 
 // Remembers when a bio (a block_bio_queue or block_bio_remap event) was
@@ -432,126 +313,6 @@ void time_queued(BioQueue& q, Ev& issue) {
   }
 }
 
-// Which processes' I/O a capture keeps (BlockCaptureOptions::process_tree):
-// the root, its descendants and kernel threads. /proc/PID/stat is read once
-// per pid (and its ancestors) and the answer kept, so a process forked after
-// the start is found when its first I/O is, and the lookups cost nothing
-// once the server's processes are known. A pid reused within the capture
-// keeps its first answer.
-class ProcessTreeFilter {
- public:
-  enum Verdict : uint8_t { kTree, kKernel, kOther, kGone };
-  explicit ProcessTreeFilter(int32_t root) : root_(root) {}
-  bool active() const { return root_ > 0; }
-
-  Verdict check(int32_t pid) {
-    if (pid == root_) return kTree;
-    if (pid <= 0) return kKernel;  // interrupt context, the idle task
-    if (auto it = known_.find(pid); it != known_.end()) return it->second;
-    // Walk up to the root, init, or a process already known.
-    int32_t chain[64];
-    int n = 0;
-    Verdict v = kOther;
-    for (int32_t p = pid;;) {
-      if (p == root_) {
-        v = kTree;
-        break;
-      }
-      if (auto it = known_.find(p); it != known_.end()) {
-        v = it->second;
-        break;
-      }
-      int32_t ppid = 0;
-      bool kthread = false;
-      if (!read_parent(p, ppid, kthread)) {
-        v = p == pid ? kGone : kOther;  // an ancestor gone: reparented, not the root's
-        break;
-      }
-      if (kthread) {
-        v = kKernel;
-        break;
-      }
-      if (n < 64) chain[n++] = p;
-      if (ppid <= 1 || n == 64) break;  // reached init: not in the tree
-      p = ppid;
-    }
-    if (v == kGone) return v;  // not kept: the pid may come back as another process
-    if (known_.size() > (1u << 16)) known_.clear();
-    for (int i = 0; i < n; ++i) known_[chain[i]] = v;
-    return v;
-  }
-
- private:
-  // Parent pid and whether PID is a kernel thread (PF_KTHREAD in its flags).
-  static bool read_parent(int32_t pid, int32_t& ppid, bool& kthread) {
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    char buf[512];
-    ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    if (n <= 0) return false;
-    buf[n] = 0;
-    const char* p = std::strrchr(buf, ')');  // the name may hold spaces and parentheses
-    if (!p) return false;
-    long long pp = 0;
-    unsigned long long flags = 0;
-    if (std::sscanf(p + 1, " %*c %lld %*d %*d %*d %*d %llu", &pp, &flags) != 2) return false;
-    constexpr unsigned long long kPfKthread = 0x00200000;
-    ppid = int32_t(pp);
-    kthread = (flags & kPfKthread) != 0;
-    return true;
-  }
-
-  int32_t root_;
-  std::unordered_map<int32_t, Verdict> known_;
-};
-
-std::string find_tracefs(const std::string& given) {
-  if (!given.empty()) {
-    if (::access((given + "/events").c_str(), F_OK) != 0)
-      throw RuntimeError("tracefs: " + given + " is not a mounted tracefs");
-    return given;
-  }
-  const std::string std_path = "/sys/kernel/tracing";
-  if (::access((std_path + "/events").c_str(), F_OK) == 0) return std_path;
-  if (::mount("nodev", std_path.c_str(), "tracefs", 0, nullptr) == 0 &&
-      ::access((std_path + "/events").c_str(), F_OK) == 0)
-    return std_path;
-  int err = errno;
-  if (::access("/sys/kernel/debug/tracing/events", F_OK) == 0) return "/sys/kernel/debug/tracing";
-  throw RuntimeError(errno_message("tracefs: not mounted at " + std_path + " and mounting it failed", err));
-}
-
-// A tracing instance that removes itself.
-class Instance {
- public:
-  Instance(const std::string& tracefs) {
-    path_ = tracefs + "/instances/tierlab-" + std::to_string(::getpid());
-    if (::mkdir(path_.c_str(), 0700) != 0 && errno != EEXIST)
-      throw RuntimeError(errno_message("tracefs: creating instance " + path_, errno));
-  }
-  ~Instance() {
-    try {
-      write_file(path_ + "/events/block/block_rq_issue/enable", "0");
-      write_file(path_ + "/events/block/block_rq_complete/enable", "0");
-      if (bio_enabled) write_file(path_ + "/events/block/block_bio_queue/enable", "0");
-      if (remap_enabled) write_file(path_ + "/events/block/block_bio_remap/enable", "0");
-    } catch (...) {
-    }
-    for (int fd : fds) ::close(fd);
-    ::rmdir(path_.c_str());
-  }
-  const std::string& path() const { return path_; }
-  std::vector<int> fds;
-  std::vector<int> cpus;
-  bool bio_enabled = false;
-  bool remap_enabled = false;
-
- private:
-  std::string path_;
-};
 
 // "MAJ:MIN" of a kernel dev_t as the block events carry it (major << 20 | minor).
 std::string major_minor(uint32_t dev) { return std::to_string(dev >> 20) + ":" + std::to_string(dev & 0xfffff); }
@@ -588,7 +349,7 @@ size_t hardware_queues(uint32_t disk) {
 std::string require_block_tracing(const std::string& tracefs) {
   if (::geteuid() != 0)
     throw RuntimeError("capture block needs root (it reads kernel block tracepoints from tracefs); run it as root");
-  std::string path = find_tracefs(tracefs);
+  std::string path = tracefs::find(tracefs);
   if (::access((path + "/events/block/block_rq_issue").c_str(), F_OK) != 0)
     throw RuntimeError("tracefs: the kernel has no block/block_rq_issue tracepoint");
   return path;
@@ -666,18 +427,15 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
                                 const std::atomic<bool>* stop, const std::function<void()>& ready) {
   check_block_capture_options(opts);
   BlockDevice dev = resolve_block_device(opts.device);
-  std::string tracefs = require_block_tracing(opts.tracefs);
+  std::string tfs = require_block_tracing(opts.tracefs);
 
-  Instance inst(tracefs);
-  const std::string& ip = inst.path();
-  write_file(ip + "/trace_clock", "mono");
-  write_file(ip + "/buffer_size_kb", std::to_string(opts.buffer_kb));
-  if (::access((ip + "/options/overwrite").c_str(), F_OK) == 0) write_file(ip + "/options/overwrite", "0");
-  EventFormat fi = read_format(ip + "/events/block/block_rq_issue/format");
-  EventFormat fc = read_format(ip + "/events/block/block_rq_complete/format");
+  tracefs::Instance inst(tfs, "tierlab-block", opts.buffer_kb);
+  const tracefs::PageDecoder decoder(tfs);
+  EventFormat fi = block_format(inst, "block/block_rq_issue");
+  EventFormat fc = block_format(inst, "block/block_rq_complete");
   std::string filter = "dev == " + std::to_string(dev.dev);
-  write_file(ip + "/events/block/block_rq_issue/filter", filter);
-  write_file(ip + "/events/block/block_rq_complete/filter", filter);
+  inst.filter("block/block_rq_issue", filter);
+  inst.filter("block/block_rq_complete", filter);
 
   // The flush machinery issues a device's flush requests from a kblockd
   // worker; the bios that asked for them name the process (fdatasync's
@@ -687,74 +445,37 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   // queued on the partition, so its number counts too.
   const std::string disk_sys = "/sys/dev/block/" + major_minor(dev.dev);
   EventFormat fb, fr;
-  bool bio_events = false, remap_events = false;
   const bool fua = trim(read_file(disk_sys + "/queue/fua")) == "1";
-  if (::access((ip + "/events/block/block_bio_queue/format").c_str(), F_OK) == 0) {
-    fb = read_format(ip + "/events/block/block_bio_queue/format");
+  const bool bio_events = inst.has("block/block_bio_queue");
+  const bool remap_events = inst.has("block/block_bio_remap");
+  if (bio_events) {
+    fb = block_format(inst, "block/block_bio_queue");
     std::string devs;
     for (uint32_t d : disk_and_partitions(dev.dev))
       devs += (devs.empty() ? "dev == " : " || dev == ") + std::to_string(d);
-    write_file(ip + "/events/block/block_bio_queue/filter", devs);
-    bio_events = true;
+    inst.filter("block/block_bio_queue", devs);
   }
-  if (::access((ip + "/events/block/block_bio_remap/format").c_str(), F_OK) == 0) {
+  if (remap_events) {
     // A bio submitted to a partition, in its submitter's context, before
     // cgroup blkio throttling holds it; its dev is then the disk's.
-    fr = read_format(ip + "/events/block/block_bio_remap/format");
-    write_file(ip + "/events/block/block_bio_remap/filter", "dev == " + std::to_string(dev.dev));
-    remap_events = true;
+    fr = block_format(inst, "block/block_bio_remap");
+    inst.filter("block/block_bio_remap", "dev == " + std::to_string(dev.dev));
   }
   const size_t flush_slots = hardware_queues(dev.dev);
 
-  // Page layout from header_page: "field: u64 timestamp; offset:0; size:8",
-  // "field: local_t commit; offset:8; size:8", "field: char data; offset:16".
-  size_t commit_size = 8, data_off = 16;
-  {
-    std::string hp = read_file(tracefs + "/events/header_page");
-    std::istringstream in(hp);
-    std::string l;
-    while (std::getline(in, l)) {
-      auto size_of = [&](const std::string& s) { return size_t(std::stoul(s.substr(s.find("size:") + 5))); };
-      auto off_of = [&](const std::string& s) { return size_t(std::stoul(s.substr(s.find("offset:") + 7))); };
-      if (l.find("local_t commit") != std::string::npos) commit_size = size_of(l);
-      if (l.find("char data") != std::string::npos) data_off = off_of(l);
-    }
-  }
-  size_t page = size_t(::sysconf(_SC_PAGESIZE));
-  if (std::string sb = trim(read_file(ip + "/buffer_subbuf_size_kb")); !sb.empty())
-    page = std::max(page, size_t(std::stoul(sb)) * 1024);
-
-  long ncpu = ::sysconf(_SC_NPROCESSORS_CONF);
-  for (int c = 0; c < ncpu; ++c) {
-    std::string p = ip + "/per_cpu/cpu" + std::to_string(c) + "/trace_pipe_raw";
-    int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) continue;  // offline CPU
-    inst.fds.push_back(fd);
-    inst.cpus.push_back(c);
-  }
-  if (inst.fds.empty()) throw RuntimeError("tracefs: no per_cpu/cpuN/trace_pipe_raw to read in " + ip);
-
   out.write(mono_now(), 0, trace::Meta{"device", dev.name});
-  out.write(mono_now(), 0,
-            trace::Meta{"capture.block.dev", major_minor(dev.dev)});
-
-  write_file(ip + "/events/block/block_rq_issue/enable", "1");
+  out.write(mono_now(), 0, trace::Meta{"capture.block.dev", major_minor(dev.dev)});
   out.write(mono_now(), 0, trace::Meta{"capture.block.flush_pid", bio_events ? "submitter" : "issuer"});
   if (opts.process_tree > 0)
     out.write(mono_now(), 0,
               trace::Meta{"capture.block.processes",
                           "tree of " + std::to_string(opts.process_tree) + " and kernel threads"});
 
-  write_file(ip + "/events/block/block_rq_complete/enable", "1");
-  if (bio_events) {
-    write_file(ip + "/events/block/block_bio_queue/enable", "1");
-    inst.bio_enabled = true;
-  }
-  if (remap_events) {
-    write_file(ip + "/events/block/block_bio_remap/enable", "1");
-    inst.remap_enabled = true;
-  }
-  write_file(ip + "/tracing_on", "1");
+  inst.enable("block/block_rq_issue");
+  inst.enable("block/block_rq_complete");
+  if (bio_events) inst.enable("block/block_bio_queue");
+  if (remap_events) inst.enable("block/block_bio_remap");
+  inst.start();
   if (ready) ready();
 
   BlockCaptureStats st;
@@ -765,8 +486,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   std::vector<Ev> batch, carry;
   batch.reserve(1 << 16);
   carry.reserve(1 << 16);
-  std::vector<uint8_t> buf(page);
-  std::vector<pollfd> pfds(inst.fds.size());
+  std::vector<uint8_t> buf(inst.page_size());
   const trace::Nanos start = mono_now();
   const trace::Nanos end = opts.duration_ns ? start + opts.duration_ns : INT64_MAX;
 
@@ -819,70 +539,30 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
     return true;
   };
 
-  // Decodes one ring-buffer page into `batch`.
-  auto decode_page = [&](const uint8_t* p, size_t n) {
-    if (n < data_off) return;
-    uint64_t ts;
-    std::memcpy(&ts, p, 8);
-    uint64_t commit = 0;
-    std::memcpy(&commit, p + 8, std::min<size_t>(commit_size, 8));
-    size_t size = size_t(commit & ((1ull << 27) - 1));
-    size_t pos = data_off, endp = std::min(n, data_off + size);
-    while (pos + 4 <= endp) {
-      uint32_t h;
-      std::memcpy(&h, p + pos, 4);
-      uint32_t type_len = h & 31, delta = h >> 5;
-      uint32_t arr0 = 0;
-      if (pos + 8 <= endp) std::memcpy(&arr0, p + pos + 4, 4);
-      const uint8_t* data;
-      size_t len;
-      if (type_len == 29) {  // padding
-        if (delta == 0) break;  // the rest of the page is empty
-        pos += 4 + arr0;
-        continue;
-      } else if (type_len == 30) {  // time extend
-        ts += (uint64_t(arr0) << 27) | delta;
-        pos += 8;
-        continue;
-      } else if (type_len == 31) {  // absolute time stamp
-        ts = (uint64_t(arr0) << 27) | delta;
-        pos += 8;
-        continue;
-      } else if (type_len == 0) {
-        if (arr0 < 4) break;
-        len = arr0 - 4;
-        data = p + pos + 8;
-        pos += 4 + arr0;
-      } else {
-        len = size_t(type_len) * 4;
-        data = p + pos + 4;
-        pos += 4 + len;
-      }
-      ts += delta;
-      if (pos > endp || len < 2) break;
-      uint16_t id;
-      std::memcpy(&id, data, 2);
-      const EventFormat* f = id == fi.id                   ? &fi
-                             : id == fc.id                 ? &fc
-                             : bio_events && id == fb.id   ? &fb
-                             : remap_events && id == fr.id ? &fr
-                                                           : nullptr;
-      if (!f) continue;
-      ++st.events;
-      Ev e{};
-      e.ts = trace::Nanos(ts);
-      e.kind = f == &fi ? kIssue : f == &fc ? kComplete : f == &fb ? kBio : kRemap;
-      e.dev = uint32_t(load(data, f->dev));
-      e.sector = load(data, f->sector);
-      e.pid = int32_t(load(data, f->pid));
-      if (f->bytes.offset >= 0) e.bytes = uint32_t(load(data, f->bytes));
-      else if (f->nr_sector.offset >= 0) e.bytes = uint32_t(load(data, f->nr_sector) * 512);
-      std::memcpy(e.rwbs, data + f->rwbs.offset, std::min<int>(f->rwbs.size, 10));
-      e.rwbs[9] = 0;
-      if (e.dev != dev.dev && e.kind != kBio) continue;  // a bio's dev may be a partition
-      if (batch.size() < batch.capacity()) batch.push_back(e);
-      else ++st.lost;  // cannot happen with drain-per-page below; counted if it does
-    }
+  // One event of a ring-buffer page into `batch`.
+  auto on_event = [&](uint64_t ts, const uint8_t* data, size_t) {
+    uint16_t id;
+    std::memcpy(&id, data, 2);
+    const EventFormat* f = id == fi.id                   ? &fi
+                           : id == fc.id                 ? &fc
+                           : bio_events && id == fb.id   ? &fb
+                           : remap_events && id == fr.id ? &fr
+                                                         : nullptr;
+    if (!f) return;
+    ++st.events;
+    Ev e{};
+    e.ts = trace::Nanos(ts);
+    e.kind = f == &fi ? kIssue : f == &fc ? kComplete : f == &fb ? kBio : kRemap;
+    e.dev = uint32_t(load(data, f->dev));
+    e.sector = load(data, f->sector);
+    e.pid = int32_t(load(data, f->pid));
+    if (f->bytes.present()) e.bytes = uint32_t(load(data, f->bytes));
+    else if (f->nr_sector.present()) e.bytes = uint32_t(load(data, f->nr_sector) * 512);
+    std::memcpy(e.rwbs, data + f->rwbs.offset, std::min<int>(f->rwbs.size, 10));
+    e.rwbs[9] = 0;
+    if (e.dev != dev.dev && e.kind != kBio) return;  // a bio's dev may be a partition
+    if (batch.size() < batch.capacity()) batch.push_back(e);
+    else ++st.lost;  // cannot happen with drain-per-page below; counted if it does
   };
 
   auto process = [&]() {
@@ -955,32 +635,20 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   };
 
   auto drain = [&]() {
-    bool any = true;
-    while (any) {
-      any = false;
-      for (int fd : inst.fds) {
-        ssize_t n = ::read(fd, buf.data(), buf.size());
-        if (n > 0) {
-          any = true;
-          decode_page(buf.data(), size_t(n));
-          if (batch.size() + page / 8 > batch.capacity()) process();
-        }
-      }
-    }
+    inst.read_ready(buf, [&](const uint8_t* p, size_t n) {
+      decoder.decode(p, n, on_event);
+      if (batch.size() + buf.size() / 8 > batch.capacity()) process();
+    });
     process();
   };
 
   for (;;) {
     trace::Nanos now = mono_now();
     if (now >= end || (stop && stop->load())) break;
-    for (size_t i = 0; i < pfds.size(); ++i) pfds[i] = pollfd{inst.fds[i], POLLIN, 0};
-    int wait_ms = int(std::min<trace::Nanos>(100, (end - now) / 1'000'000 + 1));
-    ::poll(pfds.data(), pfds.size(), wait_ms);
+    inst.wait(int(std::min<trace::Nanos>(100, (end - now) / 1'000'000 + 1)));
     drain();
   }
-  write_file(ip + "/events/block/block_rq_issue/enable", "0");
-  write_file(ip + "/events/block/block_rq_complete/enable", "0");
-  if (bio_events) write_file(ip + "/events/block/block_bio_queue/enable", "0");
+  inst.disable_all();
   drain();
   drain();  // second pass: carried completions get their last chance
   st.orphans += filtering ? 0 : carry.size();
@@ -992,17 +660,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   });
   for (Ev e; flushes.pop(e);)
     if (emit_flush(e, e.ts, true)) ++st.incomplete;
-  for (int c : inst.cpus) {
-    std::istringstream s(read_file(ip + "/per_cpu/cpu" + std::to_string(c) + "/stats"));
-    std::string l;
-    while (std::getline(s, l)) {
-      auto val = [&](const char* key) -> uint64_t {
-        if (l.rfind(key, 0) != 0) return 0;
-        return std::stoull(l.substr(std::strlen(key)));
-      };
-      st.lost += val("overrun:") + val("dropped events:");
-    }
-  }
+  st.lost += inst.lost();
   if (st.lost) out.write(mono_now(), 0, trace::Loss{trace::LossKind::EventsLost, st.lost});
   return st;
 }

@@ -1,10 +1,10 @@
 // Block I/O recorder: the kernel's block_rq_issue and block_rq_complete
 // tracepoints, read from tracefs, become BlockIo records of a trace.
 //
-// The recorder works in its own tracing instance (instances/tierlab-PID,
-// removed at the end), so other users of tracefs are not disturbed. The
-// instance's trace_clock is "mono": event times are CLOCK_MONOTONIC, the
-// clock of every other trace record. Events are filtered on the device in
+// The recorder works in its own tracing instance (instances/tierlab-block-
+// PID, removed at the end; capture/tracefs.h), so other users of tracefs,
+// and the file I/O recorder, are not disturbed. Event times are
+// CLOCK_MONOTONIC, the clock of every other trace record. Events are filtered on the device in
 // the kernel and on pids (if given) in user space, read in binary from the
 // per-CPU trace_pipe_raw files, and an issue is paired with its completion
 // by device and sector. Events the kernel could not buffer are counted and

@@ -2,6 +2,7 @@
 #include "models/fmt.h"
 
 #include "common/error.h"
+#include "common/units.h"
 #include "models/group_commit.h"
 #include "models/mva.h"
 
@@ -287,13 +288,18 @@ Solved solve(const Demands& d, const Tier& t, int vcpus, double think_s, double 
   return s;
 }
 
-// Reads per transaction at `memory` relative to the capture's.
+constexpr double kPageBytes = 8192;  // the miss-ratio curve's page (PostgreSQL's block)
+
+// Reads per transaction at `memory` relative to the capture's, and the
+// device reads per transaction that a smaller memory adds (`extra_reads`).
 double memory_factor(const Profile& p, double memory, double capture_memory,
-                     std::vector<std::string>& notes) {
+                     std::vector<std::string>& notes, double& extra_reads) {
+  extra_reads = 0;
   if (memory <= 0 || memory == capture_memory) return 1.0;
   if (p.mrc.empty())
     throw InputError(p.source + ": no page references in the trace, so --memory cannot be projected "
-                     "(record block I/O: `tierlab capture run --device` or `tierlab capture block`)");
+                     "(record the server's file I/O: `tierlab capture run` as root; or block I/O: "
+                     "`tierlab capture run --device` or `tierlab capture block`)");
   if (capture_memory <= 0)
     throw InputError(p.source + ": the trace does not record the capture's memory (meta "
                      "memory.bytes); give --capture-memory");
@@ -303,6 +309,19 @@ double memory_factor(const Profile& p, double memory, double capture_memory,
     // is left of memory once shared_buffers is taken (kept as captured).
     double before = p.mrc.at(std::max(0.0, capture_memory - sb));
     double after = p.mrc.at(std::max(0.0, memory - sb));
+    if (after > before) {
+      // Less memory: the references the smaller cache misses and the
+      // capture's did not become device reads, added to those measured
+      // (which may be none: everything the capture read was cached).
+      const double refs_per_tx = p.transactions > 0 ? p.mrc.references / static_cast<double>(p.transactions) : 0;
+      extra_reads = refs_per_tx * (after - before);
+      notes.push_back("memory " + format_bytes(memory) + ": the OS cache below shared_buffers shrinks from " +
+                      format_bytes(std::max(0.0, capture_memory - sb)) + " to " +
+                      format_bytes(std::max(0.0, memory - sb)) + "; its miss ratio (file I/O) rises from " +
+                      fmt("%.3f", before) + " to " + fmt("%.3f", after) + ", " + fmt("%.3f", extra_reads) +
+                      " more device reads per transaction");
+      return 1.0;
+    }
     if (before <= 0) {
       notes.push_back("the capture's reads all hit in the modelled cache; reads per transaction kept");
       return 1.0;
@@ -315,8 +334,8 @@ double memory_factor(const Profile& p, double memory, double capture_memory,
   if (memory > capture_memory) return p.mrc.at(memory - capture_memory);
   notes.push_back("less memory than at capture with only block-level references: reads per "
                   "transaction kept as captured (block I/O shows only the reads that missed the capture's "
-                  "cache; projecting a smaller memory needs file-level reads, which no tierlab capture "
-                  "records)");
+                  "cache; projecting a smaller memory needs the server's file reads: record them with "
+                  "`tierlab capture run` as root)");
   return 1.0;
 }
 
@@ -456,12 +475,13 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
                         "machine's " + std::to_string(here) + " at capture");
   out.capture_memory_bytes = o.capture_memory_bytes > 0 ? o.capture_memory_bytes : p.memory_bytes;
   out.memory_bytes = o.memory_bytes > 0 ? o.memory_bytes : out.capture_memory_bytes;
-  out.read_factor = memory_factor(p, o.memory_bytes, out.capture_memory_bytes, out.notes);
+  double extra_reads = 0;
+  out.read_factor = memory_factor(p, o.memory_bytes, out.capture_memory_bytes, out.notes, extra_reads);
 
   Demands d;
   d.cpu_s = p.has_cpu ? p.cpu_s_per_tx : 0.0;
-  d.reads = p.reads_per_tx * out.read_factor;
-  d.read_bytes = p.read_bytes_per_tx * out.read_factor;
+  d.reads = p.reads_per_tx * out.read_factor + extra_reads;
+  d.read_bytes = p.read_bytes_per_tx * out.read_factor + extra_reads * kPageBytes;
   d.writes = p.sync_writes_per_tx;
   d.write_bytes = p.write_bytes_per_tx;
   d.flushes = p.flushes_per_tx;

@@ -53,7 +53,11 @@
 //             every --vcpus, so more vCPUs only shorten the CPU's queue.
 //
 // Reads per transaction follow the miss-ratio curve when `memory_bytes`
-// differs from the capture's memory (see project.cpp, memory_factor).
+// differs from the capture's memory (see project.cpp, memory_factor): with
+// a file-level curve (the server's file reads, `capture run` as root), less
+// memory adds the page references the smaller OS cache misses and the
+// capture's did not; more memory, or a block-level curve, scales the reads
+// measured.
 //
 // p99 estimate: the transaction's response time is taken as a sum of
 // independent parts — queueing stations exponential (variance R_k^2), the
