@@ -59,6 +59,7 @@ struct Counter {
 struct TxRec {
   Nanos start = 0, end = 0;
   uint32_t tmpl = 0;
+  bool did_io = false;  // a device I/O was attributed to it
 };
 
 struct IoRec {
@@ -402,7 +403,7 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
       continue;
     }
     // A backend's I/O: inside which of its transactions?
-    const TxRec* tx = nullptr;
+    TxRec* tx = nullptr;
     if (auto w = windows.find(io.pid); w != windows.end()) {
       auto& v = w->second;
       auto it = std::upper_bound(v.begin(), v.end(), io.ts,
@@ -413,6 +414,7 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
       if (!(io.file && !any_file_flush)) ++unattributed;
       continue;
     }
+    if (!io.file) tx->did_io = true;
     switch (io.op) {
       case trace::IoOp::Read:
         if (io.file) break;
@@ -458,6 +460,14 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
   p.queued_read = summarise(qrd);
   p.queued_write = summarise(qwr);
   p.queued_s_per_tx = queued / kNs / n;
+  double quiet_ns = 0;
+  for (const auto& [pid, v] : windows)
+    for (const auto& t : v)
+      if (!t.did_io) {
+        ++p.quiet_transactions;
+        quiet_ns += static_cast<double>(t.end - t.start);
+      }
+  p.quiet_latency_s = p.quiet_transactions ? quiet_ns / kNs / static_cast<double>(p.quiet_transactions) : 0;
   detect_cap(p, w0, w1);
   if (!p.has_block_io)
     p.notes.push_back("no block I/O in the trace: device reads and writes per transaction unknown");
@@ -804,6 +814,7 @@ std::string profile_json(const Profile& p, int indent) {
   per["sync_write_bytes"] = p.write_bytes_per_tx;
   per["wal_flushes"] = p.flushes_per_tx;
   per["queued_ms"] = p.has_queue_times ? nlohmann::json(p.queued_s_per_tx * 1e3) : nlohmann::json();
+  j["quiet_transactions"] = {{"count", p.quiet_transactions}, {"latency_ms", p.quiet_latency_s * 1e3}};
   auto opt = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(); };
   per["pg_blks_read"] = opt(p.pg_blks_read_per_tx);
   per["pg_blks_hit"] = opt(p.pg_blks_hit_per_tx);

@@ -129,6 +129,13 @@ struct Profile {
   // The queue time of the I/Os attributed to transactions (reads and the
   // backend's own writes), per transaction.
   double queued_s_per_tx = 0;
+  // The transactions to which no device I/O was attributed (of backends
+  // whose pid the trace knows): their count and mean latency. At an IOPS
+  // cap their latency holds none of the cap's wait, so it measures the
+  // time a transaction spends outside storage directly (see project's
+  // calibration of "other").
+  uint64_t quiet_transactions = 0;
+  double quiet_latency_s = 0;
   // The capture looks bound by an IOPS cap: the device's per-second count
   // of one op held steady (the middle 80% of the whole seconds within 10%
   // of their median) while that op's requests waited before their issue at

@@ -21,6 +21,10 @@ namespace tierlab::models {
 namespace {
 
 constexpr double kZ99 = 2.326347874;  // standard normal 99th percentile
+// A capped capture's "other" is taken from its transactions without device
+// I/O when at least this many, and this share of all, did none.
+constexpr uint64_t kMinQuietTransactions = 200;
+constexpr double kMinQuietShare = 0.1;
 
 double lognormal_sigma(const Latency& l) {
   if (l.p99_ns <= l.p50_ns || l.p50_ns <= 0) return 0;
@@ -417,7 +421,8 @@ void capture_tier(const Profile& p, const ProjectOptions& o, Projection& out) {
   for (const auto& a : at)
     if (a.cap > 0) {
       any = true;
-      if (a.rate >= 0.9 * a.cap) out.capture_capped = true;
+      if (o.capture_at_cap >= 0) out.capture_capped = o.capture_at_cap > 0;
+      else if (a.rate >= 0.9 * a.cap) out.capture_capped = true;
       if (rate == 0 || a.rate / a.cap > rate / cap) {
         rate = a.rate;
         cap = a.cap;
@@ -567,6 +572,30 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
       if (std::abs(gap) < 1e-9) break;
     }
     auto c = solve(dc, native, out.capture_vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
+    // At its cap, the residual holds more than the time outside storage:
+    // what the cap's wait cost beyond the queue times the recorder saw
+    // (before a bio reaches the block layer, the backend's wake-up after a
+    // held request completes). Transactions that did no device I/O waited
+    // for none of it, so their latency less their CPU residence measures
+    // "other" directly; it is taken when they are enough of the capture.
+    const double quiet = static_cast<double>(p.quiet_transactions);
+    if (out.capture_capped && p.quiet_transactions >= kMinQuietTransactions &&
+        quiet >= kMinQuietShare * static_cast<double>(p.transactions) && c.net.cpu >= 0) {
+      const double cpu_res = c.pts.back().residence_s[static_cast<size_t>(c.net.cpu)];
+      const double other_quiet = std::max(0.0, p.quiet_latency_s - cpu_res);
+      if (other_quiet < out.other_s) {
+        out.other_residual_s = out.other_s;
+        out.other_s = other_quiet;
+        out.other_source = "quiet transactions";
+        out.notes.push_back("'other' " + fmt("%.3f ms", other_quiet * 1e3) + " from the " +
+                            std::to_string(p.quiet_transactions) +
+                            " transactions that did no device I/O (their mean latency " +
+                            fmt("%.3f ms", p.quiet_latency_s * 1e3) + " less " + fmt("%.3f ms", cpu_res * 1e3) +
+                            " of CPU), not the residual " + fmt("%.3f ms", out.other_residual_s * 1e3) +
+                            ": at its cap the residual also holds the cap's wait the queue times missed");
+        c = solve(dc, native, out.capture_vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
+      }
+    }
     out.modelled_capture_tps = c.pts.back().throughput;
     out.captured_tps = p.tps;
   }
@@ -776,7 +805,8 @@ void print_projection(std::ostream& out, const Projection& p) {
   if (p.read_factor != 1.0) out << " (x" << fmt("%.3f", p.read_factor) << " for memory)";
   out << ", commit writes " << fmt("%.3f", p.sync_writes_per_tx) << ", WAL flushes "
       << fmt("%.3f", p.flushes_per_tx) << "; think " << fmt("%.3f ms", p.think_time_s * 1e3)
-      << ", other " << fmt("%.3f ms", p.other_s * 1e3) << "\n";
+      << ", other " << fmt("%.3f ms", p.other_s * 1e3)
+      << (p.other_source == "residual" ? "" : " (" + p.other_source + ")") << "\n";
   out << "model at capture: " << fmt("%.1f", p.modelled_capture_tps) << " tps (measured "
       << fmt("%.1f", p.captured_tps) << ")\n";
   out << capture_tier_line(p) << "\n";
@@ -901,7 +931,8 @@ std::string projection_json(const Projection& p, int indent) {
                           {"sync_writes", p.sync_writes_per_tx},
                           {"wal_flushes", p.flushes_per_tx},
                           {"think_ms", p.think_time_s * 1e3},
-                          {"other_ms", p.other_s * 1e3}};
+                          {"other_ms", p.other_s * 1e3},
+                          {"other_source", p.other_source}};
   j["capture"] = {{"measured_tps", p.captured_tps}, {"modelled_tps", p.modelled_capture_tps}};
   j["capture_tier"] = {{"source", p.capture_tier_source},
                        {"name", p.capture_tier},

@@ -100,6 +100,10 @@ struct ProjectOptions {
   // own caps give its waiting instead.
   std::optional<Tier> captured_tier;
   double captured_iops_cap = 0;
+  // Whether the capture ran at its tier's cap, decided by the caller: -1
+  // decides from the profile's rates; a window of a capture takes the
+  // whole capture's verdict (a window whose rate dipped is still capped).
+  int capture_at_cap = -1;
 };
 
 // Time of one transaction, by where it goes, seconds.
@@ -185,6 +189,12 @@ struct Projection {
   double flushes_per_tx = 0;
   double think_time_s = 0;
   double other_s = 0;
+  // Where "other" came from: "residual" (the captured latency less the
+  // model's residence times) or "quiet transactions" (a capture at its cap:
+  // the latency of the transactions that did no device I/O, less their CPU
+  // residence).
+  std::string other_source = "residual";
+  double other_residual_s = 0;  // the residual, when other_source says otherwise
   // Group commit (models/group_commit.h), when the capture has WAL flushes:
   // the flush cycle calibrated on the capture, the captured device's time
   // for one cycle's writes and flush (a tier's cycle is scaled by its own),

@@ -530,6 +530,11 @@ Profile profile_from_json(const std::string& text, const std::string& name) {
   p.flushes_per_tx = num(per, "wal_flushes", pw);
   p.has_queue_times = per.contains("queued_ms") && !per["queued_ms"].is_null();
   p.queued_s_per_tx = num(per, "queued_ms", pw) / 1e3;
+  if (j.contains("quiet_transactions") && j["quiet_transactions"].is_object()) {
+    const auto& q = j["quiet_transactions"];
+    p.quiet_transactions = static_cast<uint64_t>(std::max(0.0, num(q, "count", w + ".quiet_transactions")));
+    p.quiet_latency_s = num(q, "latency_ms", w + ".quiet_transactions") / 1e3;
+  }
   p.pg_blks_read_per_tx = num(per, "pg_blks_read", pw, -1);
   p.pg_blks_hit_per_tx = num(per, "pg_blks_hit", pw, -1);
   p.pg_wal_bytes_per_tx = num(per, "pg_wal_bytes", pw, -1);

@@ -144,6 +144,7 @@ void add_windows(Projection& p, const std::vector<Profile>& windows, const std::
   wo.clients_hi = p.clients_hi;
   wo.vcpus = p.vcpus;
   wo.capture_memory_bytes = p.capture_memory_bytes;
+  wo.capture_at_cap = p.capture_capped ? 1 : 0;
   std::vector<Projection> each;
   try {
     for (const auto& w : windows) each.push_back(project(w, tiers, wo));

@@ -236,3 +236,75 @@ TEST_CASE("profile: queued before issue, and a cap-bound capture detected", "[pr
   CHECK(old.queued_s_per_tx == 0);
   CHECK_FALSE(old.cap_bound);
 }
+
+TEST_CASE("profile: transactions without device I/O counted with their latency", "[profile][capped]") {
+  // Every other transaction reads: 1 ms each with the read, 0.2 ms without.
+  constexpr Nanos kMs = 1'000'000;
+  std::vector<Record> recs;
+  recs.push_back({0, 1, trace::SessionBegin{"u", "db", "app", "", 100, 0}});
+  Nanos t = 0;
+  for (int i = 0; i < 1000; ++i, t += 2 * kMs) {
+    const bool reads = i % 2 == 0;
+    recs.push_back({t, 1, trace::Query{"SELECT 1"}});
+    if (reads)
+      recs.push_back({t + kMs / 2, 0, trace::BlockIo{t + kMs / 2 + 100'000, 0x00fe00000, uint64_t(i) * 8192, 8192,
+                                                     trace::IoOp::Read, 0, 100, t + 1}});
+    recs.push_back({t + (reads ? kMs : kMs / 5), 1, trace::Ready{'I'}});
+  }
+  Profile p = profile_of(recs);
+  CHECK(p.transactions == 1000);
+  CHECK(p.quiet_transactions == 500);
+  CHECK(p.quiet_latency_s == Approx(0.0002).epsilon(0.01));
+  // Through the profile's JSON and back.
+  CHECK(profile_json(p).find("\"quiet_transactions\"") != std::string::npos);
+}
+
+TEST_CASE("project: at its cap, other comes from the transactions that did no device I/O", "[project][capped]") {
+  // The capture's residual holds 1 ms per transaction more than the time
+  // outside storage (the cap's wait that the queue times missed); its
+  // transactions without I/O took the CPU's residence plus kOther.
+  Profile p = capped_profile();
+  p.queued_s_per_tx -= 0.001;
+  p.queued_read.mean_s = p.queued_s_per_tx / 2;
+  std::vector<Station> st{{"cpu", StationKind::Multi, kCpu, 2}, {"rest", StationKind::Delay, 0.016 - kCpu, 1}};
+  const double cpu_r = solve_mva(st, kClients).back().residence_s[0];
+  p.quiet_transactions = 1000;
+  p.quiet_latency_s = cpu_r + kOther;
+  ProjectOptions o;
+  o.captured_iops_cap = 1000;
+  auto pr = project(p, {tier("cap1000", 1000), tier("uncapped", 0)}, o);
+  CHECK(pr.other_source == "quiet transactions");
+  CHECK(pr.other_s == Approx(kOther).epsilon(0.02));
+  CHECK(pr.other_residual_s == Approx(kOther + 0.001).epsilon(0.02));
+  CHECK(pr.tiers[0].tps == Approx(500).epsilon(0.01));  // its own tier: still the cap's
+  CHECK(pr.tiers[1].tps == Approx(demand_bound_tps(kOther)).epsilon(0.02));
+  bool said = false;
+  for (const auto& n : pr.notes) said = said || n.find("transactions that did no device I/O") != std::string::npos;
+  CHECK(said);
+  CHECK(projection_json(pr).find("\"other_source\": \"quiet transactions\"") != std::string::npos);
+
+  // Too few of them, or a capture not at its cap: the residual, as before.
+  p.quiet_transactions = 100;
+  auto few = project(p, {tier("uncapped", 0)}, o);
+  CHECK(few.other_source == "residual");
+  CHECK(few.other_s == Approx(kOther + 0.001).epsilon(0.02));
+  p.quiet_transactions = 1000;
+  auto uncapped = project(p, {tier("uncapped", 0)}, ProjectOptions{});
+  CHECK(uncapped.other_source == "residual");
+}
+
+TEST_CASE("project: a window takes the whole capture's verdict on its cap", "[project][capped][windows]") {
+  // A window whose rate dipped to 800 of the 1,000 IOPS cap: on its own
+  // it would be taken as below the cap; as a window of a capped capture it
+  // is at it, so its interval is not the queueing kept on every tier.
+  Profile p = capped_profile();
+  p.device_read_iops = 800;
+  ProjectOptions o;
+  o.captured_iops_cap = 1000;
+  CHECK_FALSE(project(p, {tier("uncapped", 0)}, o).capture_capped);
+  o.capture_at_cap = 1;
+  auto w = project(p, {tier("uncapped", 0)}, o);
+  CHECK(w.capture_capped);
+  CHECK(w.tiers[0].tps > 2 * 500);
+  for (const auto& n : w.notes) CHECK(n.find("below its tier's cap") == std::string::npos);
+}
