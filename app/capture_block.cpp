@@ -1,5 +1,6 @@
 // tierlab capture block: kernel block I/O (tracefs) -> trace.
 #include "app/command.h"
+#include "app/progress.h"
 #include "common/units.h"
 #include "capture/block.h"
 #include "common/error.h"
@@ -18,6 +19,7 @@ struct BlockOptions {
   std::string out;
   std::string duration;  // "30s", "500ms", "2m"; empty = until interrupted
   uint32_t buffer_kb = 8192;
+  double progress_s = -1;  // -P: see progress_period()
 };
 
 std::atomic<bool> g_stop{false};
@@ -41,6 +43,17 @@ void run_block(const BlockOptions& o) {
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
   capture::BlockCaptureStats st;
+  // The status line: the I/Os recorded over the last period.
+  std::atomic<uint64_t> ios{0};
+  co.live_ios = &ios;
+  uint64_t prev = 0;
+  ProgressLine progress(progress_period(o.progress_s), [&](double secs) {
+    const uint64_t n = ios.load(std::memory_order_relaxed);
+    char line[64];
+    std::snprintf(line, sizeof line, "%.0f I/Os per second recorded", double(n - prev) / secs);
+    prev = n;
+    return std::string(line);
+  });
   try {
     st = capture::capture_block(co, *writer, &g_stop, [&] {
       std::cerr << "capture block: recording " << dev.name << " (" << (dev.dev >> 20) << ":"
@@ -52,6 +65,7 @@ void run_block(const BlockOptions& o) {
     sigaction(SIGTERM, &old_term, nullptr);
     throw;
   }
+  progress.stop();
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   writer->close();
@@ -68,6 +82,7 @@ void setup_block(CLI::App& parent) {
   sub->add_option("--out,-o", opt->out, "trace file to write")->required();
   sub->add_option("--duration", opt->duration, "stop after this long (30s, 2m); default: until Ctrl-C");
   sub->add_option("--buffer-kb", opt->buffer_kb, "per-CPU kernel ring buffer size")->capture_default_str();
+  add_progress_option(*sub, opt->progress_s);
   sub->callback([opt] { run_block(*opt); });
 }
 

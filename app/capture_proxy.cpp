@@ -2,6 +2,7 @@
 // wire-protocol proxy.
 #include "app/capture_server.h"
 #include "app/command.h"
+#include "app/progress.h"
 #include "capture/proxy.h"
 #include "app/stop_signals.h"
 #include "common/error.h"
@@ -30,6 +31,7 @@ struct CaptureProxyOptions {
   std::string io = "auto";
   int compression_level = capture::ProxyOptions{}.compression_level;
   std::string conninfo;      // "" = the upstream's host and port, dbname=postgres
+  double progress_s = -1;    // -P: see progress_period()
 };
 
 void run_capture_proxy(const CaptureProxyOptions& o) {
@@ -65,6 +67,17 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
                proxy.listening().c_str(), o.upstream.c_str(), o.out.c_str());
   std::fflush(stderr);
 
+  // The status line: what the event loops forwarded over the last period.
+  capture::ProxySummary prev;
+  ProgressLine progress(progress_period(o.progress_s), [&](double secs) {
+    capture::ProxySummary now = proxy.progress();
+    std::string line = std::to_string(now.connections) + " connections, " +
+                       rate_mb(double(now.bytes_to_server - prev.bytes_to_server), secs) + " to the server, " +
+                       rate_mb(double(now.bytes_to_client - prev.bytes_to_client), secs) + " to clients";
+    prev = now;
+    return line;
+  });
+
   timespec start;
   clock_gettime(CLOCK_MONOTONIC, &start);
   const char* why = "stopped";
@@ -85,6 +98,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
       }
     }
   }
+  progress.stop();
   proxy.stop();
   auto s = proxy.summary();
   double secs = static_cast<double>(s.duration_ns) / 1e9;
@@ -143,6 +157,7 @@ void setup_capture_proxy(CLI::App& parent) {
   cmd->add_option("--conninfo", opt->conninfo,
                   "libpq connection string to read the server's durability settings (fsync, synchronous_commit, "
                   "...) into the trace (default: the upstream's host and port, dbname=postgres)");
+  add_progress_option(*cmd, opt->progress_s);
   cmd->callback([opt] { run_capture_proxy(*opt); });
 }
 

@@ -4,6 +4,7 @@
 // counters) together, on one clock, into one trace.
 #include "app/capture_server.h"
 #include "app/command.h"
+#include "app/progress.h"
 #include "app/stop_signals.h"
 #include "common/units.h"
 #include "capture/block.h"
@@ -62,6 +63,7 @@ struct CaptureRunOptions {
   std::string conninfo;
   bool all_processes = false;  // block I/O of every process, not only the server's
   bool no_file_io = false;
+  double progress_s = -1;  // -P: see progress_period()
 };
 
 void say(const std::string& line) {
@@ -84,6 +86,9 @@ class TxCapture {
   virtual void stop() = 0;
   // The summary lines about transactions and what could not be seen.
   virtual void print_summary(const char* why) const = 0;
+  // The status line's part about the traffic over the last `secs`; called
+  // from the status line's thread while the capture runs.
+  virtual std::string progress(double secs) = 0;
 };
 
 void print_counts(uint64_t sessions, uint64_t statements, uint64_t transactions, uint64_t errors) {
@@ -159,6 +164,14 @@ class ProxyCapture : public TxCapture {
   std::string where() const override { return "listening on " + proxy_->listening() + ", upstream " + upstream_; }
   bool failed() const override { return proxy_->failed(); }
   void stop() override { proxy_->stop(); }
+  std::string progress(double secs) override {
+    capture::ProxySummary now = proxy_->progress();
+    std::string line = std::to_string(now.connections) + " connections, " +
+                       rate_mb(double(now.bytes_to_server - prev_.bytes_to_server), secs) + " to the server, " +
+                       rate_mb(double(now.bytes_to_client - prev_.bytes_to_client), secs) + " to clients";
+    prev_ = now;
+    return line;
+  }
   void print_summary(const char* why) const override {
     auto s = proxy_->summary();
     std::printf("capture run: %s after %.1f s\n", why, static_cast<double>(s.duration_ns) / 1e9);
@@ -170,6 +183,7 @@ class ProxyCapture : public TxCapture {
  private:
   std::string upstream_;
   std::unique_ptr<capture::Proxy> proxy_;
+  capture::ProxySummary prev_;
 };
 
 // Hands each complete line written to it to a function.
@@ -200,7 +214,19 @@ class LineBuf : public std::streambuf {
 class SniffCapture : public TxCapture {
  public:
   explicit SniffCapture(capture::SniffOptions so)
-      : opts_(std::move(so)), buf_([this](const std::string& line) { on_log(line); }), log_(&buf_) {}
+      : opts_(std::move(so)), buf_([this](const std::string& line) { on_log(line); }), log_(&buf_) {
+    opts_.live_packets = &packets_;
+    opts_.live_bytes = &bytes_;
+  }
+  std::string progress(double secs) override {
+    const uint64_t p = packets_.load(std::memory_order_relaxed), b = bytes_.load(std::memory_order_relaxed);
+    char line[96];
+    std::snprintf(line, sizeof line, "%.0f packets/s, %s", double(p - prev_packets_) / secs,
+                  rate_mb(double(b - prev_bytes_), secs).c_str());
+    prev_packets_ = p;
+    prev_bytes_ = b;
+    return line;
+  }
   ~SniffCapture() override {
     try {
       stop();
@@ -291,6 +317,8 @@ class SniffCapture : public TxCapture {
   bool live_ = false, done_ = false;
   capture::SniffSummary summary_;
   std::exception_ptr error_;
+  std::atomic<uint64_t> packets_{0}, bytes_{0};
+  uint64_t prev_packets_ = 0, prev_bytes_ = 0;
 };
 
 void run_capture_run(const CaptureRunOptions& o) {
@@ -420,6 +448,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   std::exception_ptr sample_error;
   capture::BlockCaptureStats block_stats;
   capture::FileIoCaptureStats file_io_stats;
+  std::atomic<uint64_t> live_block_ios{0}, live_file_ios{0};  // for the status line
   std::atomic<uint64_t> samples{0};  // counter values written
   std::atomic<uint64_t> rounds{0};   // sampling moments (one per --sample-interval)
 
@@ -430,6 +459,7 @@ void run_capture_run(const CaptureRunOptions& o) {
       capture::BlockCaptureOptions bo;
       bo.device = o.device;
       bo.process_tree = block_tree;
+      bo.live_ios = &live_block_ios;
       block_stats = capture::capture_block(bo, w, &stop, ready);
     });
   if (file_io) {
@@ -438,6 +468,7 @@ void run_capture_run(const CaptureRunOptions& o) {
         capture::FileIoCaptureOptions fo;
         fo.process_tree = postmaster;
         fo.data_dir = datadir;
+        fo.live_calls = &live_file_ios;
         file_io_stats = capture::capture_file_io(fo, w, &stop, ready);
       });
     } catch (...) {
@@ -519,6 +550,26 @@ void run_capture_run(const CaptureRunOptions& o) {
       (file_io ? ", the server's file I/O" : "") +
       (duration > 0 ? "" : "; Ctrl-C to stop"));
 
+  // The status line: traffic, then the I/O recorded, over the last period.
+  uint64_t prev_block = 0, prev_file = 0;
+  ProgressLine progress(progress_period(o.progress_s), [&](double secs) {
+    std::string line = tx->progress(secs);
+    char part[96];
+    if (block) {
+      const uint64_t n = live_block_ios.load(std::memory_order_relaxed);
+      std::snprintf(part, sizeof part, ", %.0f block I/Os/s", double(n - prev_block) / secs);
+      line += part;
+      prev_block = n;
+    }
+    if (file_io) {
+      const uint64_t n = live_file_ios.load(std::memory_order_relaxed);
+      std::snprintf(part, sizeof part, ", %.0f file I/Os/s", double(n - prev_file) / secs);
+      line += part;
+      prev_file = n;
+    }
+    return line;
+  });
+
   timespec start;
   clock_gettime(CLOCK_MONOTONIC, &start);
   const char* why = "stopped";
@@ -542,6 +593,7 @@ void run_capture_run(const CaptureRunOptions& o) {
       }
     }
   }
+  progress.stop();
   std::exception_ptr tx_error;
   try {
     tx->stop();
@@ -616,6 +668,7 @@ void setup_capture_run(CLI::App& parent) {
                 "record the block I/O of every process on --device (default: the server's process tree, "
                 "new backends included, and kernel threads such as writeback and the journal; other "
                 "processes' I/Os are counted in the summary, not recorded)");
+  add_progress_option(*cmd, opt->progress_s);
   cmd->add_flag("--no-file-io", opt->no_file_io,
                 "do not record the server's file I/O (recorded by default where it can be: root and the "
                 "kernel's syscall tracepoints; it gives project --memory its miss-ratio curve)");

@@ -1,6 +1,7 @@
 // tierlab capture sniff: record PostgreSQL traffic passively from packets.
 #include "app/capture_server.h"
 #include "app/command.h"
+#include "app/progress.h"
 #include "common/units.h"
 #include "capture/sniff.h"
 #include "common/error.h"
@@ -20,6 +21,7 @@ struct SniffCli {
   std::string duration;     // "60s", "5m", "250ms", "1h", or seconds
   std::string buffer_size;  // "64M", "1G", "65536"
   std::string conninfo;     // "" = --host (or 127.0.0.1) and --port, dbname=postgres
+  double progress_s = -1;   // -P: see progress_period()
 };
 
 void on_sniff_stop_signal(int) { capture::stop_sniff(); }
@@ -60,7 +62,22 @@ void run_sniff_cli(SniffCli& cli) {
     }
   } restore{old_int, old_term};
 
+  // The status line: the packets captured over the last period.
+  std::atomic<uint64_t> packets{0}, bytes{0};
+  cli.opts.live_packets = &packets;
+  cli.opts.live_bytes = &bytes;
+  uint64_t prev_packets = 0, prev_bytes = 0;
+  ProgressLine progress(progress_period(cli.progress_s), [&](double secs) {
+    const uint64_t p = packets.load(std::memory_order_relaxed), b = bytes.load(std::memory_order_relaxed);
+    char line[96];
+    std::snprintf(line, sizeof line, "%.0f packets/s, %s", double(p - prev_packets) / secs,
+                  rate_mb(double(b - prev_bytes), secs).c_str());
+    prev_packets = p;
+    prev_bytes = b;
+    return std::string(line);
+  });
   capture::SniffSummary sum = capture::run_sniff(cli.opts, std::cerr);
+  progress.stop();
   bool live = !cli.opts.interface.empty();
   std::cout << "capture sniff: " << (live ? "interface " + cli.opts.interface : cli.opts.pcap_file)
             << ", port " << cli.opts.port << " -> " << cli.opts.out << "\n";
@@ -100,6 +117,7 @@ void setup_capture_sniff(CLI::App& parent) {
                   "libpq connection string to read the server's durability settings (fsync, synchronous_commit, "
                   "...) into the trace (default: --host, or 127.0.0.1, and --port, dbname=postgres; "
                   "none for --pcap)");
+  add_progress_option(*sub, cli->progress_s);
   sub->callback([cli] { run_sniff_cli(*cli); });
 }
 

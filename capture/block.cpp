@@ -632,6 +632,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
       }
     }
     batch.clear();
+    if (opts.live_ios) opts.live_ios->store(st.ios, std::memory_order_relaxed);
   };
 
   auto drain = [&]() {

@@ -298,6 +298,7 @@ FileIoCaptureStats capture_file_io(const FileIoCaptureOptions& opts, trace::Writ
       }
     }
     batch.clear();
+    if (opts.live_calls) opts.live_calls->store(st.reads + st.writes + st.flushes, std::memory_order_relaxed);
   };
 
   auto drain = [&]() {

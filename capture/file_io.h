@@ -57,6 +57,9 @@ struct FileIoCaptureOptions {
   trace::Nanos duration_ns = 0;  // 0 = until *stop is set
   uint32_t buffer_kb = 8192;     // per-CPU ring buffer of the instance
   std::string tracefs;           // "" = /sys/kernel/tracing (mounted if needed)
+  // When set, the calls recorded so far, updated every batch (0.1 s at
+  // most), for a status line on another thread.
+  std::atomic<uint64_t>* live_calls = nullptr;
 };
 
 struct FileIoCaptureStats {

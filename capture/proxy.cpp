@@ -437,7 +437,7 @@ void Proxy::stop() {
 
 bool Proxy::failed() const { return impl_->recorder->failed(); }
 
-ProxySummary Proxy::summary() const {
+ProxySummary Proxy::progress() const {
   const Impl& px = *impl_;
   ProxySummary s;
   for (const auto& l : px.loops) {
@@ -451,6 +451,12 @@ ProxySummary Proxy::summary() const {
     s.protocol_errors += l->stats.protocol_errors;
     s.upstream_failures += l->stats.upstream_failures;
   }
+  return s;
+}
+
+ProxySummary Proxy::summary() const {
+  const Impl& px = *impl_;
+  ProxySummary s = progress();
   auto rs = px.recorder->stats();
   s.records = rs.records_written;
   s.dropped = rs.dropped;

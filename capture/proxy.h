@@ -102,6 +102,10 @@ class Proxy {
   bool failed() const;
 
   ProxySummary summary() const;
+  // The event loops' counts so far, for a status line: safe from any thread
+  // while the proxy runs. Statements, transactions and errors count the
+  // sessions that have ended; records, dropped and queue_waits are 0.
+  ProxySummary progress() const;
 
  private:
   struct Impl;

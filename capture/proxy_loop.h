@@ -40,9 +40,25 @@ struct Addr {
 void set_nodelay(int fd);
 std::string format_peer(const sockaddr_storage& ss);
 
+// A counter written by one thread (its loop) and read by others (a status
+// line): relaxed loads and stores, no read-modify-write, so counting costs
+// what a plain integer does.
+class LoopCounter {
+ public:
+  LoopCounter& operator+=(uint64_t n) {
+    v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    return *this;
+  }
+  LoopCounter& operator++() { return *this += 1; }
+  operator uint64_t() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
 struct LoopStats {
-  uint64_t connections = 0, sessions = 0, statements = 0, transactions = 0, errors = 0;
-  uint64_t to_server = 0, to_client = 0, protocol_errors = 0, upstream_failures = 0;
+  LoopCounter connections, sessions, statements, transactions, errors;
+  LoopCounter to_server, to_client, protocol_errors, upstream_failures;
 };
 
 // What every event loop reads.
@@ -62,7 +78,7 @@ class EventLoop {
   // (SessionEnd{CaptureEnd}). Called once, on the loop's own thread.
   virtual void run() = 0;
 
-  LoopStats stats;  // read after the thread is joined
+  LoopStats stats;  // written by the loop thread; read by any (LoopCounter)
   std::thread thread;
 };
 

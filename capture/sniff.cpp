@@ -586,6 +586,8 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
           << " packets\n";
       break;
     }
+    if (o.live_packets) o.live_packets->store(sum.packets, std::memory_order_relaxed);
+    if (o.live_bytes) o.live_bytes->store(sum.bytes, std::memory_order_relaxed);
     if (!live && n == 0) break;  // end of file
     if (!live && g_stop.load()) break;
     if (live) {

@@ -23,6 +23,7 @@
 
 #include "trace/record.h"
 
+#include <atomic>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -66,6 +67,10 @@ struct SniffOptions {
   // Meta records written at the start after the sniffer's own (the
   // server's settings, read by the caller).
   std::vector<std::pair<std::string, std::string>> meta;
+  // When set, the packets and their bytes captured so far, updated after
+  // every batch the kernel hands over, for a status line on another thread.
+  std::atomic<uint64_t>* live_packets = nullptr;
+  std::atomic<uint64_t>* live_bytes = nullptr;
 };
 
 struct SniffSummary {

@@ -63,8 +63,10 @@ class VectorSource : public IoSource {
   size_t pos_ = 0;
 };
 
-// The schedule recorded in a trace: every BlockIo and FileIo record, in
-// record order, with `at` relative to the first one. Records with the
+// The schedule recorded in a trace: its BlockIo records, or its FileIo
+// records when it has no BlockIo (a trace of `capture run` holds both, and
+// the file calls the OS cache answered never reached the device), in time
+// order, with `at` relative to the first one. Records with the
 // kIoIncomplete flag are kept (they were issued). Throws like the Reader.
 std::vector<TimedIo> load_trace_schedule(trace::Reader& reader);
 

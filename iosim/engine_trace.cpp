@@ -5,26 +5,26 @@
 namespace tierlab::iosim {
 
 std::vector<TimedIo> load_trace_schedule(trace::Reader& reader) {
-  std::vector<TimedIo> out;
+  std::vector<TimedIo> out, files;
   trace::Record rec;
-  bool first = true;
-  Nanos t0 = 0;
   while (reader.next(rec)) {
     TimedIo q;
     if (auto* b = std::get_if<trace::BlockIo>(&rec.body)) {
       q = TimedIo{rec.ts, b->offset, b->length, b->op, b->flags};
+      out.push_back(q);
     } else if (auto* f = std::get_if<trace::FileIo>(&rec.body)) {
       q = TimedIo{rec.ts, f->offset, f->length, f->op, f->flags};
-    } else {
-      continue;
+      if (out.empty()) files.push_back(q);
     }
-    if (first) {
-      t0 = rec.ts;
-      first = false;
+  }
+  if (out.empty()) out.swap(files);
+  if (!out.empty()) {
+    const Nanos t0 = std::min_element(out.begin(), out.end(),
+                                      [](const TimedIo& a, const TimedIo& b) { return a.at < b.at; })->at;
+    for (auto& q : out) {
+      q.at -= t0;
+      q.flags &= uint8_t(~trace::kIoIncomplete);
     }
-    q.at = rec.ts - t0;
-    q.flags &= uint8_t(~trace::kIoIncomplete);
-    out.push_back(q);
   }
   // Open loop needs a non-decreasing schedule; captures are in issue order
   // per CPU, so sort stably by time.
