@@ -84,10 +84,13 @@ struct TlsServer {
 // `tierlab capture proxy` as a child process.
 class ProxyProcess {
  public:
-  ProxyProcess(const TempDir& dir, const std::string& upstream, std::vector<std::string> extra = {})
+  // `command`: "proxy" or "run" (capture run, through the proxy).
+  ProxyProcess(const TempDir& dir, const std::string& upstream, std::vector<std::string> extra = {},
+               const std::string& command = "proxy")
       : out_(dir.file("proxy.out")), err_(dir.file("proxy.err")), trace_(dir.file("capture.tlt")) {
-    std::vector<std::string> args = {TIERLAB_BINARY, "capture", "proxy", "--listen", "127.0.0.1:0", "--upstream",
-                                     upstream, "--out", trace_, "--compress-level", "0"};
+    std::vector<std::string> args = {TIERLAB_BINARY, "capture", command, "--listen", "127.0.0.1:0", "--upstream",
+                                     upstream, "--out", trace_};
+    if (command == "proxy") args.insert(args.end(), {"--compress-level", "0"});
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = fork();
     REQUIRE(pid_ >= 0);
@@ -423,4 +426,67 @@ TEST_CASE("proxy tls: a client that insists on channel binding gets an error nam
   std::string raw = slurp(px.trace_path());
   CHECK(raw.find(kPassword) == std::string::npos);
   CHECK(raw.find("SCRAM-SHA-256") == std::string::npos);
+}
+
+TEST_CASE("proxy tls: --upstream-sslmode disable, allow and prefer against a server that takes only TLS",
+          "[proxy][tls]") {
+  TlsServer srv;
+  auto& pg = srv.pg;
+  for (std::string mode : {"disable", "allow", "prefer"}) {
+    TempDir dir;
+    ProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", mode, "--client-tls", "disable"});
+    std::string out;
+    int rc = pg.run_tool("psql", {"-X", "-At", "-d",
+                                  "host=127.0.0.1 port=" + px.port_str() + " dbname=postgres sslmode=disable", "-c",
+                                  "select 'in " + mode + "'"},
+                         &out);
+    INFO(mode << ": " << out << px.err());
+    if (mode == "disable") {
+      // The server's own refusal reaches the client.
+      CHECK(rc != 0);
+      CHECK(out.find("no encryption") != std::string::npos);
+    } else {
+      // allow: the plaintext attempt is refused, the proxy tries again with
+      // TLS; prefer: TLS first.
+      CHECK(rc == 0);
+      CHECK(out == "in " + mode + "\n");
+    }
+    REQUIRE(px.stop() == 0);
+    bool tls_meta = false;
+    for (const auto& r : load(px.trace_path()))
+      if (r.kind == trace::Kind::Meta && r.a.find(".tls") != std::string::npos)
+        tls_meta = r.b.find("client=none server=TLSv1.3/") == 0;
+    CHECK(tls_meta == (mode != "disable"));
+  }
+}
+
+TEST_CASE("proxy tls: capture run proxies with TLS on both sides", "[proxy][tls]") {
+  TlsServer srv;
+  auto& pg = srv.pg;
+  TempDir dir;
+  ProxyProcess px(dir, srv.upstream("localhost"),
+                  {"--upstream-sslmode", "verify-full", "--upstream-sslrootcert", srv.cert, "--conninfo",
+                   pg.conninfo_unix(), "--sample-interval", "100ms"},
+                  "run");
+  CHECK(lines_with(px.err(), "self-signed certificate made now, SHA-256 fingerprint ") == 1);
+  std::string out;
+  int rc = pg.run_tool("psql", {"-X", "-At", "-d", via(px, "channel_binding=disable"), "-c", "select 'via run'"}, &out);
+  INFO(out << px.err());
+  CHECK(rc == 0);
+  CHECK(out == "via run\n");
+  REQUIRE(px.stop() == 0);
+  bool query = false, tls_meta = false;
+  for (const auto& r : load(px.trace_path())) {
+    query |= r.kind == trace::Kind::Query && r.a == "select 'via run'";
+    if (r.kind == trace::Kind::Meta && r.a.find(".tls") != std::string::npos)
+      tls_meta = r.b.find("client=TLSv1.3/") == 0 && r.b.find(" server=TLSv1.3/") != std::string::npos;
+  }
+  CHECK(query);
+  CHECK(tls_meta);
+  // The TLS flags are proxy flags: not with passive capture.
+  auto r = test::run_tierlab({"capture", "run", "--upstream-sslmode", "require", "--interface", "lo", "--port",
+                              "5432", "--out", dir.file("x.tlt")});
+  CHECK(r.status == 2);
+  CHECK(test::count_lines(r.err) == 1);
+  CHECK(r.err.find("not both") != std::string::npos);
 }
