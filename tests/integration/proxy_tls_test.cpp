@@ -490,3 +490,31 @@ TEST_CASE("proxy tls: capture run proxies with TLS on both sides", "[proxy][tls]
   CHECK(test::count_lines(r.err) == 1);
   CHECK(r.err.find("not both") != std::string::npos);
 }
+
+TEST_CASE("proxy tls: a capture through TLS replays against the TLS-only server, on libpq, saying so", "[proxy][tls]") {
+  TlsServer srv;
+  auto& pg = srv.pg;
+  std::string out;
+  REQUIRE(pg.run_tool("pgbench", {"-i", "-q", "-s", "1", "-h", pg.socket_dir()}, &out) == 0);
+  TempDir dir;
+  ProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", "require"});
+  setenv("PGSSLMODE", "require", 1);
+  setenv("PGCHANNELBINDING", "disable", 1);
+  int rc = pg.run_tool("pgbench", {"-n", "-M", "extended", "-c", "4", "-j", "2", "-t", "20", "-h", "127.0.0.1", "-p",
+                                   px.port_str()},
+                       &out);
+  unsetenv("PGSSLMODE");
+  unsetenv("PGCHANNELBINDING");
+  INFO(out);
+  REQUIRE(rc == 0);
+  REQUIRE(px.stop() == 0);
+  // The target takes only TLS: every session goes through libpq (the
+  // directly driven path is for plaintext connections), and the report
+  // says so.
+  auto r = test::run_tierlab({"replay", px.trace_path(), "--max-speed", "--db",
+                              "host=127.0.0.1 port=" + std::to_string(pg.port()) +
+                                  " dbname=postgres sslmode=require channel_binding=disable"});
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("sessions driven directly: 0 of 5 (the others: through libpq (TLS") != std::string::npos);
+}
