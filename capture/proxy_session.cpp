@@ -327,6 +327,7 @@ class ProxyLoop final : public EventLoop {
         retry_with_tls(s);
         return;
       }
+      if (s->tls[0].active()) write_tls_meta(s);
     }
     if (s->copy) {
       plain(s, f, p, n);
@@ -521,7 +522,8 @@ class ProxyLoop final : public EventLoop {
       return;
     }
     s->allow_retry = can && m == SslMode::Allow && !s->retried;
-    if (s->tls[0].active()) write_tls_meta(s);
+    // The upstream stays in plaintext (unless sslmode allow retries).
+    if (s->tls[0].active() && !s->allow_retry) write_tls_meta(s);
     send_startup(s);
   }
 
