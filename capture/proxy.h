@@ -1,5 +1,7 @@
 // The capture proxy: a transparent PostgreSQL wire-protocol proxy that
-// forwards every byte unchanged and records each session into a trace.
+// forwards every byte of the protocol unchanged (TLS, when used, ends at
+// the proxy on each side; the one message it edits is a TLS server's offer
+// of SCRAM mechanisms, see below) and records each session into a trace.
 //
 // Clients connect to the proxy (TCP and/or a unix socket directory); for
 // each client the proxy opens a connection to the upstream server. Bytes are

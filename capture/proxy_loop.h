@@ -8,7 +8,8 @@
 //    queued as submissions and handed to the kernel together with the wait,
 //    in one io_uring_enter per round;
 //  - epoll: recv/send/epoll_wait.
-// Both forward every byte unchanged and feed the same bytes to the decoder.
+// Both forward every byte unchanged and feed the same bytes to the decoder;
+// TLS (common/tls.h) sits above either backend, in the session policy.
 #pragma once
 
 #include "capture/proxy.h"
