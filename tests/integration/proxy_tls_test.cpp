@@ -529,3 +529,49 @@ TEST_CASE("proxy tls: a capture through TLS replays against the TLS-only server,
   CHECK(r.status == 0);
   CHECK(r.out.find("sessions driven directly: 0 of 5 (the others: through libpq (TLS") != std::string::npos);
 }
+
+TEST_CASE("proxy tls: --upstream-sslcert logs the client in with the proxy's certificate (cert authentication)",
+          "[proxy][tls]") {
+  TlsServer srv;
+  auto& pg = srv.pg;
+  TempDir dir;
+  // A self-signed client certificate for the superuser, which the server
+  // trusts as its own CA; pg_hba then takes TCP clients only with it.
+  std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=" +
+                    pg.superuser() + " -keyout " + dir.file("client.key") + " -out " + dir.file("client.crt") +
+                    " 2>/dev/null && cp " + dir.file("client.crt") + " " + pg.data_dir() + "/root.crt && chmod 644 " +
+                    pg.data_dir() + "/root.crt && echo ok";
+  REQUIRE(test::shell_output(cmd) == "ok");
+  if (::geteuid() == 0) {
+    passwd* pw = ::getpwnam("postgres");
+    REQUIRE(::chown((pg.data_dir() + "/root.crt").c_str(), pw->pw_uid, pw->pw_gid) == 0);
+  }
+  {
+    std::ofstream hba(pg.data_dir() + "/pg_hba.conf", std::ios::trunc);
+    hba << "local all all trust\n"
+        << "hostssl all all 127.0.0.1/32 cert\n";
+  }
+  pg.sql("alter system set ssl_ca_file = 'root.crt'");
+  pg.sql("select pg_reload_conf()");
+  for (int i = 0; i < 100 && pg.sql("show ssl_ca_file").rfind("root.crt", 0) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // pg_hba.conf is read with the same reload
+  for (bool with_cert : {false, true}) {
+    TempDir pdir;
+    std::vector<std::string> extra = {"--upstream-sslmode", "require"};
+    if (with_cert)
+      extra.insert(extra.end(), {"--upstream-sslcert", dir.file("client.crt"), "--upstream-sslkey",
+                                 dir.file("client.key")});
+    ProxyProcess px(pdir, srv.upstream(), extra);
+    std::string out;
+    int rc = pg.run_tool("psql", {"-X", "-At", "-d", via(px), "-c", "select 'by certificate'"}, &out);
+    INFO(with_cert << ": " << out << px.err());
+    if (with_cert) {
+      CHECK(rc == 0);
+      CHECK(out == "by certificate\n");
+    } else {
+      CHECK(rc != 0);
+      CHECK(out.find("certificate") != std::string::npos);
+    }
+  }
+}
