@@ -7,7 +7,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -574,4 +577,69 @@ TEST_CASE("proxy tls: --upstream-sslcert logs the client in with the proxy's cer
       CHECK(out.find("certificate") != std::string::npos);
     }
   }
+}
+
+namespace {
+
+// A raw TCP connection to 127.0.0.1:port.
+int dial(const std::string& port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(port)));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// Everything the proxy sends until it closes the connection.
+std::string read_all(int fd) {
+  std::string got;
+  char b[4096];
+  for (ssize_t n; (n = ::recv(fd, b, sizeof b, 0)) > 0;) got.append(b, static_cast<size_t>(n));
+  return got;
+}
+
+}  // namespace
+
+TEST_CASE("proxy tls: bytes after an SSLRequest before the handshake, or no TLS after 'S', close only that session",
+          "[proxy][tls]") {
+  auto& pg = test::shared_server();
+  TempDir dir;
+  ProxyProcess px(dir, pg.host() + ":" + std::to_string(pg.port()));
+  const unsigned char ssl_request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f};
+  {
+    // The request and a StartupMessage in one write: the plaintext after it
+    // must not pass for data that came through TLS.
+    int fd = dial(px.port_str());
+    std::string b(reinterpret_cast<const char*>(ssl_request), 8);
+    b += std::string("\0\0\0\x09\0\x03\0\0\0", 9);
+    REQUIRE(::send(fd, b.data(), b.size(), 0) == static_cast<ssize_t>(b.size()));
+    CHECK(read_all(fd) == "S");
+    ::close(fd);
+  }
+  {
+    // 'S', then bytes that are no TLS handshake.
+    int fd = dial(px.port_str());
+    REQUIRE(::send(fd, ssl_request, 8, 0) == 8);
+    char s = 0;
+    REQUIRE(::recv(fd, &s, 1, 0) == 1);
+    CHECK(s == 'S');
+    const char junk[] = "GET / HTTP/1.0\r\n\r\n";
+    REQUIRE(::send(fd, junk, sizeof junk - 1, 0) == static_cast<ssize_t>(sizeof junk - 1));
+    read_all(fd);  // closed (after a TLS alert)
+    ::close(fd);
+  }
+  // The proxy goes on serving.
+  std::string out;
+  CHECK(pg.run_tool("psql", {"-X", "-At", "-d", via(px), "-c", "select 'still here'"}, &out) == 0);
+  CHECK(out == "still here\n");
+  REQUIRE(px.stop() == 0);
+  std::string err = px.err();
+  INFO(err);
+  CHECK(lines_with(err, "data after SSLRequest before the TLS handshake") == 1);
+  CHECK(lines_with(err, "closed: client TLS handshake") == 1);
 }
