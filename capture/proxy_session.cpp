@@ -688,13 +688,30 @@ class ProxyLoop final : public EventLoop {
   // An AuthenticationSASL (m, whole bytes) without SCRAM-SHA-256-PLUS.
   bool forward_sasl(Session* s, const uint8_t* m, uint32_t whole) {
     uint8_t out[1024];
-    if (whole > sizeof out) return put(s, 0, m, whole) || (tls_failed(s, 0), false);
+    const uint8_t* send = out;
+    uint32_t len = 0;
+    if (whole > sizeof out) {  // no list of known mechanisms is this long: pass it on as it is
+      send = m;
+      len = whole;
+    } else {
+      len = strip_plus(s, m, whole, out);
+    }
+    if (!put(s, 0, send, len)) {
+      tls_failed(s, 0);
+      return false;
+    }
+    return true;
+  }
+
+  // Copies the AuthenticationSASL m (whole bytes) to out without
+  // SCRAM-SHA-256-PLUS; returns the new length.
+  uint32_t strip_plus(Session* s, const uint8_t* m, uint32_t whole, uint8_t* out) {
     std::memcpy(out, m, 9);
     uint32_t o = 9;
     for (uint32_t i = 9; i < whole;) {
       const char* name = reinterpret_cast<const char*>(m + i);
       const size_t len = strnlen(name, whole - i);
-      if (len == 0) break;
+      if (len == 0 || i + len >= whole) break;  // the list's end (or a name without its NUL)
       if (std::string_view(name, len) == kPlus) s->plus_dropped = true;
       else {
         std::memcpy(out + o, name, len + 1);
@@ -705,11 +722,7 @@ class ProxyLoop final : public EventLoop {
     out[o++] = 0;
     wr32(out + 1, o - 1);
     if (s->plus_dropped) s->frontend_at_drop = s->dec.stats().messages[0];
-    if (!put(s, 0, out, o)) {
-      tls_failed(s, 0);
-      return false;
-    }
-    return true;
+    return o;
   }
 
   // Flow f's source closed or failed.
