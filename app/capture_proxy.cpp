@@ -3,6 +3,7 @@
 #include "app/capture_server.h"
 #include "app/command.h"
 #include "app/progress.h"
+#include "app/proxy_tls.h"
 #include "capture/proxy.h"
 #include "app/stop_signals.h"
 #include "common/error.h"
@@ -32,6 +33,7 @@ struct CaptureProxyOptions {
   int compression_level = capture::ProxyOptions{}.compression_level;
   std::string conninfo;      // "" = the upstream's host and port, dbname=postgres
   double progress_s = -1;    // -P: see progress_period()
+  ProxyTlsFlags tls;
 };
 
 void run_capture_proxy(const CaptureProxyOptions& o) {
@@ -43,6 +45,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   po.threads = o.threads;
   po.io = o.io;
   po.compression_level = o.compression_level;
+  apply_proxy_tls_flags(o.tls, po);
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
   if (o.on_overflow == "drop") po.drop_on_overflow = true;
   else if (o.on_overflow != "block")
@@ -63,6 +66,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   capture::Proxy proxy(po);  // checks --listen and --upstream: a bad one is the only line
   if (!no_settings.empty()) say_settings_skipped("capture proxy", no_settings + " (give --conninfo)");
   proxy.start();
+  say_tls_fingerprint("capture proxy", proxy);
   std::fprintf(stderr, "tierlab capture proxy: listening on %s, upstream %s, recording to %s\n",
                proxy.listening().c_str(), o.upstream.c_str(), o.out.c_str());
   std::fflush(stderr);
@@ -107,8 +111,9 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
               static_cast<unsigned long long>(s.connections));
   if (s.connections > s.sessions)
     std::printf(
-        "connections without a session: %llu (a client that asked for TLS or GSS encryption, which the proxy "
-        "refuses, and would not go on in plaintext; a cancel request; or a client that left during startup)\n",
+        "connections without a session: %llu (a cancel request; a client that asked for TLS (under "
+        "--client-tls disable) or GSS encryption, which the proxy refuses, and would not go on in plaintext; a "
+        "client whose TLS handshake failed or that left during startup)\n",
         static_cast<unsigned long long>(s.connections - s.sessions));
   std::printf("statements: %llu\n", static_cast<unsigned long long>(s.statements));
   std::printf("transactions: %llu\n", static_cast<unsigned long long>(s.transactions));
@@ -154,6 +159,7 @@ void setup_capture_proxy(CLI::App& parent) {
                   "close sessions sending a larger message (e.g. 64MB)")
       ->capture_default_str();
   add_compress_level(*cmd, opt->compression_level);
+  add_proxy_tls_flags(*cmd, opt->tls, "");
   cmd->add_option("--conninfo", opt->conninfo,
                   "libpq connection string to read the server's durability settings (fsync, synchronous_commit, "
                   "...) into the trace (default: the upstream's host and port, dbname=postgres)");

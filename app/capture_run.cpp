@@ -10,6 +10,7 @@
 #include "capture/block.h"
 #include "capture/file_io.h"
 #include "capture/proxy.h"
+#include "app/proxy_tls.h"
 #include "capture/run.h"
 #include "capture/sniff.h"
 #include "common/error.h"
@@ -48,6 +49,7 @@ struct CaptureRunOptions {
   std::string upstream;
   int threads = 0;
   std::string io = "auto";
+  ProxyTlsFlags tls;
   // Passive mode.
   std::string interface;
   uint16_t port = 0;
@@ -158,9 +160,13 @@ class ProxyCapture : public TxCapture {
     po.out = part;
     po.threads = o.threads;
     po.io = o.io;
+    apply_proxy_tls_flags(o.tls, po);
     proxy_ = std::make_unique<capture::Proxy>(po);
   }
-  void start() override { proxy_->start(); }
+  void start() override {
+    proxy_->start();
+    say_tls_fingerprint("capture run", *proxy_);
+  }
   std::string where() const override { return "listening on " + proxy_->listening() + ", upstream " + upstream_; }
   bool failed() const override { return proxy_->failed(); }
   void stop() override { proxy_->stop(); }
@@ -648,6 +654,8 @@ void setup_capture_run(CLI::App& parent) {
                              "proxy: event loop: io_uring, epoll, or auto (io_uring where the kernel has it, else epoll)")
                  ->check(CLI::IsMember({"auto", "io_uring", "epoll"}))
                  ->capture_default_str();
+  auto tls_flags = std::make_shared<std::vector<CLI::Option*>>();
+  add_proxy_tls_flags(*cmd, opt->tls, "proxy: ", tls_flags.get());
   auto* iface = cmd->add_option("--interface,-i", opt->interface,
                                 "passive: capture packets on this interface (lo, eth0, any); needs root");
   auto* port = cmd->add_option("--port,-p", opt->port, "passive: the server's TCP port");
@@ -672,8 +680,9 @@ void setup_capture_run(CLI::App& parent) {
   cmd->add_flag("--no-file-io", opt->no_file_io,
                 "do not record the server's file I/O (recorded by default where it can be: root and the "
                 "kernel's syscall tracepoints; it gives project --memory its miss-ratio curve)");
-  cmd->callback([opt, listen, upstream, threads, io, iface, port, host, buffer] {
+  cmd->callback([opt, listen, upstream, threads, io, tls_flags, iface, port, host, buffer] {
     opt->proxy_flags = listen->count() + upstream->count() + threads->count() + io->count() > 0;
+    for (CLI::Option* f : *tls_flags) opt->proxy_flags |= f->count() > 0;
     opt->passive_flags = iface->count() + port->count() + host->count() + buffer->count() > 0;
     run_capture_run(*opt);
   });

@@ -1,5 +1,7 @@
 // The capture proxy: a transparent PostgreSQL wire-protocol proxy that
-// forwards every byte unchanged and records each session into a trace.
+// forwards every byte of the protocol unchanged (TLS, when used, ends at
+// the proxy on each side; the one message it edits is a TLS server's offer
+// of SCRAM mechanisms, see below) and records each session into a trace.
 //
 // Clients connect to the proxy (TCP and/or a unix socket directory); for
 // each client the proxy opens a connection to the upstream server. Bytes are
@@ -7,9 +9,19 @@
 // SessionDecoder (capture/wire.h) whose records go through a bounded queue
 // to one writer thread that owns the trace::Writer.
 //
-// The proxy itself answers SSLRequest and GSSENCRequest with 'N' (the client
-// continues in plaintext); CancelRequest is forwarded upstream on the new
-// connection opened for it. When the upstream cannot be reached or goes
+// TLS: the proxy terminates it on each side (common/tls.h, over the same
+// event loop). A client's SSLRequest is answered 'S' (ProxyOptions::
+// client_tls, the certificate from tls_cert/tls_key or a self-signed one made
+// at start) and the handshake done by the proxy; GSSENCRequest is answered
+// 'N'. Towards the upstream the proxy asks for TLS as libpq's sslmode says
+// (upstream_sslmode; never on a unix socket, nor for a CancelRequest). The
+// decoder sees the decrypted protocol, and each session's TLS version and
+// cipher per side are recorded in a Meta record "session.ID.tls" (value
+// "client=TLSv1.3/TLS_AES_256_GCM_SHA384 server=none"). SCRAM's channel
+// binding cannot pass a hop that terminates TLS: the proxy removes
+// SCRAM-SHA-256-PLUS from the mechanisms the server offers, and answers the
+// server's channel-binding refusal with its own error naming why.
+// CancelRequest is forwarded upstream on the new connection opened for it. When the upstream cannot be reached or goes
 // away, the client receives a FATAL ErrorResponse (SQLSTATE 08001 or 08006)
 // when the server's stream is at a message boundary, then the connection is
 // closed; other sessions carry on. A malformed or oversized message from
@@ -58,6 +70,18 @@ struct ProxyOptions {
   // the proxy's CPU goes to forwarding, and its level made no measurable
   // difference to it, while level 1 keeps pgbench traces a sixth smaller.
   int compression_level = 1;
+  // TLS with clients: "disable" (SSLRequest answered 'N'), "allow" (the
+  // client chooses) or "require" (a StartupMessage outside TLS is refused
+  // with a FATAL ErrorResponse; CancelRequest is still taken).
+  std::string client_tls = "allow";
+  // The proxy's certificate (chain) and key, PEM; both "": a self-signed
+  // certificate made at start (tls_fingerprint()).
+  std::string tls_cert, tls_key;
+  // TLS to the upstream, libpq's sslmode: disable, allow, prefer, require,
+  // verify-ca, verify-full.
+  std::string upstream_sslmode = "prefer";
+  std::string upstream_sslrootcert;                 // CA certificates for verify-ca/verify-full
+  std::string upstream_sslcert, upstream_sslkey;    // a client certificate, or ""
   // Meta records written at the start after the proxy's own (the server's
   // settings, read by the caller).
   std::vector<std::pair<std::string, std::string>> meta;
@@ -92,6 +116,9 @@ class Proxy {
   // path when there is one.
   std::string listening() const;
   int port() const;
+  // The SHA-256 fingerprint of the self-signed certificate made at start,
+  // "" when the certificate came from files or client TLS is disabled.
+  std::string tls_fingerprint() const;
 
   // Starts the event-loop threads and the writer thread.
   void start();

@@ -8,12 +8,14 @@
 //    queued as submissions and handed to the kernel together with the wait,
 //    in one io_uring_enter per round;
 //  - epoll: recv/send/epoll_wait.
-// Both forward every byte unchanged and feed the same bytes to the decoder.
+// Both forward every byte unchanged and feed the same bytes to the decoder;
+// TLS (common/tls.h) sits above either backend, in the session policy.
 #pragma once
 
 #include "capture/proxy.h"
 #include "capture/wire.h"
 #include "common/clock.h"
+#include "common/tls.h"
 #include "trace/record.h"
 
 #include <sys/socket.h>
@@ -33,6 +35,7 @@ struct Addr {
   sockaddr_storage ss{};
   socklen_t len = 0;
   std::string text;
+  std::string host;  // the host name or address given (TLS: SNI and verify-full)
   bool is_unix = false;
   int port = 0;
 };
@@ -68,6 +71,11 @@ struct Shared {
   Addr upstream;
   int unix_fd = -1;   // shared unix listener, or -1
   int stop_fd = -1;   // eventfd: readable once the loops must stop
+  enum class ClientTls : uint8_t { Disable, Allow, Require } client_tls = ClientTls::Allow;
+  std::unique_ptr<TlsContext> client_ctx;    // the proxy's server side, unless Disable
+  SslMode upstream_mode = SslMode::Prefer;
+  std::unique_ptr<TlsContext> upstream_ctx;  // unless Disable
+  bool self_signed = false;
   std::atomic<uint64_t> next_id{1};
 };
 
@@ -93,17 +101,20 @@ std::unique_ptr<EventLoop> make_uring_loop(Shared& px, int tcp_fd, RecordSink& s
 std::string uring_unsupported();
 
 // Startup packets a loop has collected from a client, at buf[head, len).
-// SSLRequest and GSSENCRequest are answered 'N' on client_fd (the client
-// continues in plaintext) and consumed; a StartupMessage or CancelRequest
-// ends the startup: the rest of the bytes are fed to dec and go upstream.
+// An SSLRequest or GSSENCRequest is consumed and Answer returned with the
+// byte the caller sends the client: 'S' for an SSLRequest when offer_tls
+// (the request is not given to dec: the session's decoded stream starts
+// inside TLS), else 'N' (the request and the 'N' go to dec, as the client
+// goes on in plaintext). A StartupMessage or CancelRequest ends the startup:
+// the rest of the bytes are fed to dec and go upstream.
 enum class StartupStep : uint8_t {
   NeedMore,       // incomplete: read more
+  Answer,         // send *answer, then call again
   Connect,        // a StartupMessage or CancelRequest: connect upstream, send buf[head, len)
   ProtocolError,  // *why says what
-  ClientGone,     // the 'N' could not be sent
 };
-StartupStep startup_step(SessionDecoder& dec, int client_fd, uint8_t* buf, uint32_t& head, uint32_t& len,
-                         uint32_t max_startup, const char** why);
+StartupStep startup_step(SessionDecoder& dec, uint8_t* buf, uint32_t& head, uint32_t& len, uint32_t max_startup,
+                         bool offer_tls, char* answer, const char** why);
 
 // A non-blocking socket for the upstream (TCP_NODELAY on TCP), or -1 with
 // errno set.

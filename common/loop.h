@@ -119,9 +119,8 @@ std::unique_ptr<Loop> make_loop(bool uring, const LoopOptions& o);
 // (probed once per process).
 std::string loop_uring_missing();
 
-// The seam for a TLS stage between a connection's buffers and its session.
-// tierlab has no stage yet: the proxy's sessions read the loop's buffers
-// directly. One stage per connection, the same code on every backend
+// The seam for a TLS stage between a connection's buffers and its session
+// (common/tls.h: TlsStage, used by the capture proxy). One stage per connection, the same code on every backend
 // (OpenSSL with memory BIOs, buffers sized at session start):
 //  - a Data event's ciphertext goes to decrypt(), and the buffer is released;
 //    the plaintext it completes goes to the session as if it had come from

@@ -148,9 +148,13 @@ uint64_t allocations_of_queries(PGconn* c, int n) {
 
 }  // namespace
 
-TEST_CASE("proxy forwarding allocates nothing per statement, on either event loop", "[proxy][pg][alloc]") {
+TEST_CASE("proxy forwarding allocates nothing per statement, on either event loop, in plaintext and over TLS",
+          "[proxy][pg][alloc]") {
   const std::string io = GENERATE(as<std::string>{}, "io_uring", "epoll");
-  INFO(io);
+  // disable: the zero-copy path; require: the client's TLS to the proxy
+  // (the copying path, and the stage's encryption and decryption).
+  const std::string sslmode = GENERATE(as<std::string>{}, "disable", "require");
+  INFO(io << " sslmode=" << sslmode);
   if (io == "io_uring" && !loop_uring_missing().empty()) test::skip("io_uring loop not available: " + loop_uring_missing());
   auto& pg = test::shared_server();
   test::TempDir dir;
@@ -162,9 +166,11 @@ TEST_CASE("proxy forwarding allocates nothing per statement, on either event loo
   o.io = io;
   Proxy px(o);
   px.start();
-  std::string ci = "host=127.0.0.1 port=" + std::to_string(px.port()) + " dbname=postgres user=" + pg.superuser();
+  std::string ci = "host=127.0.0.1 port=" + std::to_string(px.port()) + " dbname=postgres user=" + pg.superuser() +
+                   " sslmode=" + sslmode;
   PGconn* c = PQconnectdb(ci.c_str());
   REQUIRE(PQstatus(c) == CONNECTION_OK);
+  CHECK(PQsslInUse(c) == (sslmode == "require"));
   allocations_of_queries(c, 200);  // warm-up
   uint64_t few = allocations_of_queries(c, 100);
   uint64_t many = allocations_of_queries(c, 1000);
