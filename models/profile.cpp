@@ -5,6 +5,7 @@
 #include "common/histogram.h"
 #include "common/units.h"
 #include "models/mrc.h"
+#include "models/profile_counters.h"
 
 #include <algorithm>
 #include <cctype>
@@ -114,6 +115,7 @@ struct ProfileBuilder::Impl {
   StackDistances file_stack, block_stack;
   std::unordered_map<std::string, uint64_t> file_ids;
   std::map<std::string, Counter> counters;
+  CounterSeries counter_series;  // the counters a host-less capture's figures come from
   std::map<std::string, std::string> meta;
   std::unordered_set<int32_t> server_pids;  // Meta "server.pid" (and "postmaster_pid")
 
@@ -239,6 +241,7 @@ struct ProfileBuilder::Impl {
             }
             c.last_ts = r.ts;
             c.last = b.value;
+            counter_series.add(b.name, r.ts, b.value);
           } else if constexpr (std::is_same_v<T, Meta>) {
             if (b.key == "server.pid" || b.key == "postmaster_pid")
               server_pids.insert(static_cast<int32_t>(std::strtol(std::string(b.value).c_str(), nullptr, 10)));
@@ -338,6 +341,11 @@ Profile ProfileBuilder::Impl::finish(const std::string& source) {
             [](const TemplateStats& a, const TemplateStats& b) { return a.count > b.count; });
   samples(p, w0, w1);
   memory(p);
+  std::vector<Nanos> ends;
+  ends.reserve(txs.size());
+  for (const auto& [pid, t] : txs) ends.push_back(t.end);
+  std::sort(ends.begin(), ends.end());
+  profile_from_counters(p, counter_series, meta, ends);
   return p;
 }
 

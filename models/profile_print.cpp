@@ -56,7 +56,7 @@ void print_profile(std::ostream& out, const Profile& p) {
         << ")\n";
   else
     out << "  cpu: not sampled\n";
-  if (p.has_block_io) {
+  if (p.has_block_io || p.io_from_counters) {
     out << "  device reads: " << fmt("%.3f", p.reads_per_tx) << " (" << format_bytes(p.read_bytes_per_tx)
         << ")\n";
     out << "  device writes by the backend: " << fmt("%.3f", p.sync_writes_per_tx) << " ("
@@ -66,8 +66,9 @@ void print_profile(std::ostream& out, const Profile& p) {
     out << "  pg blocks read " << fmt("%.2f", p.pg_blks_read_per_tx) << ", hit "
         << fmt("%.2f", p.pg_blks_hit_per_tx) << "\n";
   if (p.pg_wal_bytes_per_tx >= 0) out << "  WAL " << format_bytes(p.pg_wal_bytes_per_tx) << "\n";
-  if (p.has_block_io) {
-    out << "\ndevice" << (p.device.empty() ? "" : " " + p.device) << ": "
+  if (p.has_block_io || p.io_from_counters) {
+    out << "\ndevice" << (p.device.empty() ? "" : " " + p.device) << (p.io_from_counters ? " (from counters)" : "")
+        << ": "
         << fmt("%.0f", p.device_read_iops) << " read IOPS, " << fmt("%.0f", p.device_write_iops)
         << " write IOPS; background writes " << fmt("%.1f/s", p.background_writes_per_s) << " ("
         << format_bytes(p.background_write_bytes_per_s) << "/s), other reads "
@@ -96,8 +97,14 @@ void print_profile(std::ostream& out, const Profile& p) {
     }
     if (p.cap_bound)
       out << "  this capture looks cap-bound at ~" << fmt("%.0f", p.cap_iops) << " " << p.cap_op
-          << " IOPS: steady while its requests waited before issue (project takes it as the capture's "
-             "tier; give --captured-on or --captured-iops-cap to say otherwise)\n";
+          << (p.io_from_counters ? " IOPS: steady while the transactions waited on reads"
+                                 : " IOPS: steady while its requests waited before issue")
+          << " (project takes it as the capture's tier; give --captured-on or --captured-iops-cap to say "
+             "otherwise)\n";
+  }
+  if (!p.sources.empty()) {
+    out << "\nsources:\n";
+    for (const auto& [figure, from] : p.sources) out << "  " << figure << ": " << from << "\n";
   }
   out << "\nmemory at capture: "
       << (p.memory_bytes > 0 ? format_bytes(p.memory_bytes) : std::string("unknown"))
@@ -184,7 +191,11 @@ std::string profile_json(const Profile& p, int indent) {
     dev["cap_op"] = p.cap_op;
     dev["cap_iops"] = p.cap_iops;
   }
+  dev["from_counters"] = p.io_from_counters;
+  dev["latency_holds_cap_wait"] = p.latency_holds_cap_wait;
   j["device"] = dev;
+  auto& src = j["sources"] = nlohmann::json::array();
+  for (const auto& [figure, from] : p.sources) src.push_back({{"figure", figure}, {"source", from}});
   j["memory_bytes"] = p.memory_bytes;
   j["shared_buffers_bytes"] = p.shared_buffers_bytes;
   nlohmann::json m;
