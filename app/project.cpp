@@ -104,6 +104,9 @@ void run_project(const ProjectCliOptions& o) {
   const bool is_json = o.trace.size() > 5 && o.trace.compare(o.trace.size() - 5, 5, ".json") == 0;
   models::Profile profile = is_json ? models::read_profile_json(o.trace) : models::profile_file(o.trace);
   models::Projection p = models::project(profile, tiers, po);
+  // A host-less capture's figures come from counters: each says which.
+  if (profile.io_from_counters)
+    for (const auto& [figure, from] : profile.sources) p.notes.push_back("source of " + figure + ": " + from);
   // The interval: each window of the capture projected alone.
   int n = o.windows.value_or(models::windows_for(profile));
   if (o.windows && n >= 2 && models::windows_for(profile, n) < n)

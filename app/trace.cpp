@@ -497,7 +497,7 @@ void run_merge(const MergeOptions& o) {
     if (in.records)
       std::printf(", %s to %s", wall_text(in.first_wall_ns).c_str(), wall_text(in.last_wall_ns).c_str());
     if (&in != &res.inputs.front()) std::printf(", moved %+.3f s", static_cast<double>(in.shift_ns) / 1e9);
-    if (in.session_base) std::printf(", sessions renumbered from %llu", static_cast<unsigned long long>(in.session_base + 1));
+    if (in.session_base && in.sessions_top) std::printf(", sessions renumbered from %llu", static_cast<unsigned long long>(in.session_base + 1));
     std::printf("\n");
   }
   if (!res.overlap)

@@ -31,6 +31,7 @@ MergeResult merge_on_wall_clock(const std::vector<std::string>& inputs, const st
       any = true;
     }
     next_base += top;
+    in.sessions_top = top;
     res.inputs.push_back(in);
   }
   const MergeInput& first = res.inputs.front();

@@ -15,6 +15,7 @@ struct MergeInput {
   uint64_t records = 0;
   Nanos shift_ns = 0;       // added to its times: its realtime offset minus the first input's
   uint64_t session_base = 0;  // added to its session ids (0 stays "no session")
+  uint64_t sessions_top = 0;  // its highest session id (0: no sessions)
   Nanos first_wall_ns = 0, last_wall_ns = 0;  // wall-clock span of its records (0, 0: none)
 };
 

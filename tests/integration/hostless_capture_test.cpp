@@ -5,13 +5,18 @@
 #include "trace/reader.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <climits>
+#include <ctime>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -141,4 +146,130 @@ TEST_CASE("capture run --hostless samples pg_stat_statements per queryid when it
     if (k.rfind("pg.stmt.", 0) == 0 && v.find("pgbench_accounts") != std::string::npos) ++texts;
   CHECK(calls >= 5);  // pgbench's statements, each its queryid
   CHECK(texts >= 2);  // UPDATE and SELECT of pgbench_accounts
+}
+
+namespace {
+
+// get-metric-data's JSON for the wall-clock span of `trace`: one datapoint
+// a second (a high-resolution period), newest first, as the aws CLI prints.
+std::string metrics_for(const std::string& trace) {
+  auto r = trace::open_reader(trace);
+  const int64_t offset = r->header().realtime_offset_ns;
+  trace::Record rec;
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  while (r->next(rec)) {
+    first = std::min(first, rec.ts + offset);
+    last = std::max(last, rec.ts + offset);
+  }
+  std::vector<std::string> times;
+  for (int64_t s = last / 1'000'000'000 + 1; s >= first / 1'000'000'000 - 1; --s) {
+    time_t t = static_cast<time_t>(s);
+    char b[40];
+    std::strftime(b, sizeof b, "\"%Y-%m-%dT%H:%M:%S+00:00\"", std::gmtime(&t));
+    times.push_back(b);
+  }
+  auto series = [&](const std::string& id, const std::string& label, double v, double wobble) {
+    std::string ts, vs;
+    for (size_t i = 0; i < times.size(); ++i) {
+      ts += (i ? ",\n                " : "") + times[i];
+      vs += (i ? ",\n                " : "") + std::to_string(v + (i % 2 ? wobble : -wobble));
+    }
+    return "        {\n            \"Id\": \"" + id + "\",\n            \"Label\": \"" + label +
+           "\",\n            \"Timestamps\": [\n                " + ts + "\n            ],\n            \"Values\": [\n"
+           "                " + vs + "\n            ],\n            \"StatusCode\": \"Complete\"\n        }";
+  };
+  return "{\n    \"MetricDataResults\": [\n" + series("readiops", "ReadIOPS", 3000, 5) + ",\n" +
+         series("writeiops", "WriteIOPS", 300, 20) + ",\n" + series("readlatency", "ReadLatency", 0.002, 0) + ",\n" +
+         series("writelatency", "WriteLatency", 0.001, 0) + ",\n" + series("m5", "DiskQueueDepth", 8, 1) + ",\n" +
+         series("cpu", "CPUUtilization", 40, 2) + ",\n" + series("mem", "FreeableMemory", 2e9, 1e6) + ",\n" +
+         series("net", "NetworkReceiveThroughput", 1e6, 0) + "\n    ],\n    \"Messages\": []\n}\n";
+}
+
+bool has_source(const nlohmann::json& profile, const std::string& figure, const std::string& part) {
+  for (const auto& s : profile["sources"])
+    if (s["figure"] == figure && s["source"].get<std::string>().find(part) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("host-less: capture run, capture import --cloudwatch, trace merge and project from the result",
+          "[integration][hostless]") {
+  auto& pg = test::shared_server();
+  TempDir dir;
+  const std::string trace = dir.file("hostless.tlt");
+  auto capture = hostless_capture(pg, trace, 8);
+  INFO(capture.out << capture.err);
+  REQUIRE(capture.status == 0);
+
+  // Without the provider's metrics: reads from pg_stat_database (PostgreSQL
+  // 15 has no pg_stat_io), said to count the page cache's hits.
+  auto alone = test::run_tierlab({"profile", "--json", trace});
+  REQUIRE(alone.status == 0);
+  auto aj = nlohmann::json::parse(alone.out);
+  CHECK(has_source(aj, "device reads per transaction", "pg_stat_database blks_read (reads from the OS: page-cache hits included)"));
+  CHECK(has_source(aj, "commit writes and WAL flushes", "pg_stat_wal"));
+  CHECK(aj["per_transaction"]["cpu_ms"].is_null());
+
+  // The provider's metrics of the same window, in get-metric-data's shape.
+  {
+    std::ofstream f(dir.file("metrics.json"));
+    f << metrics_for(trace);
+  }
+  auto imp = test::run_tierlab({"capture", "import", "--cloudwatch", dir.file("metrics.json"), "--vcpus", "2",
+                                "--memory", "4GiB", "--out", dir.file("metrics.tlt")});
+  INFO(imp.out << imp.err);
+  REQUIRE(imp.status == 0);
+  CHECK(imp.out.find("8 metrics (7 the models use)") != std::string::npos);
+  CHECK(imp.out.find("note: 'NetworkReceiveThroughput' is not a metric the models use") != std::string::npos);
+
+  auto merge = test::run_tierlab({"trace", "merge", trace, dir.file("metrics.tlt"), "--out", dir.file("both.tlt")});
+  INFO(merge.out << merge.err);
+  REQUIRE(merge.status == 0);
+  CHECK(merge.out.find("warning") == std::string::npos);
+
+  auto prof = test::run_tierlab({"profile", "--json", dir.file("both.tlt")});
+  INFO(prof.err);
+  REQUIRE(prof.status == 0);
+  auto j = nlohmann::json::parse(prof.out);
+  const double tps = j["tps"].get<double>();
+  REQUIRE(tps > 50);
+  CHECK(j["per_transaction"]["device_reads"].get<double>() == Approx(3000 / tps).epsilon(0.02));
+  CHECK(has_source(j, "device reads per transaction", "provider (cloudwatch) ReadIOPS"));
+  CHECK(has_source(j, "device read latency", "ReadLatency"));
+  CHECK(has_source(j, "CPU per transaction", "CPUUtilization"));
+  CHECK(j["per_transaction"]["cpu_ms"].get<double>() == Approx(0.4 * 2 / tps * 1e3).epsilon(0.06));
+  CHECK(has_source(j, "commit writes and WAL flushes", "pg_stat_wal wal_write and wal_sync"));
+  CHECK(j["per_transaction"]["sync_writes"].get<double>() > 0);  // WAL writes (the test server runs fsync=off: no flushes)
+  CHECK(j["memory_bytes"].get<double>() == 4.0 * (1ull << 30));
+  // Steady at 3,000 reads a second while reads took a good part of each
+  // transaction: cap-bound.
+  CHECK(j["device"]["cap_bound"] == true);
+  CHECK(j["device"]["cap_iops"].get<double>() == Approx(3000).epsilon(0.01));
+
+  auto proj = test::run_tierlab({"project", dir.file("both.tlt"), "--tier", "ebs-gp3", "--tier", "nvme-local",
+                                 "--json", "-"});
+  INFO(proj.err);
+  REQUIRE(proj.status == 0);
+  auto pj = nlohmann::json::parse(proj.out);
+  CHECK(pj["capture_tier"]["source"] == "detected");
+  CHECK(pj["per_transaction"]["device_reads"].get<double>() == Approx(3000 / tps).epsilon(0.02));
+  bool named = false;
+  for (const auto& n : pj["notes"])
+    named |= n.get<std::string>().rfind("source of device reads per transaction: provider (cloudwatch) ReadIOPS", 0) == 0;
+  CHECK(named);
+  REQUIRE(pj["tiers"].size() == 2);
+  CHECK(pj["tiers"][1]["tps"].get<double>() > pj["capture"]["measured_tps"].get<double>());
+
+  // The example of tests/data is of another day: merged, it is said not to
+  // overlap, and the capture's profile goes on without it.
+  const std::string example = std::string(TIERLAB_SOURCE_DIR) + "/tests/data/cloudwatch-rds-example.json";
+  auto ex = test::run_tierlab({"capture", "import", "--cloudwatch", example, "--out", dir.file("example.tlt")});
+  REQUIRE(ex.status == 0);
+  auto other = test::run_tierlab({"trace", "merge", trace, dir.file("example.tlt"), "--out", dir.file("apart.tlt")});
+  REQUIRE(other.status == 0);
+  CHECK(other.out.find("warning: the traces do not all overlap in time") != std::string::npos);
+  auto apart = test::run_tierlab({"profile", "--json", dir.file("apart.tlt")});
+  REQUIRE(apart.status == 0);
+  CHECK(has_source(nlohmann::json::parse(apart.out), "device reads per transaction", "pg_stat_database blks_read"));
 }
