@@ -159,7 +159,7 @@ TEST_CASE("cli: capture block without root is one clear error", "[block][cli]") 
   CHECK(tierlab::test::count_lines(r.err) == 1);
 }
 
-TEST_CASE("cli: capture import --cloudwatch reads the aws CLI's JSON; a wrong file is one line, exit 2",
+TEST_CASE("cli: capture import --cloudwatch reads the aws CLI's JSON, and a wrong file is one line, exit 2",
           "[import][cli][cloudwatch]") {
   TempDir dir;
   const std::string example = std::string(TIERLAB_SOURCE_DIR) + "/tests/data/cloudwatch-rds-example.json";
