@@ -68,6 +68,8 @@ std::string PgSampler::value(const char* sql) {
   return v;
 }
 
+bool PgSampler::connected() const { return ok() && PQstatus(conn_) == CONNECTION_OK; }
+
 int PgSampler::version_num() {
   std::string v = value("SHOW server_version_num");
   return v.empty() ? 0 : std::atoi(v.c_str());
@@ -224,6 +226,10 @@ bool CounterSampler::sample(std::vector<std::pair<std::string, double>>& out,
   for (auto& g : groups_) {
     if (!g.on) continue;
     if (!pg_.rows(g.sql.c_str(), rows, err)) {
+      if (!pg_.connected()) {
+        say_("PostgreSQL counters stopped: the connection was lost (" + err + ")");
+        return false;
+      }
       g.on = false;
       say_(g.name + " not sampled: " + err);
       continue;

@@ -38,6 +38,9 @@ class PgSampler {
   // First column of the first row, or "" on failure.
   std::string value(const char* sql);
 
+  // The connection still works (it was made and has not been lost).
+  bool connected() const;
+
   // The server_version_num, 0 when unknown.
   int version_num();
 
@@ -86,8 +89,8 @@ class CounterSampler {
   CounterSampler(const CounterSampler&) = delete;
   CounterSampler& operator=(const CounterSampler&) = delete;
   // One round: appends (name, value) per counter, and to `meta` the texts
-  // of statements not seen before. False when no view could be read (the
-  // connection is gone).
+  // of statements not seen before. False when the connection is lost (said
+  // once through `say`) or no view is left to read.
   bool sample(std::vector<std::pair<std::string, double>>& out,
               std::vector<std::pair<std::string, std::string>>& meta);
   // The groups still sampled ("pg_stat_database", "pg_stat_io", ...).

@@ -273,3 +273,27 @@ TEST_CASE("host-less: capture run, capture import --cloudwatch, trace merge and 
   REQUIRE(apart.status == 0);
   CHECK(has_source(nlohmann::json::parse(apart.out), "device reads per transaction", "pg_stat_database blks_read"));
 }
+
+TEST_CASE("capture run --hostless: a server that goes away stops the counters with one line, the capture goes on",
+          "[integration][hostless]") {
+  pgtmp::Server pg(test::fast_server_options());
+  TempDir dir;
+  const int port = pgtmp::free_port();
+  test::RunResult capture;
+  std::thread t([&] {
+    capture = test::run_tierlab({"capture", "run", "--hostless", "--listen", "127.0.0.1:" + std::to_string(port),
+                                 "--upstream", pg.host() + ":" + std::to_string(pg.port()), "--conninfo",
+                                 pg.conninfo(), "--out", dir.file("gone.tlt"), "--duration", "4s",
+                                 "--sample-interval", "100ms"});
+  });
+  for (int i = 0; i < 100 && !listening(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  pg.stop(true);
+  t.join();
+  INFO(capture.out << capture.err);
+  CHECK(capture.status == 0);
+  CHECK(occurrences(capture.err, "PostgreSQL counters stopped: the connection was lost") == 1);
+  CHECK(occurrences(capture.err, " not sampled: ") == 2);  // pg_stat_io and pg_stat_statements, at the start
+  Seen s = read_trace(dir.file("gone.tlt"));
+  CHECK(s.samples["pg.xact_commit"] >= 5);
+}
