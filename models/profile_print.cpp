@@ -196,6 +196,7 @@ std::string profile_json(const Profile& p, int indent) {
   j["device"] = dev;
   auto& src = j["sources"] = nlohmann::json::array();
   for (const auto& [figure, from] : p.sources) src.push_back({{"figure", figure}, {"source", from}});
+  j["vcpus"] = p.vcpus;  // the server's at capture, 0 when unknown
   j["memory_bytes"] = p.memory_bytes;
   j["shared_buffers_bytes"] = p.shared_buffers_bytes;
   nlohmann::json m;

@@ -3,6 +3,7 @@
 // with its source named.
 #include "models/profile.h"
 #include "models/project.h"
+#include "models/synth.h"
 
 #include <catch2/catch.hpp>
 
@@ -118,6 +119,17 @@ TEST_CASE("profile: a host-less capture with the provider's metrics takes its fi
   CHECK(pr.tiers[0].tps == Approx(100).epsilon(0.05));
   CHECK(pr.tiers[1].tps > 150);
   for (const auto& n : pr.notes) CHECK(n.find("a lower bound") == std::string::npos);
+
+  // `profile --json` read back by `project FILE.json` keeps all of it.
+  Profile back = profile_from_json(profile_json(p), "p.json");
+  CHECK(back.io_from_counters);
+  CHECK(back.latency_holds_cap_wait);
+  CHECK(back.sources == p.sources);
+  CHECK(back.vcpus == 4);
+  CHECK(back.cap_op == "read");
+  auto pr2 = project(back, {capped, nvme}, ProjectOptions{});
+  CHECK(pr2.tiers[1].tps == Approx(pr.tiers[1].tps).epsilon(0.01));
+  for (const auto& n : pr2.notes) CHECK(n.find("a lower bound") == std::string::npos);
 }
 
 TEST_CASE("profile: without the provider's metrics, reads come from pg_stat_io or blks_read and say so",
