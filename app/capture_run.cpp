@@ -66,6 +66,7 @@ struct CaptureRunOptions {
   bool all_processes = false;  // block I/O of every process, not only the server's
   bool no_file_io = false;
   double progress_s = -1;  // -P: see progress_period()
+  bool hostless = false;   // sample the server over SQL only, wherever it runs
 };
 
 void say(const std::string& line) {
@@ -342,6 +343,8 @@ void run_capture_run(const CaptureRunOptions& o) {
   int64_t interval = parse_positive_duration("--sample-interval", o.sample_interval);
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
   capture::check_pid("--pid", o.pid);
+  if (o.hostless && (!o.device.empty() || o.pid != 0))
+    throw InputError("capture run: --hostless samples the server over SQL only: no --device or --pid with it");
   if (!o.device.empty()) capture::resolve_block_device(o.device);  // bad name -> exit 2 now
   capture::SniffOptions so;
   if (passive) {
@@ -385,12 +388,23 @@ void run_capture_run(const CaptureRunOptions& o) {
   int32_t postmaster = o.pid;
   std::string datadir;
   std::vector<std::pair<std::string, std::string>> meta;
+  // A server elsewhere (a managed one: RDS, Aurora, Cloud SQL) is sampled
+  // over SQL only: its processes and devices are not this machine's.
+  std::string peer;
+  const bool hostless = o.hostless || (pg.ok() && o.pid == 0 && !pg.server_on_this_machine(&peer));
+  if (o.hostless) peer = server;
+  if (hostless) {
+    meta.push_back({"capture.hostless", peer});
+    say("host-less capture of " + peer + (o.hostless ? "" : " (not on this machine)") +
+        ": no CPU samples of the server's processes; its own counters every " + o.sample_interval);
+  }
   if (pg.ok()) {
     meta.push_back({"server_version", pg.value("SHOW server_version")});
     for (auto& kv : durability_settings(pg)) meta.push_back(std::move(kv));
-    datadir = pg.value("SHOW data_directory");
+    for (auto& kv : projection_settings(pg)) meta.push_back(std::move(kv));
+    datadir = pg.value("SHOW data_directory");  // "" without pg_read_all_settings
     if (!datadir.empty()) meta.push_back({"data_directory", datadir});
-    if (postmaster == 0 && !datadir.empty()) {
+    if (postmaster == 0 && !datadir.empty() && !hostless) {
       try {
         postmaster = capture::postmaster_pid_from_datadir(datadir);
       } catch (const InputError& e) {
@@ -431,7 +445,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   if (block) parts.push_back(part_block);
   // File I/O of the server's process tree: the page references below
   // shared_buffers that project --memory needs.
-  bool file_io = !o.no_file_io;
+  bool file_io = !o.no_file_io && !hostless;  // a server elsewhere: its files are not here
   if (file_io) {
     try {
       capture::require_file_io_tracing("");
@@ -487,9 +501,12 @@ void run_capture_run(const CaptureRunOptions& o) {
   // Samples: CPU of the postmaster's tree and PostgreSQL's counters.
   auto sample_writer = trace::open_writer(part_samples);
   for (const auto& [k, v] : meta) sample_writer->write(trace::monotonic_now(), 0, trace::Meta{k, v});
+  std::unique_ptr<CounterSampler> counters;
+  if (pg.ok()) counters = std::make_unique<CounterSampler>(pg, [](const std::string& line) { say(line); });
   std::thread sample_thread([&] {
     try {
-      std::vector<std::pair<const char*, double>> c;
+      std::vector<std::pair<std::string, double>> c;
+      std::vector<std::pair<std::string, std::string>> texts;
       std::unordered_set<int32_t> known_pids;
       bool pg_on = pg.ok();
       for (;;) {
@@ -519,7 +536,8 @@ void run_capture_run(const CaptureRunOptions& o) {
           }
         }
         if (pg_on) {
-          if (pg.counters(c)) {
+          if (counters->sample(c, texts)) {
+            for (const auto& [k, v] : texts) sample_writer->write(now, 0, trace::Meta{k, v});
             for (const auto& [name, v] : c) sample_writer->write(now, 0, trace::Sample{name, v});
             samples += c.size();
           } else {
@@ -643,7 +661,10 @@ void setup_capture_run(CLI::App& parent) {
       "needs root), the block I/O of --device (needs root), the server's file I/O (its reads,\n"
       "writes and syncs from the kernel's syscall tracepoints; needs root, --no-file-io to leave it\n"
       "out), and every --sample-interval the CPU time of the server's process tree and PostgreSQL's\n"
-      "counters (pg_stat_database, pg_stat_bgwriter, WAL position).");
+      "counters (pg_stat_database, pg_stat_bgwriter, pg_stat_checkpointer, pg_stat_wal, pg_stat_io,\n"
+      "pg_stat_statements, WAL position, as the server version has them). A server not on this\n"
+      "machine (RDS, Aurora) is captured host-less: transactions through the proxy and its counters\n"
+      "over SQL only.");
   auto* listen = cmd->add_option("--listen", opt->listen,
                                  "proxy: HOST:PORT to accept clients on (port 0: any free port)")
                      ->capture_default_str();
@@ -680,6 +701,10 @@ void setup_capture_run(CLI::App& parent) {
   cmd->add_flag("--no-file-io", opt->no_file_io,
                 "do not record the server's file I/O (recorded by default where it can be: root and the "
                 "kernel's syscall tracepoints; it gives project --memory its miss-ratio curve)");
+  cmd->add_flag("--hostless", opt->hostless,
+                "sample the server over SQL only, as one that runs elsewhere (RDS, Aurora, Cloud SQL: chosen "
+                "by itself when the server's address is not this machine's): no CPU of its processes, no "
+                "block or file I/O");
   cmd->callback([opt, listen, upstream, threads, io, tls_flags, iface, port, host, buffer] {
     opt->proxy_flags = listen->count() + upstream->count() + threads->count() + io->count() > 0;
     for (CLI::Option* f : *tls_flags) opt->proxy_flags |= f->count() > 0;

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,13 +38,76 @@ class PgSampler {
   // First column of the first row, or "" on failure.
   std::string value(const char* sql);
 
-  // Names and values of the counters, or false if the query failed.
-  bool counters(std::vector<std::pair<const char*, double>>& out);
+  // The connection still works (it was made and has not been lost).
+  bool connected() const;
+
+  // The server_version_num, 0 when unknown.
+  int version_num();
+
+  // Runs `sql`; on success returns true and fills `rows` (each row its
+  // columns' text, "" for NULL, and `nulls` marks them). On failure returns
+  // false and sets `error` to the server's message in one line.
+  bool rows(const char* sql, std::vector<std::vector<std::string>>& rows, std::string& error);
+
+  // Whether the server runs on this machine: a Unix socket, or a TCP peer
+  // address this machine owns. False for a remote or managed server (RDS,
+  // Aurora, Cloud SQL), whose processes and devices a capture cannot see.
+  bool server_on_this_machine(std::string* peer = nullptr) const;
 
  private:
   pg_conn* conn_;
   std::string error_;
 };
+
+// PostgreSQL's own statistics, sampled over SQL every --sample-interval of
+// `capture run`: all a capture has of a server it does not run beside (a
+// managed one). Each view is a group of Sample records:
+//   pg.blks_read, pg.blks_hit, pg.xact_commit, pg.xact_rollback,
+//     pg.tup_returned/fetched/inserted/updated/deleted, pg.temp_bytes,
+//     pg.blk_read_time_ms, pg.blk_write_time_ms  (pg_stat_database, summed)
+//   pg.wal_bytes                                 (pg_current_wal_lsn())
+//   pg.buffers_checkpoint, pg.buffers_clean, pg.buffers_backend,
+//     pg.bgwriter.COLUMN                         (pg_stat_bgwriter)
+//   pg.checkpointer.COLUMN                       (pg_stat_checkpointer, 17+;
+//                                                 pg.buffers_checkpoint from
+//                                                 its buffers_written)
+//   pg.wal.COLUMN                                (pg_stat_wal, 14+)
+//   pg.io.BACKEND_TYPE.OBJECT.CONTEXT.COLUMN     (pg_stat_io, 16+; spaces
+//                                                 in the backend type as _)
+//   pg.stmt.QUERYID.{calls,time_ms,rows,shared_blks_read,shared_blks_hit}
+//                                                (pg_stat_statements, when
+//                                                 installed; its text as
+//                                                 Meta "pg.stmt.QUERYID")
+// Every numeric column of the views is taken (to_jsonb), so a server
+// version that adds columns adds samples. A view the server lacks or the
+// role may not read is named once through `say` and left out; the others go
+// on. Works with the privileges of pg_monitor.
+class CounterSampler {
+ public:
+  CounterSampler(PgSampler& pg, std::function<void(const std::string&)> say);
+  ~CounterSampler();
+  CounterSampler(const CounterSampler&) = delete;
+  CounterSampler& operator=(const CounterSampler&) = delete;
+  // One round: appends (name, value) per counter, and to `meta` the texts
+  // of statements not seen before. False when the connection is lost (said
+  // once through `say`) or no view is left to read.
+  bool sample(std::vector<std::pair<std::string, double>>& out,
+              std::vector<std::pair<std::string, std::string>>& meta);
+  // The groups still sampled ("pg_stat_database", "pg_stat_io", ...).
+  std::vector<std::string> sampled() const;
+
+ private:
+  struct Group;
+  PgSampler& pg_;
+  std::function<void(const std::string&)> say_;
+  std::vector<Group> groups_;
+  std::set<std::string> stmt_seen_;
+};
+
+// The settings a projection of a host-less capture needs beside
+// durability_settings(): effective_cache_size, max_connections,
+// track_io_timing, server_version_num. As Meta records ("setting.NAME").
+std::vector<std::pair<std::string, std::string>> projection_settings(PgSampler& pg);
 
 // The settings that decide whether and how a commit waits for the device,
 // and what the server caches: fsync, synchronous_commit, wal_sync_method,

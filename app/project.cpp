@@ -104,6 +104,9 @@ void run_project(const ProjectCliOptions& o) {
   const bool is_json = o.trace.size() > 5 && o.trace.compare(o.trace.size() - 5, 5, ".json") == 0;
   models::Profile profile = is_json ? models::read_profile_json(o.trace) : models::profile_file(o.trace);
   models::Projection p = models::project(profile, tiers, po);
+  // A host-less capture's figures come from counters: each says which.
+  if (profile.io_from_counters)
+    for (const auto& [figure, from] : profile.sources) p.notes.push_back("source of " + figure + ": " + from);
   // The interval: each window of the capture projected alone. A profile
   // JSON has no capture to split: no windows, and nothing to say about them.
   if (is_json && o.windows)

@@ -1,8 +1,9 @@
-// tierlab trace info|dump|export: look inside a trace file.
+// tierlab trace info|dump|export|merge: look inside a trace file, or join traces.
 //
 //   tierlab trace info FILE [--json]       counts, time span, bytes per kind
 //   tierlab trace dump FILE                one human-readable line per record
 //   tierlab trace export FILE --format jsonl|csv|fio-iolog [--out F]
+//   tierlab trace merge A B ... --out F     join traces on their wall clocks
 //
 // The text itself (dump lines, jsonl, csv) is written by trace/text.h; this
 // file parses the flags, checks the fio-iolog target and prints.
@@ -10,6 +11,7 @@
 #include "capture/import.h"
 #include "common/error.h"
 #include "common/units.h"
+#include "trace/merge.h"
 #include "trace/reader.h"
 #include "trace/text.h"
 
@@ -471,6 +473,39 @@ void run_export(const ExportOptions& o) {
   out.finish();
 }
 
+struct MergeOptions {
+  std::vector<std::string> files;
+  std::string out;
+};
+
+std::string wall_text(trace::Nanos ns) {
+  const time_t t = static_cast<time_t>(ns / 1'000'000'000);
+  char b[32];
+  std::strftime(b, sizeof b, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
+  return b;
+}
+
+void run_merge(const MergeOptions& o) {
+  if (o.files.size() < 2) throw InputError("trace merge: give two traces or more to merge");
+  PendingFile target(o.out, "--out");
+  auto res = trace::merge_on_wall_clock(o.files, target.path());
+  target.commit();
+  std::printf("trace merge: %zu traces -> %s (%llu records), on the wall clock of %s\n", o.files.size(),
+              o.out.c_str(), static_cast<unsigned long long>(res.records), o.files.front().c_str());
+  for (const auto& in : res.inputs) {
+    std::printf("  %s: %llu records", in.path.c_str(), static_cast<unsigned long long>(in.records));
+    if (in.records)
+      std::printf(", %s to %s", wall_text(in.first_wall_ns).c_str(), wall_text(in.last_wall_ns).c_str());
+    if (&in != &res.inputs.front()) std::printf(", moved %+.3f s", static_cast<double>(in.shift_ns) / 1e9);
+    if (in.session_base && in.sessions_top) std::printf(", sessions renumbered from %llu", static_cast<unsigned long long>(in.session_base + 1));
+    std::printf("\n");
+  }
+  if (!res.overlap)
+    std::printf("warning: the traces do not all overlap in time: a profile joins only the figures of the same "
+                "window (were the metrics exported for the capture's window?)\n");
+  std::fflush(stdout);
+}
+
 void setup_trace(CLI::App& parent) {
   auto& tr = group(parent, "trace");
 
@@ -502,6 +537,15 @@ void setup_trace(CLI::App& parent) {
   se->add_option("--out,-o", exp->out, "write to this file (mode 0600) instead of stdout");
   se->footer(kCsvHelp);
   se->callback([exp] { run_export(*exp); });
+
+  auto merge = std::make_shared<MergeOptions>();
+  auto* sm = tr.add_subcommand(
+      "merge",
+      "join traces recorded apart on their wall clocks into one (a proxy capture and the provider's metrics\n"
+      "of the same window, from capture import --cloudwatch); the first trace's clock is kept");
+  sm->add_option("FILES", merge->files, "traces to merge (.tlt), two or more")->required();
+  sm->add_option("--out,-o", merge->out, "trace file to write")->required();
+  sm->callback([merge] { run_merge(*merge); });
 }
 
 const Registration reg{"trace", 50, &setup_trace};

@@ -143,8 +143,26 @@ struct Profile {
   // waited at least a tenth of their latency so. `project` takes it as the
   // capture's tier unless given one.
   bool cap_bound = false;
-  std::string cap_op;               // "read" or "write"
+  // From a host-less capture's counters (models/profile_counters.cpp): the
+  // provider's ReadIOPS (or ReadIOPS + WriteIOPS, op "total"), else
+  // pg_stat_io's or pg_stat_database's reads, steady over five periods or
+  // more while the reads took at least a tenth of the transactions' time.
+  std::string cap_op;               // "read", "write" or "total"
   double cap_iops = 0;              // the ceiling: the op's mean rate over the whole seconds
+
+  // Host-less captures (no block I/O; models/profile_counters.cpp): the
+  // device figures above come from counters: the provider's metrics
+  // (samples "provider.*": ReadIOPS, ReadLatency, ... of CloudWatch), else
+  // pg_stat_io, pg_stat_database and pg_stat_wal. Those count reads from
+  // the OS, page-cache hits included.
+  bool io_from_counters = false;
+  // The device latencies are the volume's own as the provider measures it:
+  // on a cloud volume the wait for its IOPS cap is inside them, so it is
+  // storage time, which each tier's own replaces.
+  bool latency_holds_cap_wait = false;
+  // Where each figure came from, (figure, source), in the order `profile`
+  // prints them: ("device reads per transaction", "provider ReadIOPS ...").
+  std::vector<std::pair<std::string, std::string>> sources;
 
   // Memory at capture (Meta "memory.bytes" and "setting.shared_buffers");
   // 0 when unknown.

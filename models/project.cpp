@@ -401,7 +401,7 @@ void capture_tier(const Profile& p, const ProjectOptions& o, Projection& out) {
     out.capture_tier_source = "known";
     out.capture_tier = fmt("%.0f IOPS", o.captured_iops_cap);
   } else if (p.cap_bound) {
-    (p.cap_op == "write" ? caps.write_iops : caps.read_iops) = p.cap_iops;
+    (p.cap_op == "write" ? caps.write_iops : p.cap_op == "total" ? caps.total_iops : caps.read_iops) = p.cap_iops;
     out.capture_tier_source = "detected";
     out.capture_tier = p.cap_op + " IOPS cap ~" + fmt("%.0f", p.cap_iops);
   } else {
@@ -445,7 +445,7 @@ void capture_tier(const Profile& p, const ProjectOptions& o, Projection& out) {
                         "times did not see the wait for the cap (cgroup throttling of a whole disk; capture on "
                         "a partition), which is in 'other', so a tier without the cap is projected with no gain "
                         "from losing it (a lower bound)");
-  if (out.capture_capped && !p.has_queue_times)
+  if (out.capture_capped && !p.has_queue_times && !p.latency_holds_cap_wait)
     out.notes.push_back("the capture ran at its tier's cap (" + out.capture_tier +
                         ") but the trace has no queue times before issue (trace format 1.2, capture block "
                         "with block_bio_queue): the wait for the cap is in 'other', so a tier without the "

@@ -562,7 +562,13 @@ Profile profile_from_json(const std::string& text, const std::string& name) {
     p.cap_bound = d.value("cap_bound", false);
     p.cap_op = d.value("cap_op", std::string());
     p.cap_iops = num(d, "cap_iops", dw);
+    p.io_from_counters = d.value("from_counters", false);
+    p.latency_holds_cap_wait = d.value("latency_holds_cap_wait", false);
   }
+  if (auto it = j.find("sources"); it != j.end() && it->is_array())
+    for (const auto& s : *it)
+      if (s.is_object() && s.value("figure", std::string()) != "")
+        p.sources.push_back({s.value("figure", std::string()), s.value("source", std::string())});
   p.memory_bytes = num(j, "memory_bytes", w);
   p.shared_buffers_bytes = num(j, "shared_buffers_bytes", w);
   if (auto it = j.find("mrc"); it != j.end() && it->is_object()) {

@@ -158,3 +158,32 @@ TEST_CASE("cli: capture block without root is one clear error", "[block][cli]") 
   CHECK(r.err.find("needs root") != std::string::npos);
   CHECK(tierlab::test::count_lines(r.err) == 1);
 }
+
+TEST_CASE("cli: capture import --cloudwatch reads the aws CLI's JSON, and a wrong file is one line, exit 2",
+          "[import][cli][cloudwatch]") {
+  TempDir dir;
+  const std::string example = std::string(TIERLAB_SOURCE_DIR) + "/tests/data/cloudwatch-rds-example.json";
+  auto imp = run_tierlab({"capture", "import", "--cloudwatch", example, "--vcpus", "4", "--memory", "16GiB", "--out",
+                          dir.file("cw.tlt")});
+  INFO(imp.err);
+  REQUIRE(imp.status == 0);
+  CHECK(imp.out.find("9 metrics (9 the models use), 135 datapoints from 2026-11-24T14:15:00Z to "
+                     "2026-11-24T14:29:00Z, period 60 s; vcpus 4, memory 16.0 GiB") != std::string::npos);
+  auto info = run_tierlab({"trace", "info", dir.file("cw.tlt")});
+  CHECK(info.out.find("started:               2026-11-24 14:15:00.000000 UTC") != std::string::npos);
+
+  // Not get-metric-data's output: one line naming the file, exit 2, and an
+  // existing --out left as it was.
+  {
+    std::ofstream f(dir.file("stats.json"));
+    f << R"({"Label": "ReadIOPS", "Datapoints": [{"Timestamp": "2026-11-24T14:00:00Z", "Average": 3.0}]})";
+  }
+  auto bad = run_tierlab({"capture", "import", "--cloudwatch", dir.file("stats.json"), "--out", dir.file("cw.tlt")});
+  CHECK(bad.status == 2);
+  CHECK(bad.err == "tierlab: " + dir.file("stats.json") +
+                       ": no MetricDataResults array: not the output of aws cloudwatch get-metric-data\n");
+  CHECK(run_tierlab({"trace", "info", dir.file("cw.tlt")}).status == 0);
+  auto flag = run_tierlab({"capture", "import", "--blkparse", example, "--vcpus", "2", "--out", dir.file("x.tlt")});
+  CHECK(flag.status == 2);
+  CHECK(flag.err == "tierlab: capture import: --vcpus and --memory go with --cloudwatch\n");
+}
