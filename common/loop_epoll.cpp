@@ -68,6 +68,7 @@ class EpollLoop final : public LoopCommon {
   }
   uint32_t open_shared(int fd) override {
     uint32_t c = open(fd);
+    dirty_.reserve(conns_.capacity());  // each connection is in the list at most once
     conns_[c].shared = true;
     return c;
   }
@@ -109,6 +110,7 @@ class EpollLoop final : public LoopCommon {
     assert(k.state == Slot::Open);
     if (!k.hup) epoll_ctl(ep_, EPOLL_CTL_DEL, k.fd, nullptr);
     ::close(k.fd);
+    k.fd = -1;  // (not closed again by the destructor: the number may be another's by then)
     drop_queue(k);
     k.state = Slot::Closing;
     k.user = 0;

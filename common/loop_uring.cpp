@@ -127,7 +127,11 @@ class UringLoop final : public LoopCommon {
     ++k.inflight;
   }
 
-  uint32_t poll_open(int fd, uint64_t tag) override { return take_watch(fd, tag); }
+  uint32_t poll_open(int fd, uint64_t tag) override {
+    uint32_t w = take_watch(fd, tag);
+    rearm_.reserve(polls_.capacity());  // each watch is in the list at most once
+    return w;
+  }
 
   void poll(uint32_t w, uint32_t events) override {
     Watch& p = polls_[w];

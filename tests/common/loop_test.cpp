@@ -445,3 +445,33 @@ TEST_CASE("loop: wait_until wakes at its absolute deadline, to well under a mill
   loop.reset();
   ::close(ev);
 }
+
+TEST_CASE("loop: a closed connection's descriptor is closed once, even if the loop ends before its next wait",
+          "[loop]") {
+  const bool uring = GENERATE(true, false);
+  INFO((uring ? "io_uring" : "epoll"));
+  auto loop = make(uring);
+  int sv[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) == 0);
+  const int fd = fcntl(sv[0], F_DUPFD_CLOEXEC, 0);
+  const uint32_t c = loop->open_shared(fd);
+  uint8_t mem[16];
+  loop->recv_into(c, mem, sizeof mem);
+  LoopEvent evs[4];
+  loop->wait(evs, 4, 0);
+  loop->close(c);
+  // Once the loop has closed it, the number may be someone else's: the
+  // loop's end must leave that one open.
+  if (fcntl(fd, F_GETFD) < 0) {
+    int other = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    REQUIRE(other == fd);
+    loop.reset();
+    CHECK(fcntl(other, F_GETFD) >= 0);
+    ::close(other);
+  } else {
+    loop.reset();
+    CHECK(fcntl(fd, F_GETFD) < 0);  // closed by the loop's end
+  }
+  ::close(sv[0]);
+  ::close(sv[1]);
+}
