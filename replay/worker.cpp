@@ -65,6 +65,9 @@ void Worker::run() {
     if (n < 0) throw RuntimeError(errno_message(std::string("replay: ") + loop_->backend() + " wait", -n));
     dispatch(evs, n);
   }
+  // The loop closes its duplicates of the sessions' sockets once the
+  // kernel is done with them.
+  loop_->finish(1'000'000'000);
   log_.flush();
 }
 
