@@ -201,7 +201,7 @@ class UringLoop final : public LoopCommon {
     int rc;
     if (timeout_ns == 0 || io_uring_cq_ready(ring_->get()) > 0) {
       rc = io_uring_submit_and_get_events(ring_->get());
-    } else if (sends_ == 0 && timeout_ns < 0) {
+    } else if ((sends_ == 0 || !opts_.wait_sends) && timeout_ns < 0) {
       rc = io_uring_submit_and_wait(ring_->get(), 1);
     } else {
       // Sends to a socket with room complete during the submission and
@@ -209,11 +209,12 @@ class UringLoop final : public LoopCommon {
       // that a round costs one io_uring_enter rather than two. A send that
       // has to wait for room would hold the round back: the timeout bounds
       // that (it only happens under back-pressure).
+      const unsigned sends = opts_.wait_sends ? sends_ : 0;
       int64_t t = timeout_ns;
-      if (sends_ > 0 && (t < 0 || t > kSendWaitNs)) t = kSendWaitNs;
+      if (sends > 0 && (t < 0 || t > kSendWaitNs)) t = kSendWaitNs;
       __kernel_timespec ts = to_kts(t);
       io_uring_cqe* cqe = nullptr;
-      rc = io_uring_submit_and_wait_timeout(ring_->get(), &cqe, 1 + sends_, &ts, nullptr);
+      rc = io_uring_submit_and_wait_timeout(ring_->get(), &cqe, 1 + sends, &ts, nullptr);
     }
     sends_ = 0;
     if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) return rc;

@@ -18,6 +18,7 @@ Worker::Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live
   lo.buffers = 2;
   lo.buffer_size = 4096;
   lo.connections = static_cast<uint32_t>(sessions.size() + 1);  // and the inbox's watch
+  lo.wait_sends = false;
   try {
     loop_ = make_loop(sh.uring, lo);
   } catch (const RuntimeError& e) {

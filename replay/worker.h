@@ -1,9 +1,10 @@
 // Private to replay/: a replay worker (replay/worker.cpp) and the state it
 // shares with the other workers. One worker thread runs many sessions on one
-// event loop (common/loop.h, io_uring or epoll): the schedule, the session state machine and the statistics are in
-// replay/worker.cpp, sessions driven directly (the plan's protocol messages
-// out, the answers parsed as they come) in replay/direct.cpp, libpq sessions
-// in replay/libpq_session.cpp. See replay/engine.cpp for the threads and
+// event loop (common/loop.h, io_uring or epoll): the rounds, the schedule,
+// the session state machine and the statistics are in replay/worker.cpp,
+// sessions driven directly (the plan's protocol messages out, the answers
+// parsed as they come) in replay/direct.cpp, libpq sessions in
+// replay/libpq_session.cpp. See replay/engine.cpp for the threads and
 // the timing.
 #pragma once
 
