@@ -297,8 +297,8 @@ void setup_replay(CLI::App& parent) {
       ->check(CLI::IsMember({"direct", "libpq"}))
       ->capture_default_str();
   cmd->add_option("--io", o->io,
-                  "event loop of directly driven sessions: io_uring, epoll, or auto (io_uring where the "
-                  "kernel has it, else epoll)")
+                  "the workers' event loop: io_uring, epoll, or auto (io_uring where the kernel has it and "
+                  "sessions are driven directly, else epoll)")
       ->check(CLI::IsMember({"auto", "io_uring", "epoll"}))
       ->capture_default_str();
   cmd->callback([o] { run_replay(*o); });

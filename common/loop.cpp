@@ -17,7 +17,8 @@ std::string loop_uring_missing() {
                                 {IORING_OP_ACCEPT, "accept"},
                                 {IORING_OP_CONNECT, "connect"},
                                 {IORING_OP_ASYNC_CANCEL, "async cancel"},
-                                {IORING_OP_POLL_ADD, "poll"}}});
+                                {IORING_OP_POLL_ADD, "poll"},
+                                {IORING_OP_POLL_REMOVE, "poll remove"}}});
 }
 
 }  // namespace tierlab

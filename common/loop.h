@@ -17,7 +17,15 @@
 //    connection, valid until its Sent event). Sends of one connection go
 //    out in order; each completion is a Sent event.
 //  - connect(c, addr): a Connected event, res 0 or -errno.
-//  - timer: wait() returns when an event is ready or its timeout has passed.
+//  - receive into the caller's memory: recv_into(c, p, cap) is one receive
+//    into p (a Data event with buf -1, or Eof), for a parser that keeps its
+//    own buffer; the caller asks again for more.
+//  - readiness: poll_open(fd, tag) watches a descriptor the loop does not
+//    own (a library's socket, an eventfd); poll(w, POLLIN | POLLOUT) says
+//    what for. Level-triggered: a Ready event in every round in which the
+//    descriptor is ready for what is asked.
+//  - timer: wait() returns when an event is ready or its timeout has passed;
+//    wait_until() when its deadline (CLOCK_MONOTONIC, nanoseconds) has.
 // One round of wait() hands every queued send and receive to the kernel and
 // waits in the same call (one io_uring_enter, or one epoll_wait after the
 // sends). The hot path allocates nothing: buffers, slots and the event array
@@ -46,6 +54,7 @@ enum class LoopEv : uint8_t {
   SendError,  // conn: a send failed (res -errno); the queue is dropped
   Connected,  // conn: res 0, or -errno
   Wake,       // tag: a watched descriptor became readable (once per watch())
+  Ready,      // conn: a poll_open() watch, tag its tag; res: its poll bits (POLLIN, POLLOUT, POLLERR, POLLHUP)
 };
 
 struct LoopEvent {
@@ -62,6 +71,13 @@ struct LoopOptions {
   uint32_t buffers = 1024;      // receive buffers per loop, a power of two
   uint32_t buffer_size = 16384; // bytes each
   uint32_t connections = 32;    // slots made at start; more are made when needed
+  // io_uring: with sends queued, a round waits for their completions and
+  // one event (at most 1 ms longer), so that it costs one io_uring_enter
+  // (the proxy's forwarding). false: it returns at the first completion,
+  // as a round without sends does (the replay's workers: a wait with that
+  // bound cost them more CPU per transaction than the second
+  // io_uring_enter it saves, where answers take longer than the bound).
+  bool wait_sends = true;
 };
 
 class Loop {
@@ -78,6 +94,10 @@ class Loop {
 
   // A connection slot for socket fd (non-blocking), which the loop now owns.
   virtual uint32_t open(int fd) = 0;
+  // The same for fd, a duplicate of a socket another owner keeps (libpq's):
+  // close(c) closes fd but does not shut the socket down, so that the
+  // other owner ends the connection its own way.
+  virtual uint32_t open_shared(int fd) = 0;
   // Shuts the socket down, stops its operations and drops its queue; the
   // slot and the descriptor are reused once the kernel is done with them.
   // No event for c is returned after close(c).
@@ -87,6 +107,10 @@ class Loop {
   virtual uint64_t& user(uint32_t c) = 0;
 
   virtual void recv(uint32_t c, bool on) = 0;
+  // One receive into p (up to cap bytes, valid until its event or
+  // close(c)): a Data event with buf -1, data p and the length, or Eof.
+  // A connection uses either this or recv(c, true), not both.
+  virtual void recv_into(uint32_t c, uint8_t* p, uint32_t cap) = 0;
   virtual void send(uint32_t c, int32_t buf, uint32_t len) = 0;
   virtual void send_ext(uint32_t c, const uint8_t* p, uint32_t len) = 0;
   virtual void connect(uint32_t c, const sockaddr* addr, socklen_t len) = 0;
@@ -100,6 +124,19 @@ class Loop {
   // number (0 on timeout or interruption), or -errno when the loop cannot go
   // on.
   virtual int wait(LoopEvent* evs, int max, int64_t timeout_ns) = 0;
+
+  // The same, waiting at most until `deadline_ns` on CLOCK_MONOTONIC (-1:
+  // no limit): the caller's schedule in absolute times, to the nanosecond.
+  virtual int wait_until(LoopEvent* evs, int max, int64_t deadline_ns) = 0;
+
+  // A readiness watch on fd, which the loop does not own; `tag` comes with
+  // its Ready events. Starts with nothing asked for.
+  virtual uint32_t poll_open(int fd, uint64_t tag) = 0;
+  // What watch w waits for: POLLIN, POLLOUT or both; 0 stops it.
+  virtual void poll(uint32_t w, uint32_t events) = 0;
+  // Ends watch w: no Ready event for it is returned after; the owner may
+  // close the descriptor at once.
+  virtual void poll_close(uint32_t w) = 0;
 
   // After the last wait(): lets the kernel finish with closed connections
   // (up to `timeout_ns`) before their descriptors close.

@@ -4,11 +4,19 @@
 // made outside epoll_wait (a send's completion, a connect that finished at
 // once) are handed out by the next wait() before it waits, so a round
 // costs no more system calls than the sends themselves and one epoll_wait.
+//
+// recv_into reads into the caller's memory when the socket is readable.
+// poll_open() watches are in the same set (level-triggered). Timeouts are
+// to the nanosecond: epoll_pwait2, or where the kernel lacks it (older
+// kernels, a sandbox that filters it) a timerfd in the set set to the
+// deadline.
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/loop_impl.h"
 
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,8 +27,9 @@ namespace tierlab::loop_detail {
 namespace {
 
 constexpr int kMaxEvents = 256;
-// epoll data: slot index << 2 | kind.
-enum Kind : uint64_t { kConn = 0, kListen = 1, kWatch = 2 };
+// epoll data: slot index << kKindBits | kind.
+enum Kind : uint64_t { kConn = 0, kListen = 1, kWatch = 2, kPoll = 3, kTimer = 4 };
+constexpr uint64_t kKindBits = 3;
 
 class EpollLoop final : public LoopCommon {
  public:
@@ -32,10 +41,12 @@ class EpollLoop final : public LoopCommon {
     free_bufs_.reserve(o.buffers);
     for (uint32_t i = o.buffers; i-- > 0;) free_bufs_.push_back(static_cast<int32_t>(i));
     hup_.reserve(o.connections);
+    dirty_.reserve(o.connections);
   }
   ~EpollLoop() override {
     for (Conn& k : conns_)
       if (k.fd >= 0) ::close(k.fd);
+    if (tfd_ >= 0) ::close(tfd_);
     ::close(ep_);
   }
 
@@ -43,17 +54,55 @@ class EpollLoop final : public LoopCommon {
 
   void listen(int fd, uint64_t tag, bool shared) override {
     listeners_.push_back({fd, tag});
-    add(fd, EPOLLIN | (shared ? EPOLLEXCLUSIVE : 0u), (listeners_.size() - 1) << 2 | kListen);
+    add(fd, EPOLLIN | (shared ? EPOLLEXCLUSIVE : 0u), (listeners_.size() - 1) << kKindBits | kListen);
   }
   void watch(int fd, uint64_t tag) override {
     watches_.push_back({fd, tag});
-    add(fd, EPOLLIN, (watches_.size() - 1) << 2 | kWatch);
+    add(fd, EPOLLIN, (watches_.size() - 1) << kKindBits | kWatch);
   }
 
   uint32_t open(int fd) override {
     uint32_t c = take_slot(fd);
-    add(fd, 0, uint64_t{c} << 2 | kConn);
+    add(fd, 0, uint64_t{c} << kKindBits | kConn);
     return c;
+  }
+  uint32_t open_shared(int fd) override {
+    uint32_t c = open(fd);
+    dirty_.reserve(conns_.capacity());  // each connection is in the list at most once
+    conns_[c].shared = true;
+    return c;
+  }
+
+  void recv_into(uint32_t c, uint8_t* p, uint32_t cap) override {
+    Conn& k = conns_[c];
+    k.into = p;
+    k.into_cap = cap;
+    update(c);
+  }
+
+  uint32_t poll_open(int fd, uint64_t tag) override {
+    uint32_t w = take_watch(fd, tag);
+    add(fd, 0, uint64_t{w} << kKindBits | kPoll);
+    return w;
+  }
+
+  void poll(uint32_t w, uint32_t events) override {
+    Watch& p = polls_[w];
+    p.events = events;
+    if (events == p.armed) return;
+    epoll_event ev{};
+    ev.events = events;
+    ev.data.u64 = uint64_t{w} << kKindBits | kPoll;
+    epoll_ctl(ep_, EPOLL_CTL_MOD, p.fd, &ev);
+    p.armed = events;
+  }
+
+  void poll_close(uint32_t w) override {
+    Watch& p = polls_[w];
+    assert(p.state == Slot::Open);
+    epoll_ctl(ep_, EPOLL_CTL_DEL, p.fd, nullptr);
+    forget_pending(w, true);
+    free_watch(w);
   }
 
   void close(uint32_t c) override {
@@ -61,9 +110,11 @@ class EpollLoop final : public LoopCommon {
     assert(k.state == Slot::Open);
     if (!k.hup) epoll_ctl(ep_, EPOLL_CTL_DEL, k.fd, nullptr);
     ::close(k.fd);
+    k.fd = -1;  // (not closed again by the destructor: the number may be another's by then)
     drop_queue(k);
     k.state = Slot::Closing;
     k.user = 0;
+    k.into = nullptr;
     forget_pending(c);
     // Events of this round may still name c: the slot is reused next round.
     closing_.push_back(c);
@@ -105,6 +156,23 @@ class EpollLoop final : public LoopCommon {
   }
 
   int wait(LoopEvent* evs, int max, int64_t timeout_ns) override {
+    return wait_ns(evs, max, timeout_ns, timeout_ns > 0 ? clock_ns(CLOCK_MONOTONIC) + timeout_ns : -1);
+  }
+  int wait_until(LoopEvent* evs, int max, int64_t deadline_ns) override {
+    return wait_ns(evs, max, deadline_ns < 0 ? -1 : std::max<int64_t>(0, deadline_ns - clock_ns(CLOCK_MONOTONIC)),
+                   deadline_ns);
+  }
+
+  int wait_ns(LoopEvent* evs, int max, int64_t timeout_ns, int64_t deadline_ns) {
+    // Registrations left wider than needed by the last round (a recv_into
+    // that delivered and was not asked again) narrow before the wait.
+    if (!dirty_.empty()) {
+      for (uint32_t c : dirty_) {
+        conns_[c].dirty = false;
+        update(c);
+      }
+      dirty_.clear();
+    }
     int n = take_pending(evs, max);
     if (n > 0) return n;
     for (uint32_t c : closing_) free_slot(c);
@@ -113,7 +181,7 @@ class EpollLoop final : public LoopCommon {
     if (!hup_.empty()) {
       for (uint32_t c : hup_) {
         Conn& k = conns_[c];
-        if (k.state == Slot::Open && k.want_recv && !k.eof && !k.starved) read(c);
+        if (k.state == Slot::Open && (k.want_recv || k.into) && !k.eof && !k.starved) read(c);
       }
       hup_.erase(std::remove_if(hup_.begin(), hup_.end(),
                                 [&](uint32_t c) { return conns_[c].state != Slot::Open || conns_[c].eof; }),
@@ -122,16 +190,20 @@ class EpollLoop final : public LoopCommon {
       if (n > 0) return n;
     }
     epoll_event ee[kMaxEvents];
-    int ms = timeout_ns < 0 ? -1 : static_cast<int>((timeout_ns + 999'999) / 1'000'000);
-    int got = epoll_wait(ep_, ee, std::min(max, kMaxEvents), ms);
+    int got = epoll_in(ee, std::min(max, kMaxEvents), timeout_ns, deadline_ns);
     if (got < 0) return errno == EINTR ? 0 : -errno;
     for (int i = 0; i < got; ++i) {
       const uint64_t d = ee[i].data.u64;
-      const uint32_t idx = static_cast<uint32_t>(d >> 2);
-      switch (static_cast<Kind>(d & 3)) {
+      const uint32_t idx = static_cast<uint32_t>(d >> kKindBits);
+      switch (static_cast<Kind>(d & ((1u << kKindBits) - 1))) {
         case kListen: accept_all(idx); break;
         case kWatch: post({LoopEv::Wake, 0, 0, -1, 0, nullptr, watches_[idx].tag}); break;
         case kConn: ready(idx, ee[i].events); break;
+        case kPoll:
+          if (polls_[idx].state == Slot::Open && polls_[idx].events)
+            post({LoopEv::Ready, static_cast<int32_t>(ee[i].events), idx, -1, 0, nullptr, polls_[idx].tag});
+          break;
+        case kTimer: break;  // the deadline passed: the wait returns
       }
     }
     return take_pending(evs, max);
@@ -152,6 +224,35 @@ class EpollLoop final : public LoopCommon {
   std::vector<int32_t> free_bufs_;
   std::vector<Reg> listeners_, watches_;
   std::vector<uint32_t> hup_;
+  std::vector<uint32_t> dirty_;
+  int tfd_ = -1;            // the deadline's timerfd, where epoll_pwait2 is missing
+  bool tfd_armed_ = false;
+
+  // epoll_wait with a timeout to the nanosecond.
+  int epoll_in(epoll_event* ee, int max, int64_t timeout_ns, int64_t deadline_ns) {
+    if (timeout_ns == 0) return epoll_wait(ep_, ee, max, 0);
+    if (tfd_ < 0) {
+      if (timeout_ns < 0) return epoll_wait(ep_, ee, max, -1);
+      timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000), static_cast<long>(timeout_ns % 1'000'000'000)};
+      int n = epoll_pwait2(ep_, ee, max, &ts, nullptr);
+      if (n >= 0 || errno != ENOSYS) return n;
+      tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+      if (tfd_ < 0) return -1;
+      add(tfd_, EPOLLIN, kTimer);
+    }
+    // Setting the timerfd (or, without a deadline, clearing it) also drops
+    // an expiry not yet read, so it is readable only once this one passes.
+    if (deadline_ns >= 0 || tfd_armed_) {
+      itimerspec its{};
+      if (deadline_ns >= 0) {
+        its.it_value.tv_sec = static_cast<time_t>(deadline_ns / 1'000'000'000);
+        its.it_value.tv_nsec = static_cast<long>(deadline_ns % 1'000'000'000);
+      }
+      if (timerfd_settime(tfd_, TFD_TIMER_ABSTIME, &its, nullptr) != 0) return -1;
+      tfd_armed_ = deadline_ns >= 0;
+    }
+    return epoll_wait(ep_, ee, max, -1);
+  }
 
   void add(int fd, uint32_t events, uint64_t data) {
     epoll_event ev{};
@@ -164,7 +265,7 @@ class EpollLoop final : public LoopCommon {
   void update(uint32_t c) {
     Conn& k = conns_[c];
     if (k.state != Slot::Open) return;
-    const bool in = k.want_recv && !k.eof && !k.starved && !k.connecting;
+    const bool in = (k.want_recv || k.into) && !k.eof && !k.starved && !k.connecting;
     if (k.hup) {
       if (in && std::find(hup_.begin(), hup_.end(), c) == hup_.end()) hup_.push_back(c);  // read by the next wait()
       return;
@@ -173,7 +274,7 @@ class EpollLoop final : public LoopCommon {
     if (want == k.events) return;
     epoll_event ev{};
     ev.events = want;
-    ev.data.u64 = uint64_t{c} << 2 | kConn;
+    ev.data.u64 = uint64_t{c} << kKindBits | kConn;
     epoll_ctl(ep_, EPOLL_CTL_MOD, k.fd, &ev);
     k.events = want;
   }
@@ -228,6 +329,8 @@ class EpollLoop final : public LoopCommon {
 
   void read(uint32_t c) {
     Conn& k = conns_[c];
+    if (k.into) return read_into(c);
+    if (!k.want_recv) return;
     if (free_bufs_.empty()) {
       k.starved = true;
       starved_.push_back(c);
@@ -243,6 +346,27 @@ class EpollLoop final : public LoopCommon {
       return;
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    k.eof = true;
+    post({LoopEv::Eof, n == 0 ? 0 : -errno, c});
+    update(c);
+  }
+
+  void read_into(uint32_t c) {
+    Conn& k = conns_[c];
+    ssize_t n = ::recv(k.fd, k.into, k.into_cap, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    uint8_t* p = k.into;
+    k.into = nullptr;
+    if (n > 0) {
+      post({LoopEv::Data, static_cast<int32_t>(n), c, -1, static_cast<uint32_t>(n), p});
+      // EPOLLIN stays registered: the owner usually asks again in this
+      // round; if not, the next wait() narrows it.
+      if (!k.dirty) {
+        k.dirty = true;
+        dirty_.push_back(c);
+      }
+      return;
+    }
     k.eof = true;
     post({LoopEv::Eof, n == 0 ? 0 : -errno, c});
     update(c);

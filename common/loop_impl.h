@@ -28,15 +28,31 @@ struct Conn {
   bool sending = false;     // io_uring: a send is in flight
   bool blocked = false;     // epoll: the socket's send buffer is full (EPOLLOUT registered)
   bool hup = false;         // epoll: hung up, out of the epoll set
+  bool shared = false;      // open_shared: close() does not shut the socket down
+  bool dirty = false;       // epoll: registered events to be brought in step before the next wait
   uint32_t events = 0;      // epoll: registered events
   int32_t head = kNone, tail = kNone;  // queued pieces, oldest first
   uint32_t off = 0;                    // bytes of the head piece already sent
   uint32_t bytes = 0;                  // queued, not yet sent
   const uint8_t* ext = nullptr;        // the send_ext piece
+  uint8_t* into = nullptr;             // recv_into: the caller's memory, null when none asked
+  uint32_t into_cap = 0;
   uint32_t ext_len = 0;
   int32_t ext_next = kNone;
   uint32_t inflight = 0;  // io_uring operations submitted, not completed
   uint64_t user = 0;
+  uint32_t next_free = 0;
+};
+
+// A poll_open() watch.
+struct Watch {
+  int fd = -1;
+  Slot state = Slot::Free;
+  uint32_t events = 0;  // asked for (POLLIN, POLLOUT)
+  uint32_t armed = 0;   // io_uring: the mask of the poll in the kernel, 0 none; epoll: registered
+  bool queued = false;  // io_uring: in the list of polls to arm
+  bool removing = false;  // io_uring: a poll remove for it is on its way
+  uint64_t tag = 0;
   uint32_t next_free = 0;
 };
 
@@ -48,6 +64,7 @@ class LoopCommon : public Loop {
     closing_.reserve(o.connections);
     starved_.reserve(o.connections);
     pending_.reserve(1024);
+    polls_.reserve(o.connections);
   }
 
   int fd(uint32_t c) const override { return conns_[c].fd; }
@@ -78,6 +95,33 @@ class LoopCommon : public Loop {
   // out by the next wait() before it waits.
   std::vector<LoopEvent> pending_;
   size_t pending_head_ = 0;
+
+  std::vector<Watch> polls_;
+  uint32_t free_poll_ = UINT32_MAX;
+
+  uint32_t take_watch(int fd, uint64_t tag) {
+    if (free_poll_ == UINT32_MAX) {
+      polls_.emplace_back();
+      polls_.back().next_free = free_poll_;
+      free_poll_ = static_cast<uint32_t>(polls_.size() - 1);
+    }
+    uint32_t w = free_poll_;
+    Watch& p = polls_[w];
+    free_poll_ = p.next_free;
+    p = Watch{};
+    p.fd = fd;
+    p.tag = tag;
+    p.state = Slot::Open;
+    return w;
+  }
+
+  void free_watch(uint32_t w) {
+    Watch& p = polls_[w];
+    p.state = Slot::Free;
+    p.fd = -1;
+    p.next_free = free_poll_;
+    free_poll_ = w;
+  }
 
   void grow() {
     conns_.emplace_back();
@@ -169,12 +213,14 @@ class LoopCommon : public Loop {
     return n;
   }
 
-  // No event for c is handed out after close(c).
-  void forget_pending(uint32_t c) {
+  // No event for c is handed out after close(c) (for a watch: after
+  // poll_close(c)).
+  void forget_pending(uint32_t c, bool watch = false) {
     size_t keep = pending_head_;
     for (size_t i = pending_head_; i < pending_.size(); ++i) {
       const LoopEvent& e = pending_[i];
-      bool of_c = e.kind != LoopEv::Accept && e.kind != LoopEv::Wake && e.conn == c;
+      const bool conn_event = e.kind != LoopEv::Accept && e.kind != LoopEv::Wake && e.kind != LoopEv::Ready;
+      bool of_c = (watch ? e.kind == LoopEv::Ready : conn_event) && e.conn == c;
       if (!of_c) pending_[keep++] = e;
     }
     pending_.resize(keep);

@@ -10,8 +10,18 @@
 // One round (wait): give buffers back, submit every queued operation and
 // wait in the same io_uring_enter, turn the completions into events.
 //
+// recv_into is a one-shot receive into the caller's memory. A poll_open()
+// watch is a one-shot poll, armed again at the start of each round while
+// something is asked for (the kernel checks readiness when it takes the
+// poll: level-triggered, as libpq needs, which reads only part of what a
+// socket holds); poll() with another mask takes an armed poll out, and its
+// completion arms it again.
+// wait_until() passes the time left to its deadline to io_uring_enter
+// (nanoseconds, no timeout operation to submit and cancel per round).
+//
 // user_data: slot index << 3 | operation; listeners and watches are
 // numbered apart from connections.
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/loop_impl.h"
 #include "common/uring.h"
@@ -20,6 +30,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <optional>
 
@@ -33,7 +44,7 @@ constexpr uint16_t kGroup = 0;
 // at most this long (see wait()).
 constexpr long kSendWaitNs = 1'000'000;
 
-enum Op : uint64_t { kIgnore = 0, kRecv = 1, kSend = 2, kConnect = 3, kAccept = 4, kWatch = 5 };
+enum Op : uint64_t { kIgnore = 0, kRecv = 1, kSend = 2, kConnect = 3, kAccept = 4, kWatch = 5, kRecvInto = 6, kPoll = 7 };
 constexpr uint64_t kOpBits = 3;
 
 class UringLoop final : public LoopCommon {
@@ -47,6 +58,7 @@ class UringLoop final : public LoopCommon {
     ring_.emplace(ro);
     br_.emplace(*ring_, kGroup, o.buffers, o.buffer_size);
     bufs_ = br_->data(0);
+    rearm_.reserve(o.connections);
   }
   ~UringLoop() override {
     br_.reset();
@@ -63,13 +75,19 @@ class UringLoop final : public LoopCommon {
   void watch(int fd, uint64_t tag) override { watches_.push_back({fd, tag}); }
 
   uint32_t open(int fd) override { return take_slot(fd); }
+  uint32_t open_shared(int fd) override {
+    uint32_t c = take_slot(fd);
+    conns_[c].shared = true;
+    return c;
+  }
 
   void close(uint32_t c) override {
     Conn& k = conns_[c];
     assert(k.state == Slot::Open);
     k.state = Slot::Closing;
     k.user = 0;
-    ::shutdown(k.fd, SHUT_RDWR);
+    k.into = nullptr;
+    if (!k.shared) ::shutdown(k.fd, SHUT_RDWR);
     if (k.inflight > 0) {
       io_uring_sqe* e = ring_->sqe();
       io_uring_prep_cancel_fd(e, k.fd, IORING_ASYNC_CANCEL_ALL);
@@ -96,6 +114,65 @@ class UringLoop final : public LoopCommon {
     }
   }
 
+  void recv_into(uint32_t c, uint8_t* p, uint32_t cap) override {
+    Conn& k = conns_[c];
+    assert(!k.armed && !k.into);
+    k.into = p;
+    k.into_cap = cap;
+    if (k.eof || k.connecting || k.state != Slot::Open) return;
+    io_uring_sqe* e = ring_->sqe();
+    io_uring_prep_recv(e, k.fd, p, cap, 0);
+    io_uring_sqe_set_data64(e, ud(c, kRecvInto));
+    k.armed = true;
+    ++k.inflight;
+  }
+
+  uint32_t poll_open(int fd, uint64_t tag) override {
+    uint32_t w = take_watch(fd, tag);
+    rearm_.reserve(polls_.capacity());  // each watch is in the list at most once
+    return w;
+  }
+
+  void poll(uint32_t w, uint32_t events) override {
+    Watch& p = polls_[w];
+    p.events = events;
+    if (p.armed) {
+      // Armed with another mask: taken out (its completion, ECANCELED or
+      // what was ready, arms it again with the new mask), unless that is
+      // under way already.
+      if (events == p.armed || p.removing) return;
+      io_uring_sqe* e = ring_->sqe();
+      io_uring_prep_poll_remove(e, ud(w, kPoll));
+      io_uring_sqe_set_data64(e, kIgnore);
+      e->flags |= IOSQE_CQE_SKIP_SUCCESS;
+      p.removing = true;
+      return;
+    }
+    if (events && !p.queued) {
+      p.queued = true;
+      rearm_.push_back(w);
+    }
+  }
+
+  void poll_close(uint32_t w) override {
+    Watch& p = polls_[w];
+    assert(p.state == Slot::Open);
+    forget_pending(w, true);
+    if (!p.armed) {
+      // (If queued, the list skips it: the slot is not open.)
+      if (!p.queued) free_watch(w);
+      else p.state = Slot::Closing;
+      return;
+    }
+    p.state = Slot::Closing;
+    if (p.removing) return;
+    p.removing = true;
+    io_uring_sqe* e = ring_->sqe();
+    io_uring_prep_poll_remove(e, ud(w, kPoll));
+    io_uring_sqe_set_data64(e, kIgnore);
+    e->flags |= IOSQE_CQE_SKIP_SUCCESS;
+  }
+
   void connect(uint32_t c, const sockaddr* addr, socklen_t len) override {
     Conn& k = conns_[c];
     k.connecting = true;
@@ -110,16 +187,21 @@ class UringLoop final : public LoopCommon {
     br_->give_back(static_cast<uint32_t>(buf));
   }
 
+  int wait_until(LoopEvent* evs, int max, int64_t deadline_ns) override {
+    return wait(evs, max, deadline_ns < 0 ? -1 : std::max<int64_t>(0, deadline_ns - clock_ns(CLOCK_MONOTONIC)));
+  }
+
   int wait(LoopEvent* evs, int max, int64_t timeout_ns) override {
     if (!enabled_ && !enable()) return -errno_;
     int n = take_pending(evs, max);
     if (n > 0) return n;
     reuse_closed();
     give_back_now();
+    arm_polls();
     int rc;
     if (timeout_ns == 0 || io_uring_cq_ready(ring_->get()) > 0) {
       rc = io_uring_submit_and_get_events(ring_->get());
-    } else if (sends_ == 0 && timeout_ns < 0) {
+    } else if ((sends_ == 0 || !opts_.wait_sends) && timeout_ns < 0) {
       rc = io_uring_submit_and_wait(ring_->get(), 1);
     } else {
       // Sends to a socket with room complete during the submission and
@@ -127,11 +209,12 @@ class UringLoop final : public LoopCommon {
       // that a round costs one io_uring_enter rather than two. A send that
       // has to wait for room would hold the round back: the timeout bounds
       // that (it only happens under back-pressure).
+      const unsigned sends = opts_.wait_sends ? sends_ : 0;
       int64_t t = timeout_ns;
-      if (sends_ > 0 && (t < 0 || t > kSendWaitNs)) t = kSendWaitNs;
+      if (sends > 0 && (t < 0 || t > kSendWaitNs)) t = kSendWaitNs;
       __kernel_timespec ts = to_kts(t);
       io_uring_cqe* cqe = nullptr;
-      rc = io_uring_submit_and_wait_timeout(ring_->get(), &cqe, 1 + sends_, &ts, nullptr);
+      rc = io_uring_submit_and_wait_timeout(ring_->get(), &cqe, 1 + sends, &ts, nullptr);
     }
     sends_ = 0;
     if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) return rc;
@@ -160,6 +243,7 @@ class UringLoop final : public LoopCommon {
   std::optional<Ring> ring_;
   std::optional<BufRing> br_;
   std::vector<Reg> listeners_, watches_;
+  std::vector<uint32_t> rearm_;  // poll_open() watches to arm this round
   bool enabled_ = false;
   int errno_ = 0;
   unsigned sends_ = 0;  // sends queued in this round
@@ -178,6 +262,42 @@ class UringLoop final : public LoopCommon {
       io_uring_prep_poll_add(e, watches_[i].fd, POLLIN);
       io_uring_sqe_set_data64(e, ud(i, kWatch));
     }
+    return true;
+  }
+
+  void arm_polls() {
+    for (uint32_t w : rearm_) {
+      Watch& p = polls_[w];
+      p.queued = false;
+      if (p.state == Slot::Closing) {
+        free_watch(w);
+        continue;
+      }
+      if (p.state != Slot::Open || p.armed || !p.events) continue;
+      io_uring_sqe* e = ring_->sqe();
+      io_uring_prep_poll_add(e, p.fd, p.events);
+      io_uring_sqe_set_data64(e, ud(w, kPoll));
+      p.armed = p.events;
+    }
+    rearm_.clear();
+  }
+
+  bool on_poll(uint32_t w, int res, LoopEvent& ev) {
+    Watch& p = polls_[w];
+    p.armed = 0;
+    p.removing = false;
+    if (p.state != Slot::Open) {
+      free_watch(w);
+      return false;
+    }
+    if (p.events && !p.queued) {
+      p.queued = true;
+      rearm_.push_back(w);
+    }
+    if (res == -ECANCELED || res == -EINTR || res == -EAGAIN) return false;
+    // A poll that failed (the descriptor went bad) says so as an error.
+    const int32_t bits = res < 0 ? POLLERR : res;
+    ev = LoopEvent{LoopEv::Ready, bits, w, -1, 0, nullptr, p.tag};
     return true;
   }
 
@@ -278,6 +398,8 @@ class UringLoop final : public LoopCommon {
         ev = LoopEvent{LoopEv::Wake, res, 0, -1, 0, nullptr, watches_[c].tag};
         return true;
       case kRecv: return on_recv(c, res, flags, ev);
+      case kRecvInto: return on_recv_into(c, res, ev);
+      case kPoll: return on_poll(c, res, ev);
       case kSend: return on_send(c, res, ev);
       case kConnect: {
         Conn& k = conns_[c];
@@ -288,6 +410,11 @@ class UringLoop final : public LoopCommon {
         if (res == 0) {
           push(c);
           maybe_arm(c);
+          if (k.into && !k.armed) {
+            uint8_t* p = k.into;
+            k.into = nullptr;
+            recv_into(c, p, k.into_cap);
+          }
         }
         return true;
       }
@@ -329,6 +456,27 @@ class UringLoop final : public LoopCommon {
       return false;
     }
     // End of stream (0) or a socket error: the source is gone.
+    k.eof = true;
+    ev = LoopEvent{LoopEv::Eof, res, c};
+    return true;
+  }
+
+  bool on_recv_into(uint32_t c, int res, LoopEvent& ev) {
+    Conn& k = conns_[c];
+    --k.inflight;
+    k.armed = false;
+    if (k.state != Slot::Open) return false;
+    uint8_t* p = k.into;
+    if (res == -EINTR || res == -EAGAIN || res == -ECANCELED) {
+      k.into = nullptr;
+      recv_into(c, p, k.into_cap);
+      return false;
+    }
+    k.into = nullptr;
+    if (res > 0) {
+      ev = LoopEvent{LoopEv::Data, res, c, -1, static_cast<uint32_t>(res), p};
+      return true;
+    }
     k.eof = true;
     ev = LoopEvent{LoopEv::Eof, res, c};
     return true;

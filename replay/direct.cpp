@@ -4,59 +4,38 @@
 
 namespace tierlab::replay::detail {
 
-bool Worker::send_direct(uint32_t slot, Nanos now) {
+void Worker::send_direct(uint32_t slot) {
   Slot& s = slots_[slot];
-  if (on_ring(s)) {
-    // Leaves with the next io_uring_enter; its completion goes on.
-    if (s.out_left > 0 && !s.send_inflight) queue_send(slot);
-    else if (s.out_left == 0) sent(slot);
-    return true;
-  }
-  while (s.out_left > 0) {
-    ssize_t n = ::send(s.fd, s.out, s.out_left, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n > 0) {
-      s.out += n;
-      s.out_left -= static_cast<uint32_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      watch(slot, true);
-      return true;
-    }
-    fail(slot, now, n < 0 ? std::strerror(errno) : "could not send to the server");
-    return false;
-  }
-  if (s.want_out) watch(slot, false);
-  sent(slot);
-  return true;
+  if (loop_->queued(s.lc) > 0) return;  // its Sent event goes on
+  if (s.out_left == 0) return on_sent(slot);
+  // Leaves with the loop's next round (on io_uring in the submission that
+  // also waits; on epoll at once); the plan's bytes stay put until sent.
+  loop_->send_ext(s.lc, reinterpret_cast<const uint8_t*>(s.out), s.out_left);
+  s.out += s.out_left;
+  s.out_left = 0;
 }
 
-void Worker::sent(uint32_t slot) {
+void Worker::on_sent(uint32_t slot) {
   Slot& s = slots_[slot];
+  if (loop_->queued(s.lc) > 0) return;
+  if (s.out_left > 0) return send_direct(slot);
   if (!s.done_after_send) return;
   s.done_after_send = false;
   unit_done(slot, now_ns());
 }
 
-void Worker::receive_direct(uint32_t slot, Nanos now) {
+void Worker::arm_recv(uint32_t slot) {
+  Slot& s = slots_[slot];
+  if (s.in_off == s.in_len) s.in_off = s.in_len = 0;
+  loop_->recv_into(s.lc, reinterpret_cast<uint8_t*>(s.in.get()) + s.in_len, kInBuf - s.in_len);
+}
+
+void Worker::on_data(uint32_t slot, uint32_t n, Nanos now) {
   Slot& s = slots_[slot];
   PGconn* c = s.conn;
-  for (;;) {
-    if (s.in_off == s.in_len) s.in_off = s.in_len = 0;
-    uint32_t room = kInBuf - s.in_len;
-    ssize_t n = ::recv(s.fd, s.in.get() + s.in_len, room, 0);
-    if (n == 0) return fail(slot, now, "the server closed the connection unexpectedly");
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      return fail(slot, now, std::strerror(errno));
-    }
-    s.in_len += static_cast<uint32_t>(n);
-    if (!parse_direct(slot, now) || s.conn != c || s.state == State::Done) return;
-    // Level-triggered: a short read took all there was; epoll reports more.
-    if (static_cast<uint32_t>(n) < room) return;
-  }
+  s.in_len += n;
+  if (!parse_direct(slot, now) || s.conn != c || s.state == State::Done) return;
+  arm_recv(slot);
 }
 
 bool Worker::parse_direct(uint32_t slot, Nanos now) {
@@ -142,7 +121,8 @@ bool Worker::on_message(uint32_t slot, char type, const char* body, uint32_t len
         s.out_left = u.kind == UnitKind::Extended ? sizeof kCopyDone : 5;
       }
       move(s, Event::CopyFinished);
-      return send_direct(slot, now);
+      send_direct(slot);
+      return true;
     }
     case 'H':  // CopyOutResponse: its data is skipped
       if (busy) move(s, Event::CopyOutStarted);
@@ -191,7 +171,7 @@ void Worker::finish_direct(uint32_t slot) {
   if (s.state == State::CopyOut) move(s, Event::CopyFinished);  // no CopyDone came
   // A COPY that failed while its data was still going out: the server
   // ignores the rest, but it must leave whole before the next request.
-  if (s.out_left > 0) {
+  if (sending(s)) {
     s.done_after_send = true;
     return;
   }

@@ -1,13 +1,14 @@
 // The replay engine: worker threads, each running many sessions over one
-// wait: an io_uring (Options::io) or epoll. This file starts and joins them
+// event loop (common/loop.h; its io_uring or epoll backend, Options::io,
+// chosen once for all workers). This file starts and joins them
 // (run); the worker is replay/worker.h: its loop, schedule, session state
 // machine and statistics in replay/worker.cpp, directly driven sessions in
 // replay/direct.cpp, libpq sessions in replay/libpq_session.cpp.
 //
 // libpq opens every connection (authentication, TLS, GSS), on the
 // connection thread (replay/connector.h), which hands each one to its
-// worker through the worker's inbox, an eventfd in its epoll set; the same
-// thread closes them. A session on a plaintext connection is then driven
+// worker through the worker's inbox, an eventfd the worker's loop watches;
+// the same thread closes them. A session on a plaintext connection is then driven
 // directly: each unit's request is
 // the plan's protocol messages (a Query, or the extended-protocol messages
 // up to a Sync), written to the socket as they are, and the answers are
@@ -16,19 +17,22 @@
 // from ReadyForQuery; rows are skipped unread). A TLS or GSS-encrypted
 // session, or every session with Options::direct off, stays on libpq.
 //
-// On the io_uring loop a directly driven session's socket leaves the epoll
-// set once connected: a receive into its buffer is always armed, and its
-// requests go out as send submissions; every submission queued in a round
-// reaches the kernel with the wait for the next completion, in one
-// io_uring_enter, where epoll takes a system call per send, per receive
-// and per wait. libpq's sessions and the inbox stay on the epoll set, and
-// the ring polls the epoll descriptor. Lag and latency count from when a
-// unit's send is queued; it leaves in that round's io_uring_enter.
+// A directly driven session is a connection of the loop, on a duplicate of
+// libpq's socket: a receive into its buffer is always armed (recv_into),
+// and its requests are queued as they are in the plan (send_ext). On
+// io_uring every send and receive queued in a round reaches the kernel
+// with the wait for the next completion, in one io_uring_enter, where
+// epoll takes a system call per send, per receive and per wait. libpq's
+// sockets and the inbox are the loop's readiness watches (level-triggered:
+// libpq reads only part of what a socket holds). The next unit's due time
+// is the round's absolute deadline (wait_until, to the nanosecond). Lag
+// and latency count from when a unit's send is queued; on io_uring it
+// leaves in that round's io_uring_enter.
 //
 // Steady state (a connected session sending units and reaping results)
 // allocates nothing on tierlab's side: session slots and their receive
-// buffers, the timer heap, the epoll event array, the ring and its
-// completion array, statistics and parameter
+// buffers, the timer heap, the event array, the loop's slots and lists,
+// statistics and parameter
 // arrays are sized before the workers start or at connect; units are sent
 // straight from the Plan's tables. On libpq, libpq allocates its PGresults
 // (freed with PQclear at once) and grows its own buffers; connecting and
@@ -47,6 +51,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/realtime.h"
+#include "common/loop.h"
 #include "common/uring.h"
 #include "replay/connector.h"
 #include "replay/plan.h"
@@ -57,12 +62,9 @@
 #include "replay/wire.h"
 
 #include <libpq-fe.h>
-#include <liburing.h>
 #include <poll.h>
-#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -174,15 +176,13 @@ void preflight(const Options& opts, const ConnParams& p) {
 
 }  // namespace
 
-// Why the io_uring loop cannot run here ("" when it can): a ring as the
-// workers set one up, and the operations they use.
+// Why the io_uring loop cannot run here ("" when it can): the loop's needs,
+// and a wait that takes a timeout (the schedule's deadlines, without a
+// timeout operation per round).
 std::string uring_unsupported() {
-  return uring_missing({.ext_arg = true,
-                        .buf_ring = false,
-                        .ops = {{IORING_OP_RECV, "recv"},
-                                {IORING_OP_SEND, "send"},
-                                {IORING_OP_POLL_ADD, "poll"},
-                                {IORING_OP_ASYNC_CANCEL, "async cancel"}}});
+  std::string m = loop_uring_missing();
+  if (m.empty()) m = uring_missing({.ext_arg = true, .buf_ring = false, .ops = {}});
+  return m;
 }
 
 Report run(const Workload& w, const Options& opts, std::ostream* progress) {
@@ -206,7 +206,8 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   sh.sched.t0 = plan.t0;
   sh.sched.speed = opts.speed;
   sh.sched.max_speed = opts.max_speed;
-  // auto: only directly driven sessions use the ring.
+  // auto: io_uring only for directly driven sessions (libpq's gain nothing
+  // from it: libpq makes its own system calls).
   sh.uring = use_uring(opts.io, "TIERLAB_REPLAY_IO", "replay", opts.direct, &uring_unsupported);
 
   // Who connects where: --user / --database, --user-map, else the captured

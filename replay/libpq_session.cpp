@@ -13,20 +13,9 @@ bool Worker::send_execute(PGconn* c, const Op& op) {
 
 void Worker::on_event(uint32_t slot, uint32_t ev) {
   Slot& s = slots_[slot];
-  PGconn* const c = s.conn;
   Nanos now = now_ns();
   if (s.state == State::Done || !s.conn) return;
-  if (s.direct) {
-    // Answers first: one may end the unit before its request has left
-    // (a COPY failing on its first rows).
-    if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
-      receive_direct(slot, now);
-      if (s.conn != c || s.state == State::Done) return;
-    }
-    if ((ev & EPOLLOUT) && s.want_out) send_direct(slot, now);
-    return;
-  }
-  if ((ev & EPOLLOUT) && s.want_out) {
+  if ((ev & POLLOUT) && s.want_out) {
     if (s.state == State::CopyIn) {
       if (!push_copy(slot, now)) return;
     } else {
@@ -35,7 +24,7 @@ void Worker::on_event(uint32_t slot, uint32_t ev) {
       watch(slot, f == 1);
     }
   }
-  if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+  if (ev & (POLLIN | POLLHUP | POLLERR)) {
     if (PQconsumeInput(s.conn) == 0) return fail(slot, now);
     if (s.state == State::Idle) {
       // Nothing is expected: notices, notifications, parameter changes.

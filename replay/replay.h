@@ -8,8 +8,8 @@
 // connection per captured session, opened by libpq at the session's captured
 // start and closed at its end, on one absolute schedule
 // (replay epoch + (t_capture - t0) / speed), over worker threads that each
-// run many sessions on one wait (io_uring where the kernel has it, else
-// epoll) — plaintext sessions driven directly (the plan's protocol messages
+// run many sessions on one event loop (common/loop.h: io_uring where the
+// kernel has it, else epoll) — plaintext sessions driven directly (the plan's protocol messages
 // out, the answers read as they come), TLS and GSS ones through
 // non-blocking libpq.
 //
@@ -141,10 +141,11 @@ struct Options {
   // sessions always are.
   bool direct = true;
   // The workers' event loop: "io_uring" (directly driven sessions send and
-  // receive through a ring, one io_uring_enter per round for all of them;
-  // libpq sessions stay on epoll, polled through the ring),
-  // "epoll", or "auto": io_uring where the kernel has what the loop needs,
-  // else epoll. The environment variable TIERLAB_REPLAY_IO, when set,
+  // receive through the ring, one io_uring_enter per round for all of them;
+  // libpq's sockets are polls on the same ring), "epoll", or "auto":
+  // io_uring where the kernel has what the loop needs and sessions are
+  // driven directly (libpq makes its own system calls either way), else
+  // epoll. The environment variable TIERLAB_REPLAY_IO, when set,
   // overrides it (tests run on either loop).
   std::string io = "auto";
   // --log: one line per round trip (unit) to this file, as pgbench -l

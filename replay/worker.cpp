@@ -1,11 +1,34 @@
-// A replay worker: its wait (io_uring or epoll), the schedule, the session
-// state machine and the statistics (replay/worker.h).
+// A replay worker: its rounds on the event loop (common/loop.h), the
+// schedule, the session state machine and the statistics (replay/worker.h).
 #include "replay/worker.h"
 
 namespace tierlab::replay::detail {
 
+Worker::Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live)
+    : sh_(sh), plan_(*sh.plan), index_(index), slots_(sessions.size()),
+      timers_(static_cast<uint32_t>(sessions.size())), stats_(sh.plan->fingerprints.size()),
+      live_(live), log_(sh.log_fd, &sh.log_lock) {
+  for (size_t i = 0; i < sessions.size(); ++i) slots_[i].session = sessions[i];
+  held_.reserve(sessions.size());
+  opened_.reserve(sessions.size());
+  started_ = !sh.sched.max_speed || sh.initial == 0;
+  // The sessions' own buffers take the answers (recv_into); the loop's
+  // pool is unused, so it is the smallest there is.
+  LoopOptions lo;
+  lo.buffers = 2;
+  lo.buffer_size = 4096;
+  lo.connections = static_cast<uint32_t>(sessions.size() + 1);  // and the inbox's watch
+  lo.wait_sends = false;
+  try {
+    loop_ = make_loop(sh.uring, lo);
+  } catch (const RuntimeError& e) {
+    throw RuntimeError(std::string("replay: ") + (sh.uring ? "io_uring" : "epoll") +
+                       ": setting up a worker's loop: " + e.what());
+  }
+  loop_->poll(loop_->poll_open(sh.connector->inbox_fd(index), kInboxTag), POLLIN);
+}
+
 void Worker::run() {
-  if (sh_.uring) start_ring();
   Nanos now = now_ns();
   active_ = slots_.size();
   // Timed: each session's connect is a timer. Max speed: sessions start
@@ -17,7 +40,7 @@ void Worker::run() {
   std::sort(gated_.begin(), gated_.end(), [&](uint32_t a, uint32_t b) {
     return sh_.gate[slots_[a].session] < sh_.gate[slots_[b].session];
   });
-  epoll_event evs[kMaxEvents];
+  LoopEvent evs[kMaxEvents];
   while (active_ > 0) {
     now = now_ns();
     if (sh_.stop.load(std::memory_order_relaxed)) {
@@ -31,178 +54,55 @@ void Worker::run() {
     }
     while (!timers_.empty() && timers_.top_due() <= now) on_timer(timers_.pop(), now);
     if (active_ == 0) break;
-    timespec ts, *tsp = nullptr;
-    Nanos wait = -1;
-    if (!timers_.empty()) wait = std::max<Nanos>(0, timers_.top_due() - now_ns());
-    if (gate_next_ < gated_.size()) wait = wait < 0 ? 1000000 : std::min<Nanos>(wait, 1000000);
+    // The next unit's due time, absolute: the loop wakes at it to the
+    // nanosecond.
+    Nanos deadline = timers_.empty() ? -1 : timers_.top_due();
+    auto sooner = [&](Nanos at) { deadline = deadline < 0 ? at : std::min(deadline, at); };
+    if (gate_next_ < gated_.size()) sooner(now + 1000000);
     // Connected sessions held for the start: look again soon (the other
     // workers' sessions may be the last to connect).
-    if (!started_ && !held_.empty()) wait = wait < 0 ? 20000 : std::min<Nanos>(wait, 20000);
-    if (wait >= 0) {
-      ts.tv_sec = wait / 1000000000;
-      ts.tv_nsec = wait % 1000000000;
-      tsp = &ts;
-    }
-    if (ring_on_) {
-      wait_ring(wait, evs);
-      continue;
-    }
-    int n = wait_events(evs, tsp);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw RuntimeError(errno_message("epoll wait", errno));
-    }
+    if (!started_ && !held_.empty()) sooner(now + 20000);
+    int n = loop_->wait_until(evs, kMaxEvents, deadline);
+    if (n < 0) throw RuntimeError(errno_message(std::string("replay: ") + loop_->backend() + " wait", -n));
     dispatch(evs, n);
   }
+  // The loop closes its duplicates of the sessions' sockets once the
+  // kernel is done with them.
+  loop_->finish(1'000'000'000);
   log_.flush();
 }
 
-void Worker::start_ring() {
-  try {
-    ring_.emplace(ring_options());
-  } catch (const RuntimeError& e) {
-    throw RuntimeError(std::string("replay: io_uring: setting up a worker's ring: ") + e.what());
-  }
-  ring_on_ = true;
-  arm_epoll();
-}
-
-int Worker::wait_events(epoll_event* evs, const timespec* timeout) {
-  if (tfd_ < 0) {
-    int n = epoll_pwait2(ep_, evs, kMaxEvents, timeout, nullptr);
-    if (n >= 0 || errno != ENOSYS) return n;
-    tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-    if (tfd_ < 0) throw RuntimeError(errno_message("timerfd_create", errno));
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = kTimerTag;
-    if (epoll_ctl(ep_, EPOLL_CTL_ADD, tfd_, &ev) != 0)
-      throw RuntimeError(errno_message("epoll_ctl (timerfd)", errno));
-  }
-  if (timeout && timeout->tv_sec == 0 && timeout->tv_nsec == 0) return epoll_wait(ep_, evs, kMaxEvents, 0);
-  // Arming (or, without a timeout, disarming) also clears an expiry not
-  // yet read, so the timerfd is readable only once this timeout passes.
-  itimerspec its{};
-  if (timeout) its.it_value = *timeout;
-  if (timerfd_settime(tfd_, 0, &its, nullptr) != 0)
-    throw RuntimeError(errno_message("timerfd_settime", errno));
-  return epoll_wait(ep_, evs, kMaxEvents, -1);
-}
-
-void Worker::dispatch(const epoll_event* evs, int n) {
+void Worker::dispatch(const LoopEvent* evs, int n) {
   for (int i = 0; i < n; ++i) {
-    const uint64_t tag = evs[i].data.u64;
-    if (tag == kInboxTag) on_inbox();
-    else if (tag != kTimerTag) on_event(static_cast<uint32_t>(tag), evs[i].events);
+    const LoopEvent& e = evs[i];
+    if (e.kind == LoopEv::Ready) {
+      if (e.tag == kInboxTag) {
+        on_inbox();
+        continue;
+      }
+      // A libpq session's socket (not one ended earlier in this round).
+      const uint32_t slot = static_cast<uint32_t>(e.tag);
+      if (slots_[slot].pw == e.conn) on_event(slot, static_cast<uint32_t>(e.res));
+      continue;
+    }
+    // A directly driven session's connection; 0: closed earlier in this round.
+    const uint64_t u = loop_->user(e.conn);
+    if (u == 0) continue;
+    const uint32_t slot = static_cast<uint32_t>(u - 1);
+    Slot& s = slots_[slot];
+    if (s.state == State::Done || !s.conn) continue;
+    switch (e.kind) {
+      case LoopEv::Data: on_data(slot, e.len, now_ns()); break;
+      case LoopEv::Sent: on_sent(slot); break;
+      case LoopEv::Eof:
+        fail(slot, now_ns(), e.res < 0 ? std::strerror(-e.res) : "the server closed the connection unexpectedly");
+        break;
+      case LoopEv::SendError:
+        fail(slot, now_ns(), e.res < 0 ? std::strerror(-e.res) : "could not send to the server");
+        break;
+      default: break;
+    }
   }
-}
-
-io_uring_sqe* Worker::sqe() {
-  io_uring_sqe* q = io_uring_get_sqe(ring());
-  if (!q) {
-    io_uring_submit(ring());
-    q = io_uring_get_sqe(ring());
-    if (!q) throw RuntimeError("io_uring: no submission queue entry free");
-  }
-  return q;
-}
-
-void Worker::arm_epoll() {
-  io_uring_sqe* q = sqe();
-  io_uring_prep_poll_add(q, ep_, POLLIN);
-  io_uring_sqe_set_data64(q, kEpollTag);
-}
-
-void Worker::wait_ring(Nanos wait, epoll_event* evs) {
-  int rc;
-  if (wait == 0) {
-    rc = io_uring_submit_and_get_events(ring());
-  } else {
-    __kernel_timespec ts{};
-    ts.tv_sec = wait / 1000000000;
-    ts.tv_nsec = wait % 1000000000;
-    io_uring_cqe* cqe = nullptr;
-    rc = io_uring_submit_and_wait_timeout(ring(), &cqe, 1, wait > 0 ? &ts : nullptr, nullptr);
-  }
-  if (rc < 0 && rc != -ETIME && rc != -EINTR && rc != -EBUSY && rc != -EAGAIN)
-    throw RuntimeError(errno_message("io_uring wait", -rc));
-  unsigned head, seen = 0;
-  io_uring_cqe* cqe;
-  bool epoll_ready = false;
-  // Completions are handled after the CQ is advanced past them: a handler
-  // may submit (a cancel, a full SQ), which must not see them again.
-  io_uring_for_each_cqe(ring(), head, cqe) {
-    if (seen == kMaxCqes) break;
-    cqes_[seen].user_data = cqe->user_data;
-    cqes_[seen].res = cqe->res;
-    ++seen;
-  }
-  io_uring_cq_advance(ring(), seen);
-  for (unsigned i = 0; i < seen; ++i) {
-    uint64_t ud = cqes_[i].user_data;
-    if (ud == kEpollTag) epoll_ready = true;
-    else if (ud == kIgnoreTag) continue;
-    else on_completion(static_cast<uint32_t>(ud >> 2), ud & 3, cqes_[i].res);
-  }
-  if (epoll_ready) {
-    int n;
-    do {
-      n = epoll_wait(ep_, evs, kMaxEvents, 0);
-      if (n < 0 && errno != EINTR) throw RuntimeError(errno_message("epoll wait", errno));
-      if (n > 0) dispatch(evs, n);
-    } while (n == kMaxEvents);
-    arm_epoll();
-  }
-}
-
-void Worker::to_ring(uint32_t slot) {
-  Slot& s = slots_[slot];
-  if (s.fd >= 0) epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
-  s.fd = PQsocket(s.conn);
-  s.events = 0;
-  arm_recv(slot);
-}
-
-void Worker::arm_recv(uint32_t slot) {
-  Slot& s = slots_[slot];
-  if (s.in_off == s.in_len) s.in_off = s.in_len = 0;
-  io_uring_sqe* q = sqe();
-  io_uring_prep_recv(q, s.fd, s.in.get() + s.in_len, kInBuf - s.in_len, 0);
-  io_uring_sqe_set_data64(q, uint64_t{slot} << 2 | kOpRecv);
-  s.recv_armed = true;
-}
-
-void Worker::queue_send(uint32_t slot) {
-  Slot& s = slots_[slot];
-  io_uring_sqe* q = sqe();
-  io_uring_prep_send(q, s.fd, s.out, s.out_left, MSG_NOSIGNAL);
-  io_uring_sqe_set_data64(q, uint64_t{slot} << 2 | kOpSend);
-  s.send_inflight = true;
-}
-
-void Worker::on_completion(uint32_t slot, uint64_t op, int res) {
-  Slot& s = slots_[slot];
-  if (op == kOpRecv) s.recv_armed = false;
-  else s.send_inflight = false;
-  if (s.state == State::Done || !s.conn) return;  // finished: a cancellation
-  Nanos now = now_ns();
-  PGconn* c = s.conn;
-  if (op == kOpSend) {
-    if (res < 0 && (res == -EINTR || res == -EAGAIN)) return queue_send(slot);
-    if (res <= 0) return fail(slot, now, res < 0 ? std::strerror(-res) : "could not send to the server");
-    s.out += res;
-    s.out_left -= static_cast<uint32_t>(res);
-    if (s.out_left > 0) return queue_send(slot);
-    return sent(slot);
-  }
-  if (res == 0) return fail(slot, now, "the server closed the connection unexpectedly");
-  if (res < 0) {
-    if (res == -EINTR || res == -EAGAIN || res == -ENOBUFS) return arm_recv(slot);
-    return fail(slot, now, std::strerror(-res));
-  }
-  s.in_len += static_cast<uint32_t>(res);
-  if (!parse_direct(slot, now) || s.conn != c || s.state == State::Done) return;
-  arm_recv(slot);
 }
 
 void Worker::move(Slot& s, Event e) {
@@ -214,50 +114,30 @@ void Worker::move(Slot& s, Event e) {
 
 void Worker::watch(uint32_t slot, bool out) {
   Slot& s = slots_[slot];
-  int fd = PQsocket(s.conn);
-  uint32_t want = EPOLLIN | (out ? EPOLLOUT : 0u);
   s.want_out = out;
-  if (fd != s.fd) {
-    if (s.fd >= 0) epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
-    s.fd = -1;
+  if (s.pw == kNone) {
+    const int fd = PQsocket(s.conn);
     if (fd < 0) return;
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.u64 = slot;
-    if (epoll_ctl(ep_, EPOLL_CTL_ADD, fd, &ev) == 0) {
-      s.fd = fd;
-      s.events = want;
-    }
-    return;
+    s.pw = loop_->poll_open(fd, slot);
   }
-  if (want != s.events && s.fd >= 0) {
-    epoll_event ev{};
-    ev.events = want;
-    ev.data.u64 = slot;
-    epoll_ctl(ep_, EPOLL_CTL_MOD, s.fd, &ev);
-    s.events = want;
-  }
+  loop_->poll(s.pw, POLLIN | (out ? POLLOUT : 0u));
 }
 
 void Worker::finish_slot(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
-  if (on_ring(s)) {
-    // Its operations end as cancelled (their buffers outlive them: slots
-    // last as long as the worker's ring).
-    for (uint64_t op : {kOpRecv, kOpSend}) {
-      if (!(op == kOpRecv ? s.recv_armed : s.send_inflight)) continue;
-      io_uring_sqe* q = sqe();
-      io_uring_prep_cancel64(q, uint64_t{slot} << 2 | op, 0);
-      io_uring_sqe_set_data64(q, kIgnoreTag);
-    }
-    // The connection thread closes the socket, and may open another
-    // with its number at once: a receive or send still queued here
-    // names the socket by number, so it goes to the kernel first.
-    if (s.recv_armed || s.send_inflight) io_uring_submit(ring());
-  } else if (s.fd >= 0) {
-    epoll_ctl(ep_, EPOLL_CTL_DEL, s.fd, nullptr);
+  // The loop stops what it has in flight for the session (a receive into
+  // its buffer ends as cancelled: the buffer outlives the loop) and
+  // closes its duplicate of the socket; libpq's is closed by the
+  // connection thread.
+  if (s.lc != kNone) {
+    loop_->close(s.lc);
+    s.lc = kNone;
   }
-  s.fd = -1;
+  if (s.pw != kNone) {
+    loop_->poll_close(s.pw);
+    s.pw = kNone;
+  }
+  s.out_left = 0;
   sh_.connector->close(s.conn);
   s.conn = nullptr;
   timers_.cancel(slot);
@@ -333,8 +213,18 @@ void Worker::connected(uint32_t slot, Nanos now) {
   if (s.direct) ++stats_.sessions_direct;
   move(s, Event::Connected);
   s.free_at = now;
-  if (s.direct && ring_on_) to_ring(slot);
-  else watch(slot, false);
+  if (s.direct) {
+    // The loop owns a duplicate of the socket (libpq keeps its own, and
+    // ends the connection with it): its number cannot be reused under the
+    // loop when the connection thread closes libpq's.
+    const int fd = fcntl(PQsocket(s.conn), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return fail(slot, now, std::strerror(errno));
+    s.lc = loop_->open_shared(fd);
+    loop_->user(s.lc) = uint64_t{slot} + 1;
+    arm_recv(slot);
+  } else {
+    watch(slot, false);
+  }
   if (!started_) {
     initial_settled(s);
     held_.push_back(slot);
@@ -370,8 +260,9 @@ void Worker::send_unit(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
   const Unit& u = unit_of(s);
   PGconn* c = s.conn;
-  // Lag and latency count from the send (on the io_uring loop: from when
-  // it is queued), not from when this pass of the loop started.
+  // Lag and latency count from the send (a directly driven session's: from
+  // when it is queued on the loop), not from when this pass of the loop
+  // started.
   now = now_ns();
   s.lag = s.own_lag = 0;
   s.unit_state[0] = 0;
@@ -399,7 +290,7 @@ void Worker::send_unit(uint32_t slot, Nanos now) {
     s.out = u.wire;
     s.out_left = u.wire_len;
     move(s, Event::UnitSent);
-    send_direct(slot, now);
+    send_direct(slot);
     return;
   }
   const bool one_execute = u.kind == UnitKind::Extended && u.n_ops == 1 &&

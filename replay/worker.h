@@ -1,16 +1,17 @@
 // Private to replay/: a replay worker (replay/worker.cpp) and the state it
 // shares with the other workers. One worker thread runs many sessions on one
-// wait: the schedule, the session state machine and the statistics are in
-// replay/worker.cpp, sessions driven directly (the plan's protocol messages
-// out, the answers parsed as they come) in replay/direct.cpp, libpq sessions
-// in replay/libpq_session.cpp. See replay/engine.cpp for the threads, the
-// event loop and the timing.
+// event loop (common/loop.h, io_uring or epoll): the rounds, the schedule,
+// the session state machine and the statistics are in replay/worker.cpp,
+// sessions driven directly (the plan's protocol messages out, the answers
+// parsed as they come) in replay/direct.cpp, libpq sessions in
+// replay/libpq_session.cpp. See replay/engine.cpp for the threads and
+// the timing.
 #pragma once
 
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/realtime.h"
-#include "common/uring.h"
+#include "common/loop.h"
 #include "replay/connector.h"
 #include "replay/plan.h"
 #include "replay/schedule.h"
@@ -19,13 +20,11 @@
 #include "replay/unit_log.h"
 #include "replay/wire.h"
 
+#include <fcntl.h>
 #include <libpq-fe.h>
-#include <liburing.h>
 #include <poll.h>
-#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,27 +56,9 @@ constexpr int kMaxEvents = 256;
 // preempts anyway; the call leaves such a thread alone) nor at max speed
 // (no deadlines; there the preemptions cost throughput).
 constexpr uint64_t kWorkerSliceNs = kShortestSliceNs;
-// epoll data of the timeout's timerfd and of the worker's inbox of opened
-// connections (slots are numbered from 0).
-constexpr uint64_t kTimerTag = ~uint64_t{0};
-constexpr uint64_t kInboxTag = ~uint64_t{0} - 1;
-// io_uring user_data: a slot's operation (slot << 2 | kOpRecv or kOpSend),
-// or one of the tags below (their low bits are 3).
-constexpr uint64_t kOpRecv = 0, kOpSend = 1;
-constexpr uint64_t kEpollTag = ~uint64_t{0};      // the poll on the epoll fd
-constexpr uint64_t kIgnoreTag = ~uint64_t{0} - 4;  // cancellations
-constexpr unsigned kRingEntries = 1024;
-// One thread submits and reaps; completions are posted when it waits. The
-// completion queue holds a receive's answer for 8192 sessions at once
-// (beyond, the kernel keeps them until there is room).
-inline RingOptions ring_options() {
-  RingOptions o;
-  o.entries = kRingEntries;
-  o.cq_entries = 8192;
-  o.single_task = true;
-  o.submit_all = true;
-  return o;
-}
+// The tag of the loop's watch on the worker's inbox of opened connections
+// (a libpq session's watch has its slot's number).
+constexpr uint64_t kInboxTag = ~uint64_t{0};
 // A directly driven session's receive buffer. Messages the engine only
 // skips (rows, row descriptions, COPY data) may be any size; one it reads
 // (CommandComplete, ErrorResponse, ReadyForQuery, COPY responses) is read
@@ -107,7 +88,7 @@ struct Shared {
   uint64_t initial = 0;               // sessions with gate 0
   std::atomic<uint64_t> initial_ready{0};
   std::atomic<Nanos> start{0};        // when the last of them connected
-  bool uring = false;                 // workers run the io_uring loop
+  bool uring = false;                 // workers run the io_uring backend of the loop
   int log_fd = -1;                    // Options::log_path, -1 none
   std::mutex log_lock;                // one worker writes to it at a time
   Nanos unix_offset = 0;              // CLOCK_REALTIME - CLOCK_MONOTONIC, for the log
@@ -124,8 +105,7 @@ struct Slot {
   bool want_out = false;
   uint8_t nulls = 0;                 // consecutive NULL results (pipeline)
   PGconn* conn = nullptr;
-  int fd = -1;                       // fd registered with epoll, -1 none
-  uint32_t events = 0;               // registered interest
+  uint32_t pw = kNone;               // libpq: the loop's watch on its socket
   uint32_t next = 0;                 // next unit, index within the session
   uint32_t unit = kNone;             // unit in flight (Plan::units)
   uint32_t op = 0;                   // Extended: next op to get its result
@@ -139,59 +119,34 @@ struct Slot {
   Nanos free_at = 0;                 // when the session last became Idle
   uint64_t stmts_since_idle = 0;
   bool txn_failed = false;           // an error since the session was last idle
-  // Driven directly (a plaintext connection, libpq only connected it).
+  // Driven directly (a plaintext connection, libpq only connected it):
+  // the loop's connection on a duplicate of libpq's socket.
   bool direct = false;
+  uint32_t lc = kNone;
   bool aborted = false;              // an ErrorResponse in this unit
   char ready = 'I';                  // status of the last ReadyForQuery
-  const char* out = nullptr;         // bytes still to send
+  const char* out = nullptr;         // bytes still to hand to the loop (one piece at a time)
   uint32_t out_left = 0;
   bool done_after_send = false;      // ReadyForQuery came before `out` was sent
   uint32_t skip = 0;                 // bytes of a message still to discard
   uint32_t in_off = 0, in_len = 0;
-  std::unique_ptr<char[]> in;        // kInBuf bytes, from connect
-  // On the worker's io_uring (every directly driven session of a worker
-  // that runs one: on_ring()), its socket is out of the epoll set; a
-  // receive is armed while it is connected, and at most one send is in
-  // flight.
-  bool recv_armed = false;
-  bool send_inflight = false;
+  std::unique_ptr<char[]> in;        // kInBuf bytes, from connect; a receive into it is armed while connected
 };
 
 class Worker {
  public:
-  Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live)
-      : sh_(sh), plan_(*sh.plan), index_(index), slots_(sessions.size()),
-        timers_(static_cast<uint32_t>(sessions.size())), stats_(sh.plan->fingerprints.size()),
-        live_(live), log_(sh.log_fd, &sh.log_lock) {
-    for (size_t i = 0; i < sessions.size(); ++i) slots_[i].session = sessions[i];
-    held_.reserve(sessions.size());
-    opened_.reserve(sessions.size());
-    started_ = !sh.sched.max_speed || sh.initial == 0;
-    ep_ = epoll_create1(EPOLL_CLOEXEC);
-    if (ep_ < 0) throw RuntimeError(errno_message("epoll_create1", errno));
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.u64 = kInboxTag;
-    if (epoll_ctl(ep_, EPOLL_CTL_ADD, sh.connector->inbox_fd(index), &ev) != 0) {
-      int e = errno;
-      close(ep_);
-      throw RuntimeError(errno_message("epoll_ctl (inbox)", e));
-    }
-  }
+  // Makes the worker's loop (an io_uring one is enabled by the first wait,
+  // on the worker's thread). What the loop needs of the kernel was checked
+  // before the workers started (uring_unsupported).
+  Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live);
   ~Worker() {
     // Operations in flight point into the slots' buffers: end them first.
+    loop_.reset();
     for (Slot& s : slots_)
       if (s.conn) PQfinish(s.conn);
-    if (ep_ >= 0) close(ep_);
-    if (tfd_ >= 0) close(tfd_);
   }
 
   void run();
-
-  // Sets up the worker's io_uring (on the thread that runs it: the ring is
-  // single-issuer). What the loop needs of the kernel was checked before
-  // the workers started (uring_unsupported).
-  void start_ring();
 
   Stats& stats() { return stats_; }
   Nanos last_end() const { return last_end_; }
@@ -201,46 +156,14 @@ class Worker {
   const Session& session_of(const Slot& s) const { return plan_.sessions[s.session]; }
   const Unit& unit_of(const Slot& s) const { return plan_.units[s.unit]; }
 
-  // Waits for events until `timeout` has passed (nullptr: no limit).
-  // epoll_pwait2 (Linux 5.11) takes a nanosecond timeout; where the kernel
-  // lacks it (older kernels, a container on an older host, a sandbox that
-  // filters it) a timerfd in the epoll set carries the timeout instead, so a
-  // timed replay keeps its sub-millisecond wake-ups either way.
-  int wait_events(epoll_event* evs, const timespec* timeout);
-
-  void dispatch(const epoll_event* evs, int n);
-
-  // --- the io_uring loop --------------------------------------------------
-  // Directly driven sessions send and receive through the ring; the epoll
-  // set (libpq sessions, the inbox) is one poll on it. One
-  // io_uring_enter per round submits every queued send and receive and
-  // waits for the first completion or the timeout.
-
-  io_uring_sqe* sqe();
-
-  // A one-shot poll: re-armed after each drain of the epoll set, so what
-  // stays ready (level-triggered) completes it again at once.
-  void arm_epoll();
-
-  void wait_ring(Nanos wait, epoll_event* evs);
-
-  // A directly driven session's I/O goes through the ring once connected
-  // (`direct` is set then).
-  bool on_ring(const Slot& s) const { return ring_on_ && s.direct; }
-
-  // Moves a connected direct session from the epoll set to the ring.
-  void to_ring(uint32_t slot);
-
-  void arm_recv(uint32_t slot);
-
-  void queue_send(uint32_t slot);
-
-  void on_completion(uint32_t slot, uint64_t op, int res);
+  // One round's events: the inbox, libpq sockets ready, directly driven
+  // sessions' answers and sends.
+  void dispatch(const LoopEvent* evs, int n);
 
   void move(Slot& s, Event e);
 
-  // Keeps the epoll registration in step with libpq's socket and our
-  // interest (read always, write while libpq has unsent bytes).
+  // Keeps the loop's watch on libpq's socket in step with our interest
+  // (read always, write while libpq has unsent bytes).
   void watch(uint32_t slot, bool out);
 
   void finish_slot(uint32_t slot, Nanos now);
@@ -281,14 +204,21 @@ class Worker {
 
   // --- directly driven sessions -------------------------------------------
 
-  // Sends what is left of s.out; false when the session failed.
-  bool send_direct(uint32_t slot, Nanos now);
+  // Hands s.out to the loop once what it holds of the session has left.
+  void send_direct(uint32_t slot);
 
-  // All of s.out has left: a unit whose ReadyForQuery came first is done.
-  void sent(uint32_t slot);
+  // True while bytes of the session's requests have not left.
+  bool sending(const Slot& s) const { return s.out_left > 0 || loop_->queued(s.lc) > 0; }
 
-  // Reads what the server sent and acts on every complete message.
-  void receive_direct(uint32_t slot, Nanos now);
+  // A Sent event: the next piece goes, or, all of s.out gone, a unit whose
+  // ReadyForQuery came first is done.
+  void on_sent(uint32_t slot);
+
+  // Arms the receive into the session's buffer, after what it holds.
+  void arm_recv(uint32_t slot);
+
+  // n bytes received: acts on every complete message, then receives again.
+  void on_data(uint32_t slot, uint32_t n, Nanos now);
 
   // Acts on the complete messages in the buffer; false when the session
   // ended or failed.
@@ -346,18 +276,9 @@ class Worker {
   bool started_ = true;
   size_t gate_next_ = 0;
   size_t active_ = 0;
-  int ep_ = -1;
-  int tfd_ = -1;  // the timeout's timerfd, where epoll_pwait2 is missing
-  // The io_uring loop (Options::io), set up by run() on the worker's thread.
-  static constexpr unsigned kMaxCqes = 256;
-  std::optional<Ring> ring_;
-  bool ring_on_ = false;
-  io_uring* ring() { return ring_->get(); }
-  struct Cqe {
-    uint64_t user_data;
-    int res;
-  };
-  Cqe cqes_[kMaxCqes];
+  // The loop (Options::io); destroyed before the slots, whose buffers its
+  // receives fill.
+  std::unique_ptr<Loop> loop_;
   Nanos last_end_ = 0;
   UnitLog log_;
 };

@@ -1,6 +1,7 @@
 // The replay dispatch path allocates nothing per statement on tierlab's
 // side: a replay of ten times more statements makes the same number of C++
-// allocations, for sessions driven directly and through libpq (libpq's own
+// allocations, for sessions driven directly and through libpq, on both
+// backends of the workers' event loop (libpq's own
 // mallocs for PGresults are not C++ allocations and are not counted: they
 // are freed with PQclear at once; directly driven sessions make none).
 //
@@ -14,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -103,8 +105,8 @@ std::shared_ptr<const Plan> failing_workload(int n) {
   return b.finish();
 }
 
-uint64_t allocations_of_run(const pgtmp::Server& pg, int n, bool direct, const std::string& log, Report* out,
-                            bool failing = false) {
+uint64_t allocations_of_run(const pgtmp::Server& pg, int n, bool direct, const std::string& io,
+                            const std::string& log, Report* out, bool failing = false) {
   Workload w(failing ? failing_workload(n) : workload(n));
   Options o;
   o.log_path = log;
@@ -113,6 +115,7 @@ uint64_t allocations_of_run(const pgtmp::Server& pg, int n, bool direct, const s
   o.threads = 2;
   o.max_speed = true;
   o.direct = direct;
+  o.io = io;
   uint64_t before = test::allocations_all_threads();
   Report r = run(w, o);
   uint64_t after = test::allocations_all_threads();
@@ -125,14 +128,16 @@ uint64_t allocations_of_run(const pgtmp::Server& pg, int n, bool direct, const s
 TEST_CASE("replay dispatch allocates nothing per statement", "[replay][pg][alloc]") {
   auto& pg = tierlab::test::shared_server();
   const bool direct = GENERATE(true, false);
+  const std::string io = GENERATE(std::string("io_uring"), std::string("epoll"));
+  if (io == "io_uring" && !uring_unsupported().empty()) test::skip("io_uring loop: " + uring_unsupported());
   const bool logged = GENERATE(false, true);
-  INFO((direct ? "driven directly" : "through libpq") << (logged ? ", with --log" : ""));
+  INFO((direct ? "driven directly" : "through libpq") << ", " << io << (logged ? ", with --log" : ""));
   tierlab::test::TempDir dir;
   const std::string log = logged ? dir.file("rt.log") : "";
   Report small, large;
-  allocations_of_run(pg, 50, direct, log, &small);  // warm up libpq and the server
-  uint64_t a_small = allocations_of_run(pg, 50, direct, log, &small);
-  uint64_t a_large = allocations_of_run(pg, 500, direct, log, &large);
+  allocations_of_run(pg, 50, direct, io, log, &small);  // warm up libpq and the server
+  uint64_t a_small = allocations_of_run(pg, 50, direct, io, log, &small);
+  uint64_t a_large = allocations_of_run(pg, 500, direct, io, log, &large);
   INFO("allocations: " << a_small << " for " << small.statements << " statements, " << a_large << " for "
                        << large.statements);
   REQUIRE(small.statements == 4 * (3 * 50 + 2));
@@ -141,6 +146,7 @@ TEST_CASE("replay dispatch allocates nothing per statement", "[replay][pg][alloc
   CHECK(large.divergence_error_status == 0);
   CHECK(large.divergence_row_count == 0);
   CHECK(large.sessions_direct == (direct ? 4u : 0u));
+  if (!std::getenv("TIERLAB_REPLAY_IO")) CHECK(large.io == io);
   // Every round trip logged: per session the CREATE, the PREPARE, three
   // per iteration and the COPY (tens of kB: the buffers were written out).
   CHECK(large.log_lines == (logged ? 4u * (3 * 500 + 3) : 0u));
@@ -155,11 +161,13 @@ TEST_CASE("replay dispatch allocates nothing per failed statement: each SQLSTATE
           "[replay][pg][alloc]") {
   auto& pg = tierlab::test::shared_server();
   const bool direct = GENERATE(true, false);
-  INFO((direct ? "driven directly" : "through libpq"));
+  const std::string io = GENERATE(std::string("io_uring"), std::string("epoll"));
+  if (io == "io_uring" && !uring_unsupported().empty()) test::skip("io_uring loop: " + uring_unsupported());
+  INFO((direct ? "driven directly" : "through libpq") << ", " << io);
   Report small, large;
-  allocations_of_run(pg, 50, direct, "", &small, true);
-  uint64_t a_small = allocations_of_run(pg, 50, direct, "", &small, true);
-  uint64_t a_large = allocations_of_run(pg, 500, direct, "", &large, true);
+  allocations_of_run(pg, 50, direct, io, "", &small, true);
+  uint64_t a_small = allocations_of_run(pg, 50, direct, io, "", &small, true);
+  uint64_t a_large = allocations_of_run(pg, 500, direct, io, "", &large, true);
   INFO("allocations: " << a_small << " for " << small.errors << " errors, " << a_large << " for " << large.errors);
   REQUIRE(large.statements == 4 * 2 * 500);
   REQUIRE(large.errors == 4 * 2 * 500);
