@@ -39,6 +39,8 @@ struct ReplayOptions {
   std::string io = "auto";
   std::string log;
   std::string max_divergence = "0";
+  std::string sync = "commit";
+  std::string sync_timeout = "10s";
 };
 
 // --max-divergence: a fraction ("0.01") or a percentage ("1%") from 0 to
@@ -132,6 +134,14 @@ nlohmann::json report_json(const replay::Report& r, double max_rate) {
       {"slowed", deltas_json(r.slowed)},
       {"sped_up", deltas_json(r.sped_up)},
   };
+  j["sync"] = {{"mode", r.sync ? "commit" : "none"},
+               {"timeout_s", r.sync_timeout_s},
+               {"commit_points", r.commit_points},
+               {"units_waited", r.sync_waits},
+               {"wait_s", r.sync_wait_s},
+               {"wait_p99_ms", r.sync_wait_p99_ms},
+               {"wait_max_ms", r.sync_wait_max_ms},
+               {"timeouts", r.sync_timeouts}};
   if (!r.log_path.empty()) j["log"] = {{"path", r.log_path}, {"lines", r.log_lines}, {"error", r.log_error}};
   return j;
 }
@@ -150,6 +160,7 @@ nlohmann::json dry_run_json(const replay::WorkloadSummary& s) {
       {"unsupported", s.unsupported},
       {"libpq_unsupported", s.libpq_unsupported},
       {"sessions_joined_in_transaction", s.joined_in_transaction},
+      {"commit_points", s.commit_points},
   };
 }
 
@@ -171,6 +182,8 @@ void run_replay(const ReplayOptions& o) {
   opts.direct = o.wire == "direct";
   opts.io = o.io;
   opts.log_path = o.log;
+  opts.sync = o.sync == "commit";
+  opts.sync_timeout_ns = parse_duration("--sync-timeout", o.sync_timeout);
   opts.database = o.database;
   opts.user = o.user;
   if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
@@ -300,6 +313,17 @@ void setup_replay(CLI::App& parent) {
                   "the workers' event loop: io_uring, epoll, or auto (io_uring where the kernel has it and "
                   "sessions are driven directly, else epoll)")
       ->check(CLI::IsMember({"auto", "io_uring", "epoll"}))
+      ->capture_default_str();
+  cmd->add_option("--sync", o->sync,
+                  "commit: a transaction, autocommit statement or session start waits until every "
+                  "transaction that committed before it at capture (and changed data or schema) has "
+                  "committed in the replay; none: sessions race, keeping only their own order")
+      ->check(CLI::IsMember({"commit", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--sync-timeout", o->sync_timeout,
+                  "with --sync commit: a wait for other sessions' commits longer than this (30s, 500ms; "
+                  "0: no limit) goes on and is counted")
+      ->type_name("DURATION")
       ->capture_default_str();
   cmd->callback([o] { run_replay(*o); });
 }

@@ -309,6 +309,13 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   Connector connector(opts.conninfo, sh.params, per_size);
   sh.connector = &connector;
   connector.start();
+  // --sync commit: the commit order, when there is one to keep.
+  std::optional<detail::CommitOrder> commit_order;
+  if (opts.sync && plan.commits > 0) {
+    commit_order.emplace(plan.commits, threads);
+    sh.order = &*commit_order;
+    sh.sync_timeout = opts.sync_timeout_ns;
+  }
   std::vector<std::unique_ptr<Worker>> workers;
   for (int t = 0; t < threads; ++t) workers.push_back(std::make_unique<Worker>(sh, t, per[t], live[t]));
 
@@ -400,6 +407,8 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   if (stopped) r.stopped = stopped;
   r.speed = opts.speed;
   r.max_speed = opts.max_speed;
+  r.sync = opts.sync;
+  r.sync_timeout_s = static_cast<double>(opts.sync_timeout_ns) / 1e9;
   r.threads = threads;
   r.cpu_latency_held = cpu_latency.held();
   r.realtime = opts.realtime;

@@ -50,6 +50,31 @@ const char* Arena::copy(std::string_view s) {
   return p;
 }
 
+bool changes_state(std::string_view tag, std::string_view sql, bool copy_in) {
+  tag = trace::split_command_tag(tag).tag;  // "INSERT 0 1" reads as "INSERT"
+  if (tag.empty()) return false;
+  auto starts = [&](std::string_view text, std::string_view k) {
+    if (text.substr(0, k.size()) != k) return false;
+    if (text.size() == k.size()) return true;
+    const unsigned char next = static_cast<unsigned char>(text[k.size()]);
+    return !(std::isalnum(next) || next == '_');
+  };
+  auto has = [&](std::string_view k) { return sql.find(k) != std::string_view::npos; };
+  if (tag == "SELECT") {
+    const bool plain = starts(sql, "select") || starts(sql, "values") || starts(sql, "table");
+    return !plain || has("nextval(") || has("setval(") || has("pg_notify(") || has(" into ");
+  }
+  if (tag == "COPY") return copy_in || !has(" to ");
+  static constexpr std::string_view kReads[] = {
+      "SHOW", "FETCH", "MOVE", "EXPLAIN", "BEGIN", "START TRANSACTION", "COMMIT", "ROLLBACK",
+      "SAVEPOINT", "RELEASE", "SET", "RESET", "DISCARD", "DISCARD ALL", "DISCARD PLANS",
+      "DISCARD SEQUENCES", "DISCARD TEMP", "PREPARE", "DEALLOCATE", "DEALLOCATE ALL",
+      "DECLARE CURSOR", "CLOSE CURSOR", "CLOSE CURSOR ALL", "LOCK TABLE", "SET CONSTRAINTS"};
+  for (std::string_view r : kReads)
+    if (tag == r) return false;
+  return true;
+}
+
 namespace {
 
 constexpr uint32_t kNone = UINT32_MAX;
@@ -81,6 +106,7 @@ struct UnitTmp {
   // Simple / Copy: answers folded into one outcome.
   Outcome agg;
   bool any_result = false;
+  bool changed = false;    // a statement of it changed state (changes_state)
 };
 
 struct SessionBuild {
@@ -336,12 +362,17 @@ struct PlanBuilder::Impl {
   }
 
   void on_answer(SessionBuild& sb, Nanos ts, bool is_error, std::string_view sqlstate,
-                 bool has_rows, uint64_t rows) {
+                 bool has_rows, uint64_t rows, std::string_view tag = {}) {
     if (sb.awaiting.empty()) return;  // answer to something not recorded
     uint32_t ui = sb.awaiting.front();
     Unit& u = plan->units[ui];
     UnitTmp& t = unit_tmp[ui];
     if (is_error) ++t.errors;
+    if (!is_error && !tag.empty() && !t.changed && u.n_stmts) {
+      const uint32_t k = u.kind == UnitKind::Extended ? std::min(t.cursor, u.n_stmts - 1) : 0;
+      const bool copy_in = u.kind == UnitKind::Copy || u.n_copy > 0 || u.copy_fail;
+      t.changed = changes_state(tag, plan->fingerprints[plan->stmts[u.first_stmt + k].fp], copy_in);
+    }
     if (u.kind == UnitKind::Extended) {
       if (t.cursor >= u.n_stmts) {
         if (is_error) t.error_seen = true;
@@ -591,7 +622,7 @@ struct PlanBuilder::Impl {
   }
   void on(SessionBuild& sb, Nanos, const trace::CopyFail&) { end_copy(sb, true); }
   void on(SessionBuild& sb, Nanos ts, const trace::Result& r) {
-    on_answer(sb, ts, false, {}, r.has_rows, r.rows);
+    on_answer(sb, ts, false, {}, r.has_rows, r.rows, r.tag);
   }
   void on(SessionBuild& sb, Nanos ts, const trace::Error& e) {
     on_answer(sb, ts, true, e.sqlstate, false, 0);
@@ -603,6 +634,49 @@ struct PlanBuilder::Impl {
   void on(SessionBuild& sb, Nanos ts, const trace::Ready& r) { on_ready(sb, ts, r.status); }
   template <typename T>
   void on(SessionBuild&, Nanos, const T&) {}  // storage records, meta, loss
+
+  // Numbers the commit points of the units replayed in capture order (by
+  // ReadyForQuery time), and gives each unit that starts a transaction (the
+  // session's first, or one after a ReadyForQuery that said idle) and each
+  // session's start the count of commit points whose ReadyForQuery came
+  // before it was sent (before the session started). `start`: the
+  // sessions' ranges in Plan::session_units; units below `captured` were
+  // captured (the others re-prepare, and change nothing).
+  void order_commits(const std::vector<uint32_t>& start, uint32_t captured) {
+    Plan& p = *plan;
+    std::vector<std::pair<Nanos, uint32_t>> points;  // ReadyForQuery time, unit
+    for (size_t i = 0; i + 1 < start.size(); ++i) {
+      bool changed = false;
+      for (uint32_t k = start[i]; k < start[i + 1]; ++k) {
+        const uint32_t ui = p.session_units[k];
+        const Unit& u = p.units[ui];
+        if (ui < captured && unit_tmp[ui].changed) changed = true;
+        if (u.ready != 'I') continue;
+        if (changed) points.emplace_back(u.ready_ts, ui);
+        changed = false;
+      }
+    }
+    std::sort(points.begin(), points.end());
+    std::vector<Nanos> at(points.size());
+    for (size_t c = 0; c < points.size(); ++c) {
+      p.units[points[c].second].commit = static_cast<uint32_t>(c);
+      at[c] = points[c].first;
+    }
+    auto before = [&](Nanos t) {
+      return static_cast<uint32_t>(std::lower_bound(at.begin(), at.end(), t) - at.begin());
+    };
+    for (size_t i = 0; i + 1 < start.size(); ++i) {
+      p.sessions[i].sync_need = before(p.sessions[i].begin);
+      bool idle = true;  // the next unit starts a transaction
+      for (uint32_t k = start[i]; k < start[i + 1]; ++k) {
+        Unit& u = p.units[p.session_units[k]];
+        u.sync_need = idle ? before(u.ts) : 0;
+        idle = u.ready == 'I' || u.ready == 0;
+      }
+    }
+    p.commits = static_cast<uint32_t>(points.size());
+    p.summary.commit_points = points.size();
+  }
 
   std::shared_ptr<const Plan> finish() {
     for (auto& [id, sb] : sessions) finish_ext(sb);
@@ -673,6 +747,7 @@ struct PlanBuilder::Impl {
       }
     }
     p.sessions = std::move(kept);
+    order_commits(start, captured);
     // Schedule origin and the capture's concurrency.
     p.t0 = 0;
     Nanos last = 0;

@@ -101,7 +101,16 @@ struct Unit {
   uint32_t libpq_unsupported = 0;  // messages of it libpq cannot send
   uint32_t copy_wire_len = 0;
   const char* copy_wire = nullptr;
+  // Commit order (replay --sync commit; see Plan::commits): the unit's
+  // place among the commit points, or kNoCommit when it is none; and how
+  // many commit points must have completed in the replay before it is
+  // sent (0 for a unit inside a transaction: only a transaction's first
+  // unit, or an autocommit statement, waits).
+  uint32_t commit = UINT32_MAX;
+  uint32_t sync_need = 0;
 };
+
+inline constexpr uint32_t kNoCommit = UINT32_MAX;
 
 // What a COPY that the client ended with CopyFail at capture sends.
 inline constexpr const char* kCopyFailMessage = "COPY failed by the client at capture";
@@ -121,6 +130,10 @@ struct Session {
   uint32_t first_unit = 0;   // into Plan::session_units
   uint32_t n_units = 0;
   uint64_t captured_transactions = 0;
+  // Commit points of other sessions (replay --sync commit) that had
+  // completed at capture when the session started: its connection opens
+  // once as many have completed in the replay.
+  uint32_t sync_need = 0;
 };
 
 struct Plan {
@@ -137,8 +150,28 @@ struct Plan {
   std::vector<int> param_formats;
   std::vector<std::string> fingerprints;  // normalised text by fp index
   Nanos t0 = 0;                         // schedule origin (capture clock)
+  // Commit points, numbered 0..commits-1 in capture order (by their
+  // ReadyForQuery time): a unit whose ReadyForQuery said idle ('I') and
+  // that ends a transaction, or is an autocommit statement, in which a
+  // statement changed state (changes_state). Only units replayed count.
+  uint32_t commits = 0;
   WorkloadSummary summary;
 };
+
+// Whether a statement that succeeded with CommandComplete `tag` (its
+// words, without row counts: "INSERT", "CREATE TABLE", "SELECT") changed
+// what other sessions see once it commits. `sql` is the statement's
+// normalised text (normalize_sql), `copy_in` whether the client sent COPY
+// data. Everything changes state but: SELECT that starts with "select",
+// "values" or "table" and calls none of nextval, setval, pg_notify nor
+// selects INTO a table; COPY TO (no data in, the text has " to "); SHOW,
+// FETCH, MOVE, EXPLAIN, transaction control (BEGIN, START TRANSACTION,
+// COMMIT, ROLLBACK, SAVEPOINT, RELEASE), SET, RESET, DISCARD, PREPARE,
+// DEALLOCATE, DECLARE CURSOR, CLOSE CURSOR, LOCK TABLE; and an empty tag
+// (a suspended portal, an empty query). A function with side effects
+// called from a plain SELECT is not seen (what it changes is not waited
+// for).
+bool changes_state(std::string_view tag, std::string_view sql, bool copy_in);
 
 // FNV-1a 64 of `s` (fingerprint() is hash_text(normalize_sql(sql))).
 uint64_t hash_text(std::string_view s);

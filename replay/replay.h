@@ -94,6 +94,9 @@ struct WorkloadSummary {
   // Sessions the capture joined mid-stream inside a transaction opened
   // before it: each replays from its next idle point (see Window).
   uint64_t joined_in_transaction = 0;
+  // Transactions and autocommit statements that changed state and ended
+  // idle: what replay --sync commit orders the other sessions' work after.
+  uint64_t commit_points = 0;
   Nanos duration_ns = 0;      // first session start to last session end
   // The trace's length: its last record of any kind, from the trace start
   // (as Window counts); 0 for a trace without records.
@@ -148,6 +151,17 @@ struct Options {
   // epoll. The environment variable TIERLAB_REPLAY_IO, when set,
   // overrides it (tests run on either loop).
   std::string io = "auto";
+  // --sync commit (true): a transaction, an autocommit statement or a
+  // session's start waits until every commit point (Plan::commits) whose
+  // ReadyForQuery came before it was sent at capture has completed in the
+  // replay, so work that followed another session's commit at capture
+  // never overtakes it. false (--sync none): sessions only keep their own
+  // order and the schedule.
+  bool sync = true;
+  // A wait for commits longer than this goes on anyway (counted in
+  // Report::sync_timeouts); 0: no limit. A commit whose session failed or
+  // ended before it counts as done at once and is never waited for.
+  Nanos sync_timeout_ns = 10'000'000'000;
   // --log: one line per round trip (unit) to this file, as pgbench -l
   // writes one per transaction; empty: none. See Report::log_*.
   std::string log_path;
@@ -235,6 +249,16 @@ struct Report {
   // scheduled send and the session's previous answer (a session still
   // waiting for the target at its due time is the target's lag).
   double own_lag_p99_ms = 0, own_lag_max_ms = 0;
+  // Commit order (Options::sync): the commit points replayed in order,
+  // the waits for other sessions' commits (units and session starts that
+  // waited; their total, p99 and longest) and those that went on after
+  // Options::sync_timeout_ns.
+  bool sync = false;
+  double sync_timeout_s = 0;
+  uint64_t commit_points = 0;
+  uint64_t sync_waits = 0;
+  double sync_wait_s = 0, sync_wait_p99_ms = 0, sync_wait_max_ms = 0;
+  uint64_t sync_timeouts = 0;
   // Options::log_path: the lines written, and the first write error (the
   // replay went on without the log from there; "" when none).
   std::string log_path;

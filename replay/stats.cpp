@@ -143,6 +143,8 @@ void Stats::merge(const Stats& o) {
   lat.merge(o.lat);
   lag.merge(o.lag);
   own_lag.merge(o.own_lag);
+  sync_wait.merge(o.sync_wait);
+  sync_timeouts += o.sync_timeouts;
   statements += o.statements;
   transactions += o.transactions;
   failed_transactions += o.failed_transactions;
@@ -201,6 +203,12 @@ void fill_report(Report& r, const Stats& s, const Plan& plan, Nanos duration_ns)
   r.lag_max_ms = ms(static_cast<double>(s.lag.max()));
   r.own_lag_p99_ms = ms(static_cast<double>(s.own_lag.quantile(0.99)));
   r.own_lag_max_ms = ms(static_cast<double>(s.own_lag.max()));
+  r.commit_points = plan.commits;
+  r.sync_waits = s.sync_wait.count();
+  r.sync_wait_s = s.sync_wait.mean() * static_cast<double>(s.sync_wait.count()) / 1e9;
+  r.sync_wait_p99_ms = ms(static_cast<double>(s.sync_wait.quantile(0.99)));
+  r.sync_wait_max_ms = ms(static_cast<double>(s.sync_wait.max()));
+  r.sync_timeouts = s.sync_timeouts;
 
   std::vector<FingerprintDelta> deltas;
   for (size_t i = 0; i < s.fps.size(); ++i) {
@@ -311,6 +319,14 @@ void print_report(std::ostream& out, const Report& r) {
     out << "schedule lag average/p99/max = " << fmt("%.3f", r.lag_avg_ms) << "/" << fmt("%.3f", r.lag_p99_ms)
         << "/" << fmt("%.3f", r.lag_max_ms) << " ms (in tierlab p99/max = " << fmt("%.3f", r.own_lag_p99_ms)
         << "/" << fmt("%.3f", r.own_lag_max_ms) << " ms; the rest waited for the target's previous answer)\n";
+  if (r.sync)
+    out << "commit order: kept (--sync commit), " << r.commit_points << " commit points; " << r.sync_waits
+        << " units waited for other sessions' commits, " << fmt("%.3f", r.sync_wait_s) << " s in all (p99/max = "
+        << fmt("%.3f", r.sync_wait_p99_ms) << "/" << fmt("%.3f", r.sync_wait_max_ms) << " ms)"
+        << (r.sync_timeouts ? ", " + std::to_string(r.sync_timeouts) + " went on after --sync-timeout" : "")
+        << "\n";
+  else
+    out << "commit order: not kept (--sync none)\n";
   if (!r.max_speed)
     out << "cpu wake-up latency: "
         << (r.cpu_latency_held ? "held at 0 us (/dev/cpu_dma_latency)" : "not held (--no-pm-qos, or not root)")
@@ -354,6 +370,8 @@ void print_dry_run(std::ostream& out, const WorkloadSummary& s) {
   out << "max concurrency: " << s.max_concurrency << " sessions\n";
   out << "statement fingerprints: " << s.fingerprints << "\n";
   if (s.unsupported) out << "not replayable: " << s.unsupported << " messages\n";
+  out << "commit points: " << s.commit_points
+      << " (transactions and autocommit statements that changed data or schema; --sync commit keeps their order)\n";
   if (s.joined_in_transaction)
     out << "sessions joined inside a transaction: " << s.joined_in_transaction
         << " (the capture started mid-transaction; each replays from its next idle point)\n";

@@ -92,6 +92,8 @@ struct Stats {
   Histogram lat;   // statement latency, ns
   Histogram lag;   // schedule lag, ns
   Histogram own_lag;  // the part of each lag spent in tierlab, ns
+  Histogram sync_wait;  // --sync commit: each wait for other sessions' commits, ns
+  uint64_t sync_timeouts = 0;  // of them, those that gave up (--sync-timeout)
   uint64_t statements = 0;
   uint64_t transactions = 0;         // ended without an error
   uint64_t failed_transactions = 0;  // ended after an error

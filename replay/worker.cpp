@@ -6,7 +6,8 @@ namespace tierlab::replay::detail {
 
 Worker::Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live)
     : sh_(sh), plan_(*sh.plan), index_(index), slots_(sessions.size()),
-      timers_(static_cast<uint32_t>(sessions.size())), stats_(sh.plan->fingerprints.size()),
+      timers_(static_cast<uint32_t>(sessions.size())), parked_(static_cast<uint32_t>(sessions.size())),
+      stats_(sh.plan->fingerprints.size()),
       live_(live), log_(sh.log_fd, &sh.log_lock) {
   for (size_t i = 0; i < sessions.size(); ++i) slots_[i].session = sessions[i];
   held_.reserve(sessions.size());
@@ -17,7 +18,7 @@ Worker::Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live
   LoopOptions lo;
   lo.buffers = 2;
   lo.buffer_size = 4096;
-  lo.connections = static_cast<uint32_t>(sessions.size() + 1);  // and the inbox's watch
+  lo.connections = static_cast<uint32_t>(sessions.size() + 2);  // and the inbox's and commit order's watches
   lo.wait_sends = false;
   try {
     loop_ = make_loop(sh.uring, lo);
@@ -26,6 +27,7 @@ Worker::Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live
                        ": setting up a worker's loop: " + e.what());
   }
   loop_->poll(loop_->poll_open(sh.connector->inbox_fd(index), kInboxTag), POLLIN);
+  if (sh.order) loop_->poll(loop_->poll_open(sh.order->waiter(index).fd, kSyncTag), POLLIN);
 }
 
 void Worker::run() {
@@ -52,6 +54,7 @@ void Worker::run() {
            sh_.gate[slots_[gated_[gate_next_]].session] <= sh_.ended.load(std::memory_order_acquire)) {
       connect(gated_[gate_next_++], now);
     }
+    if (sync_check_) sync_wake(now);
     while (!timers_.empty() && timers_.top_due() <= now) on_timer(timers_.pop(), now);
     if (active_ == 0) break;
     // The next unit's due time, absolute: the loop wakes at it to the
@@ -62,6 +65,7 @@ void Worker::run() {
     // Connected sessions held for the start: look again soon (the other
     // workers' sessions may be the last to connect).
     if (!started_ && !held_.empty()) sooner(now + 20000);
+    if (sync_check_) sooner(now);  // waiting slots may go: look without sleeping
     int n = loop_->wait_until(evs, kMaxEvents, deadline);
     if (n < 0) throw RuntimeError(errno_message(std::string("replay: ") + loop_->backend() + " wait", -n));
     dispatch(evs, n);
@@ -78,6 +82,15 @@ void Worker::dispatch(const LoopEvent* evs, int n) {
     if (e.kind == LoopEv::Ready) {
       if (e.tag == kInboxTag) {
         on_inbox();
+        continue;
+      }
+      if (e.tag == kSyncTag) {
+        // Read before clearing `signalled`, then look (sync_wake): a
+        // signal after this read writes again.
+        uint64_t v;
+        [[maybe_unused]] ssize_t r = ::read(sh_.order->waiter(index_).fd, &v, sizeof v);
+        sh_.order->waiter(index_).signalled.store(false, std::memory_order_seq_cst);
+        sync_check_ = true;
         continue;
       }
       // A libpq session's socket (not one ended earlier in this round).
@@ -141,6 +154,22 @@ void Worker::finish_slot(uint32_t slot, Nanos now) {
   sh_.connector->close(s.conn);
   s.conn = nullptr;
   timers_.cancel(slot);
+  if (sh_.order) {
+    // The session's commit points still to come never will: done now, so
+    // that no one waits for them.
+    parked_.cancel(slot);
+    const Session& ps = session_of(s);
+    uint64_t prefix = 0;
+    bool any = false;
+    for (uint32_t k = s.next; k < ps.n_units; ++k) {
+      const uint32_t c = plan_.units[plan_.session_units[ps.first_unit + k]].commit;
+      if (c == kNoCommit) continue;
+      prefix = std::max(prefix, sh_.order->complete(c));
+      any = true;
+    }
+    if (any) sync_moved(prefix);
+    publish_need();
+  }
   --active_;
   last_end_ = std::max(last_end_, now);
   sh_.ended.fetch_add(1, std::memory_order_release);
@@ -188,8 +217,13 @@ void Worker::fail(uint32_t slot, Nanos now, const char* why) {
   finish_slot(slot, now);
 }
 
-void Worker::connect(uint32_t slot, Nanos) {
+void Worker::connect(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
+  // A session starts once the commits before its captured start have
+  // completed; but at max speed those that start at once (gate 0) connect
+  // together, before anything is sent, and their first units wait instead.
+  const bool initial = sh_.sched.max_speed && sh_.gate[s.session] == 0;
+  if (!initial && !sync_ready(slot, session_of(s).sync_need, now)) return;
   move(s, Event::Due);
   sh_.connector->open(index_, slot, s.session);
 }
@@ -245,6 +279,7 @@ void Worker::schedule_next(uint32_t slot, Nanos now) {
 
 void Worker::on_timer(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
+  if (parked_.armed(slot)) return sync_resume(slot, now, true);  // --sync-timeout
   if (s.state == State::Pending) return connect(slot, now);
   if (s.state != State::Idle) return;  // still busy: sends when done
   const Session& ps = session_of(s);
@@ -252,8 +287,57 @@ void Worker::on_timer(uint32_t slot, Nanos now) {
     move(s, Event::Ended);
     return finish_slot(slot, now);
   }
-  s.unit = plan_.session_units[ps.first_unit + s.next];
+  const uint32_t unit = plan_.session_units[ps.first_unit + s.next];
+  if (!sync_ready(slot, plan_.units[unit].sync_need, now)) return;
+  s.unit = unit;
   send_unit(slot, now);
+}
+
+bool Worker::sync_ready(uint32_t slot, uint32_t need, Nanos now) {
+  Slot& s = slots_[slot];
+  if (s.sync_pass) {
+    s.sync_pass = false;
+    return true;
+  }
+  if (!sh_.order || need <= sh_.order->done()) return true;
+  s.sync_from = now;
+  parked_.set(slot, need);
+  if (sh_.sync_timeout > 0) timers_.set(slot, now + sh_.sync_timeout);
+  publish_need();
+  return false;
+}
+
+void Worker::publish_need() {
+  const uint64_t least = parked_.empty() ? UINT64_MAX : static_cast<uint64_t>(parked_.top_due());
+  sh_.order->waiter(index_).need.store(least, std::memory_order_seq_cst);
+  // Invariant (replay/sync.h): published, then read; a commit that moved
+  // the prefix before this read is seen here, one after it signals us.
+  if (least <= sh_.order->done()) sync_check_ = true;
+}
+
+void Worker::sync_wake(Nanos now) {
+  sync_check_ = false;
+  const uint64_t done = sh_.order->done();
+  while (!parked_.empty() && static_cast<uint64_t>(parked_.top_due()) <= done)
+    sync_resume(parked_.top(), now, false);
+  publish_need();
+}
+
+void Worker::sync_resume(uint32_t slot, Nanos now, bool timed_out) {
+  Slot& s = slots_[slot];
+  parked_.cancel(slot);
+  timers_.cancel(slot);
+  stats_.sync_wait.record(now - s.sync_from);
+  if (timed_out) ++stats_.sync_timeouts;
+  s.sync_pass = true;
+  s.sync_at = now;
+  on_timer(slot, now);
+  s.sync_pass = false;  // used, or the slot ended meanwhile
+}
+
+void Worker::sync_moved(uint64_t prefix) {
+  sh_.order->wake(prefix, index_);
+  if (!parked_.empty() && static_cast<uint64_t>(parked_.top_due()) <= prefix) sync_check_ = true;
 }
 
 void Worker::send_unit(uint32_t slot, Nanos now) {
@@ -272,11 +356,13 @@ void Worker::send_unit(uint32_t slot, Nanos now) {
     stats_.lag.record(s.lag);
     // The part of it spent in tierlab: from the later of the due time and
     // the previous answer (the target's share) to the send.
-    s.own_lag = std::max<Nanos>(0, now - std::max(due, s.free_at));
+    // A wait for other sessions' commits (--sync commit) is not tierlab's.
+    s.own_lag = std::max<Nanos>(0, now - std::max({due, s.free_at, s.sync_at}));
     stats_.own_lag.record(s.own_lag);
     live_.add(live_.lag_sum_ns, static_cast<double>(s.lag));
     live_.add(live_.lag_n, 1);
   }
+  s.sync_at = 0;
   s.op = 0;
   s.copy = 0;
   s.copy_end_sent = false;
@@ -388,6 +474,7 @@ void Worker::unit_done(uint32_t slot, Nanos now) {
     std::memcpy(l.sqlstate, s.unit_state, sizeof l.sqlstate);
     log_.add(l);
   }
+  if (sh_.order && u.commit != kNoCommit) sync_moved(sh_.order->complete(u.commit));
   move(s, Event::UnitDone);
   s.free_at = now;
   ++s.next;

@@ -17,6 +17,7 @@
 #include "replay/schedule.h"
 #include "replay/session.h"
 #include "replay/stats.h"
+#include "replay/sync.h"
 #include "replay/unit_log.h"
 #include "replay/wire.h"
 
@@ -59,6 +60,8 @@ constexpr uint64_t kWorkerSliceNs = kShortestSliceNs;
 // The tag of the loop's watch on the worker's inbox of opened connections
 // (a libpq session's watch has its slot's number).
 constexpr uint64_t kInboxTag = ~uint64_t{0};
+// The tag of the watch on the worker's commit-order eventfd (Waiter::fd).
+constexpr uint64_t kSyncTag = ~uint64_t{1};
 // A directly driven session's receive buffer. Messages the engine only
 // skips (rows, row descriptions, COPY data) may be any size; one it reads
 // (CommandComplete, ErrorResponse, ReadyForQuery, COPY responses) is read
@@ -94,6 +97,9 @@ struct Shared {
   Nanos unix_offset = 0;              // CLOCK_REALTIME - CLOCK_MONOTONIC, for the log
   Connector* connector = nullptr;     // opens and closes the sessions' connections
   std::atomic<bool> stop{false};      // stop every session now (SIGINT, SIGTERM)
+  // --sync commit with commit points to keep: their order; nullptr else.
+  CommitOrder* order = nullptr;
+  Nanos sync_timeout = 0;             // a wait longer than this goes on; 0: no limit
 };
 
 // One session slot of a worker.
@@ -131,6 +137,12 @@ struct Slot {
   uint32_t skip = 0;                 // bytes of a message still to discard
   uint32_t in_off = 0, in_len = 0;
   std::unique_ptr<char[]> in;        // kInBuf bytes, from connect; a receive into it is armed while connected
+  // --sync commit: when the slot began waiting for other sessions'
+  // commits, when it was let go (0: it did not wait since its last send),
+  // and whether the next check lets it through (it was let go).
+  Nanos sync_from = 0;
+  Nanos sync_at = 0;
+  bool sync_pass = false;
 };
 
 class Worker {
@@ -195,6 +207,22 @@ class Worker {
   void schedule_next(uint32_t slot, Nanos now);
 
   void on_timer(uint32_t slot, Nanos now);
+
+  // --- commit order (--sync commit; replay/sync.h) ---------------------------
+
+  // True when `need` commit points have completed in the replay (or the
+  // slot was just let go); else the slot waits (parked_, and a timer for
+  // Shared::sync_timeout) and false.
+  bool sync_ready(uint32_t slot, uint32_t need, Nanos now);
+  // Publishes the least need waiting (Waiter::need) and asks for a check
+  // when it is already met.
+  void publish_need();
+  // Lets go every waiting slot whose need has been met.
+  void sync_wake(Nanos now);
+  // Lets one slot go on (its wait is counted) and acts as its timer would.
+  void sync_resume(uint32_t slot, Nanos now, bool timed_out);
+  // Commit points done: the prefix moved to `prefix`; wakes who needs it.
+  void sync_moved(uint64_t prefix);
 
   void send_unit(uint32_t slot, Nanos now);
 
@@ -268,6 +296,10 @@ class Worker {
   const int index_;                  // the worker's number, for the connection thread
   std::vector<Slot> slots_;
   TimerHeap timers_;
+  // --sync commit: slots waiting for other sessions' commits, by the count
+  // they need; sync_check_: the count may have moved (look before waiting).
+  TimerHeap parked_;
+  bool sync_check_ = false;
   Stats stats_;
   Live& live_;
   std::vector<uint32_t> gated_;

@@ -151,6 +151,10 @@ TEST_CASE("replay dispatch allocates nothing per statement", "[replay][pg][alloc
   // per iteration and the COPY (tens of kB: the buffers were written out).
   CHECK(large.log_lines == (logged ? 4u * (3 * 500 + 3) : 0u));
   CHECK(large.log_error.empty());
+  // Commit order kept (--sync commit, the default): each session's CREATE,
+  // INSERTs and COPY are commit points the others' later units wait for.
+  CHECK(large.sync);
+  CHECK(large.commit_points == 4u * (500 + 2));
   CHECK(a_small > 0);  // the counter is live: set-up allocates
   // 5,400 more statements, the same allocations: only set-up (plan-sized
   // tables, threads, the report) allocates.

@@ -1,0 +1,57 @@
+// The commit order of replay --sync commit (replay/sync.h).
+#include "replay/sync.h"
+
+#include "common/error.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+namespace tierlab::replay::detail {
+
+CommitOrder::CommitOrder(uint32_t commits, int workers)
+    : n_(commits), flags_(std::make_unique<std::atomic<uint8_t>[]>(commits)), waiters_(workers) {
+  for (uint32_t i = 0; i < commits; ++i) flags_[i].store(0, std::memory_order_relaxed);
+  for (Waiter& w : waiters_) {
+    w.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (w.fd < 0) {
+      const int err = errno;
+      for (Waiter& o : waiters_)
+        if (o.fd >= 0) ::close(o.fd);
+      throw RuntimeError(errno_message("replay: eventfd (commit order)", err));
+    }
+  }
+}
+
+CommitOrder::~CommitOrder() {
+  for (Waiter& w : waiters_)
+    if (w.fd >= 0) ::close(w.fd);
+}
+
+uint64_t CommitOrder::complete(uint32_t i) {
+  if (i < n_) flags_[i].store(1, std::memory_order_seq_cst);
+  uint64_t p = prefix_.load(std::memory_order_seq_cst);
+  // Invariant: flags_[0..p) are all set. Whoever sees flags_[p] set may
+  // move the prefix past it; a failed exchange reloads p and goes on.
+  while (p < n_ && flags_[p].load(std::memory_order_seq_cst)) {
+    if (prefix_.compare_exchange_weak(p, p + 1, std::memory_order_seq_cst)) ++p;
+  }
+  return p;
+}
+
+void CommitOrder::wake(uint64_t prefix, int self) {
+  for (int w = 0; w < static_cast<int>(waiters_.size()); ++w) {
+    if (w == self) continue;
+    Waiter& o = waiters_[w];
+    if (o.need.load(std::memory_order_seq_cst) > prefix) continue;
+    if (o.signalled.exchange(true, std::memory_order_seq_cst)) continue;
+    const uint64_t one = 1;
+    // Cannot fail but for an overflow of the counter, which the reader
+    // prevents by reading it; a short write is impossible on an eventfd.
+    [[maybe_unused]] ssize_t r = ::write(o.fd, &one, sizeof one);
+  }
+}
+
+}  // namespace tierlab::replay::detail
