@@ -39,7 +39,51 @@ struct ReplayOptions {
   std::string io = "auto";
   std::string log;
   std::string max_divergence = "0";
+  std::string shard;
 };
+
+// --shard K/N, or /N with K from the environment an orchestrator sets for
+// each process: JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod), else
+// SLURM_PROCID (a Slurm task). Both count from 0, as --shard does.
+replay::Shard parse_shard(const std::string& text) {
+  auto number = [&](std::string_view v, const std::string& what) -> uint32_t {
+    uint32_t n = 0;
+    if (v.empty() || v.size() > 9) throw InputError("--shard " + text + ": " + what + " is not a number");
+    for (char c : v) {
+      if (c < '0' || c > '9') throw InputError("--shard " + text + ": " + what + " is not a number");
+      n = n * 10 + static_cast<uint32_t>(c - '0');
+    }
+    return n;
+  };
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos)
+    throw InputError("--shard " + text + ": expected K/N (shard K of N, K from 0) or /N");
+  replay::Shard s;
+  s.count = number(std::string_view(text).substr(slash + 1), "N");
+  if (s.count == 0) throw InputError("--shard " + text + ": N must be at least 1");
+  if (slash > 0) {
+    s.index = number(std::string_view(text).substr(0, slash), "K");
+  } else {
+    const char* env = nullptr;
+    const char* name = nullptr;
+    for (const char* n : {"JOB_COMPLETION_INDEX", "SLURM_PROCID"})
+      if ((env = std::getenv(n)) && *env) {
+        name = n;
+        break;
+      }
+    if (!name)
+      throw InputError("--shard " + text +
+                       ": K is not given and neither JOB_COMPLETION_INDEX nor SLURM_PROCID is set");
+    const std::string value = env;
+    if (value.empty() || value.size() > 9 || value.find_first_not_of("0123456789") != std::string::npos)
+      throw InputError("--shard " + text + ": " + name + "=" + value + " is not a shard index");
+    s.index = static_cast<uint32_t>(std::stoul(value));
+  }
+  if (s.index >= s.count)
+    throw InputError("--shard " + text + ": shard " + std::to_string(s.index) + " does not exist in " +
+                     std::to_string(s.count) + " (K counts from 0 to N-1)");
+  return s;
+}
 
 // --max-divergence: a fraction ("0.01") or a percentage ("1%") from 0 to
 // 1; nullopt for anything else.
@@ -150,6 +194,8 @@ nlohmann::json dry_run_json(const replay::WorkloadSummary& s) {
       {"unsupported", s.unsupported},
       {"libpq_unsupported", s.libpq_unsupported},
       {"sessions_joined_in_transaction", s.joined_in_transaction},
+      {"shard", {{"index", s.shard.index}, {"count", s.shard.count}}},
+      {"trace_sessions", s.trace_sessions},
   };
 }
 
@@ -160,6 +206,7 @@ void run_replay(const ReplayOptions& o) {
   if (window.end <= window.begin) throw InputError("--end must be after --begin");
   const double max_rate = *parse_rate(o.max_divergence);  // checked by rate_check()
   if (!o.dry_run && o.db.empty()) throw InputError("--db CONNINFO is required (the target PostgreSQL)");
+  const replay::Shard shard = o.shard.empty() ? replay::Shard{} : parse_shard(o.shard);
   replay::Options opts;
   opts.conninfo = o.db;
   opts.speed = o.speed;
@@ -179,7 +226,7 @@ void run_replay(const ReplayOptions& o) {
   // With the JSON on standard output, the text goes to standard error.
   std::ostream& text = o.json == "-" ? std::cerr : std::cout;
   auto reader = trace::open_reader(o.file);
-  replay::Workload w = replay::load(*reader, window);
+  replay::Workload w = replay::load(*reader, window, shard);
   if (window.begin > w.summary().trace_end_ns)
     throw InputError("--begin " + o.begin + " is past the end of the trace: " + o.file + " is " +
                      seconds(w.summary().trace_end_ns) + " long");
@@ -188,7 +235,8 @@ void run_replay(const ReplayOptions& o) {
     json.write(dry_run_json(w.summary()).dump(2) + "\n");
     return;
   }
-  if (w.summary().sessions == 0)
+  // An empty shard is not an error: its report (all zeros) still merges.
+  if (w.summary().sessions == 0 && (shard.count == 1 || w.summary().trace_sessions == 0))
     throw InputError(o.file + ": nothing to replay: " +
                      (o.begin.empty() && o.end.empty()
                           ? std::string("the trace holds no client session")
@@ -287,6 +335,12 @@ void setup_replay(CLI::App& parent) {
       ->check(rate_check())
       ->type_name("RATE")
       ->capture_default_str();
+  cmd->add_option("--shard", o->shard,
+                  "replay shard K of N only (K from 0 to N-1): the sessions whose id hashes to K; the N "
+                  "shards together are the whole trace. /N alone takes K from JOB_COMPLETION_INDEX "
+                  "(Kubernetes Indexed Job) or SLURM_PROCID (Slurm), both 0-based; merge the shards' "
+                  "--json reports with tierlab report merge")
+      ->type_name("K/N");
   cmd->add_flag("--rt", o->rt, "run the worker threads at real-time priority (SCHED_FIFO; root)");
   cmd->add_flag("--no-pm-qos", o->no_pm_qos,
                 "timed replay: let idle CPUs sleep deeply (by default /dev/cpu_dma_latency is held at 0 "

@@ -74,6 +74,25 @@ struct Window {
   Nanos end = std::numeric_limits<Nanos>::max();
 };
 
+// Which part of the trace's sessions to replay: shard `index` of `count`
+// (0-based, as Kubernetes' JOB_COMPLETION_INDEX and SLURM_PROCID count).
+// A session belongs to shard shard_of(its trace session id, count): every
+// record of a session goes to one shard, so each session replays whole and
+// in its order, and the shards together are the whole trace. The choice is
+// made per record as the trace is read (load()), from the id alone, so it
+// needs no other shard's sessions and no second pass.
+struct Shard {
+  uint32_t index = 0;
+  uint32_t count = 1;  // 1: every session
+};
+
+// The shard of `session_id` among `count` (count >= 1): the splitmix64
+// finaliser of the id, modulo count. Stable across runs, hosts and tierlab
+// versions (the formula is part of the trace's replay contract), and
+// balanced for ids that are consecutive (the proxy's) or scattered
+// (process ids, imported logs).
+uint32_t shard_of(uint64_t session_id, uint32_t count);
+
 struct Plan;  // private to replay/
 
 struct WorkloadSummary {
@@ -98,6 +117,10 @@ struct WorkloadSummary {
   // The trace's length: its last record of any kind, from the trace start
   // (as Window counts); 0 for a trace without records.
   Nanos trace_end_ns = 0;
+  // Shard (see Shard): which one this workload is, and how many sessions
+  // of the window all shards together replay (= sessions unsharded).
+  Shard shard;
+  uint64_t trace_sessions = 0;
 };
 
 class Workload {
@@ -112,7 +135,11 @@ class Workload {
 
 // Reads every record of `reader` (the Reader's strings are copied into one
 // arena here, so the Workload outlives it). Throws like trace::Reader.
-Workload load(trace::Reader& reader, const Window& window = {});
+// With `shard`, only that shard's sessions are kept; the schedule's origin
+// stays that of the whole trace (the earliest session of any shard), so
+// that shards started at one time (Options::start_at) replay together on
+// the captured schedule.
+Workload load(trace::Reader& reader, const Window& window = {}, const Shard& shard = {});
 
 // --- running it ------------------------------------------------------------------
 

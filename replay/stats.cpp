@@ -344,6 +344,9 @@ void print_report(std::ostream& out, const Report& r) {
 }
 
 void print_dry_run(std::ostream& out, const WorkloadSummary& s) {
+  if (s.shard.count > 1)
+    out << "shard: " << s.shard.index << " of " << s.shard.count << " (0-based): " << s.sessions << " of "
+        << s.trace_sessions << " sessions\n";
   out << "sessions: " << s.sessions << "\n";
   out << "statements: " << s.statements << "\n";
   out << "transactions: " << s.transactions << "\n";
