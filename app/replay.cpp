@@ -1,5 +1,6 @@
 // tierlab replay: re-drive a captured transaction stream against PostgreSQL.
 #include "app/command.h"
+#include "app/replay_json.h"
 #include "app/stop_signals.h"
 #include "common/error.h"
 #include "common/units.h"
@@ -115,69 +116,6 @@ CLI::Validator rate_check() {
         return parse_rate(text) ? "" : text + " is not a fraction from 0 to 1 or a percentage from 0% to 100%";
       },
       "");
-}
-
-nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& d : v)
-    a.push_back({{"sql", d.sql}, {"count", d.count}, {"captured_ms", d.captured_ms},
-                 {"replay_ms", d.replay_ms}, {"delta_ms", d.replay_ms - d.captured_ms}});
-  return a;
-}
-
-nlohmann::json report_json(const replay::Report& r, double max_rate) {
-  nlohmann::json errs = nlohmann::json::object();
-  for (const auto& [state, n] : r.errors_by_sqlstate) errs[state] = n;
-  // The first error of each SQLSTATE: the target's message, and the
-  // statement (normalised) it answered, null when none did.
-  nlohmann::json firsts = nlohmann::json::object();
-  for (const auto& e : r.first_errors)
-    firsts[e.sqlstate] = {{"message", e.message},
-                          {"statement", e.statement.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.statement)}};
-  nlohmann::json j = {
-      {"sessions", r.sessions},
-      {"sessions_failed", r.sessions_failed},
-      {"sessions_stopped", r.sessions_stopped},
-      {"stopped", r.stopped.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.stopped)},
-      {"sessions_direct", r.sessions_direct},
-      {"first_session_error", r.first_session_error},
-      {"threads", r.threads},
-      {"realtime", r.realtime},
-      {"slice_ms", r.slice_ms},
-      {"io", r.io},
-      {"cpu_latency_held", r.cpu_latency_held},
-      {"speed", r.max_speed ? nlohmann::json("max") : nlohmann::json(r.speed)},
-      {"transactions", r.transactions},
-      {"failed_transactions", r.failed_transactions},
-      {"statements", r.statements},
-      {"errors", r.errors},
-      {"tps", r.tps},
-      {"duration_s", r.duration_s},
-      {"captured_duration_s", r.captured_duration_s},
-      {"connect_s", r.connect_s},
-      {"cpu_s", r.cpu_s},
-      {"cpu_us_per_transaction",
-       r.cpu_us_per_transaction() >= 0 ? nlohmann::json(r.cpu_us_per_transaction()) : nlohmann::json(nullptr)},
-      {"latency_ms",
-       {{"avg", r.lat_avg_ms}, {"stddev", r.lat_stddev_ms}, {"p50", r.lat_p50_ms},
-        {"p90", r.lat_p90_ms}, {"p99", r.lat_p99_ms}, {"p999", r.lat_p999_ms}, {"max", r.lat_max_ms}}},
-      {"lag_ms",
-       {{"avg", r.lag_avg_ms}, {"p99", r.lag_p99_ms}, {"max", r.lag_max_ms},
-        {"tierlab_p99", r.own_lag_p99_ms}, {"tierlab_max", r.own_lag_max_ms}}},
-      {"errors_by_sqlstate", errs},
-      {"first_errors", firsts},
-      {"divergence",
-       {{"error_status", r.divergence_error_status},
-        {"row_count", r.divergence_row_count},
-        {"failed_ok_at_capture", r.divergence_new_errors},
-        {"rate", r.divergence_rate},
-        {"max_rate", max_rate}}},
-      {"unsupported", r.unsupported},
-      {"slowed", deltas_json(r.slowed)},
-      {"sped_up", deltas_json(r.sped_up)},
-  };
-  if (!r.log_path.empty()) j["log"] = {{"path", r.log_path}, {"lines", r.log_lines}, {"error", r.log_error}};
-  return j;
 }
 
 nlohmann::json dry_run_json(const replay::WorkloadSummary& s) {

@@ -19,6 +19,7 @@
 // (first connection refused, file descriptor limit too low).
 #pragma once
 
+#include "common/histogram.h"
 #include "trace/reader.h"
 
 #include <cstdint>
@@ -195,6 +196,16 @@ struct FingerprintDelta {
   double replay_ms = 0;       // mean replay latency
 };
 
+// What the replay measured of one fingerprint: what FingerprintDelta is
+// made from, kept whole so that reports merge.
+struct FingerprintTotals {
+  std::string sql;            // normalised text
+  uint64_t count = 0;         // statements replayed
+  uint64_t pairs = 0;         // of them compared (FingerprintDelta::count)
+  double captured_ns = 0;     // sums over the pairs
+  double replay_ns = 0;
+};
+
 // The first error the target answered with one SQLSTATE.
 struct FirstError {
   std::string sqlstate;       // "other": beyond the SQLSTATEs the replay tells apart
@@ -269,7 +280,33 @@ struct Report {
   std::string stopped;  // what stopped the replay early (Options::wait_stop); "" ran to its end
   std::vector<FingerprintDelta> slowed;   // at most 10, most slowed first
   std::vector<FingerprintDelta> sped_up;  // at most 10, most sped up first
+  // What the figures above come from, whole, so that the reports of the
+  // shards of one replay merge without loss (merge_reports): the
+  // histograms (ns) behind lat_*, lag_* and own_lag_*, and every
+  // fingerprint replayed, in first-replayed order.
+  Histogram lat_hist, lag_hist, own_lag_hist;
+  std::vector<FingerprintTotals> fingerprints;
+  // Which shard of the trace ran (Shard); a merged report lists the shards
+  // it holds in merged_shards (empty otherwise).
+  Shard shard;
+  std::vector<uint32_t> merged_shards;
 };
+
+// Recomputes what a report derives from the rest: tps, the divergence rate,
+// the latency and lag figures from the histograms, and the slowed and sped
+// up lists from the fingerprints.
+void derive(Report& r);
+
+// One report of the shards' reports of one replay (`names` name them in
+// messages): counts, histograms, errors by SQLSTATE, divergence and
+// fingerprints add up, and derive() computes the rest from the merged
+// whole, so the percentiles are those of every statement of every shard
+// (within the histograms' bucket width). Durations are the longest shard's
+// (shards started together end with the last), CPU time and threads add
+// up; the first error message of a SQLSTATE is the first report's that has
+// one. InputError naming the two reports when they cannot be one replay:
+// different speeds, different shard counts, the same shard twice.
+Report merge_reports(const std::vector<Report>& reports, const std::vector<std::string>& names);
 
 // Replays `w` against opts.conninfo. Progress lines go to `progress` every
 // opts.progress_s seconds (from the calling thread, which owns the output).
