@@ -2,9 +2,11 @@
 #include "app/command.h"
 #include "app/replay_json.h"
 #include "app/stop_signals.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
 #include "replay/replay.h"
+#include "replay/start_at.h"
 #include "trace/reader.h"
 
 #include <nlohmann/json.hpp>
@@ -41,6 +43,7 @@ struct ReplayOptions {
   std::string log;
   std::string max_divergence = "0";
   std::string shard;
+  std::string start_at;
 };
 
 // --shard K/N, or /N with K from the environment an orchestrator sets for
@@ -156,6 +159,13 @@ void run_replay(const ReplayOptions& o) {
   opts.direct = o.wire == "direct";
   opts.io = o.io;
   opts.log_path = o.log;
+  if (!o.start_at.empty()) {
+    const int64_t now = clock_ns(CLOCK_REALTIME);
+    opts.start_at_ns = replay::parse_start_at("--start-at", o.start_at, now);
+    if (opts.start_at_ns < now)
+      throw InputError("--start-at " + o.start_at + " (" + replay::format_realtime(opts.start_at_ns) + ") is " +
+                       seconds(now - opts.start_at_ns) + " past");
+  }
   opts.database = o.database;
   opts.user = o.user;
   if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
@@ -279,6 +289,13 @@ void setup_replay(CLI::App& parent) {
                   "(Kubernetes Indexed Job) or SLURM_PROCID (Slurm), both 0-based; merge the shards' "
                   "--json reports with tierlab report merge")
       ->type_name("K/N");
+  cmd->add_option("--start-at", o->start_at,
+                  "begin the schedule (with --max-speed: the first connections) at this wall-clock time, "
+                  "shared by the shards on every host: ISO 8601 with a zone (2026-12-03T14:00:00Z), "
+                  "@UNIX_SECONDS, or +30s from now (for one process; for N hosts compute one absolute time "
+                  "once and pass it to all). The report gives the clock (NTP synchronised or not) and how "
+                  "far after it this process began")
+      ->type_name("TIME");
   cmd->add_flag("--rt", o->rt, "run the worker threads at real-time priority (SCHED_FIFO; root)");
   cmd->add_flag("--no-pm-qos", o->no_pm_qos,
                 "timed replay: let idle CPUs sleep deeply (by default /dev/cpu_dma_latency is held at 0 "

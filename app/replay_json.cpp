@@ -1,6 +1,7 @@
 #include "app/replay_json.h"
 
 #include "common/error.h"
+#include "replay/start_at.h"
 
 namespace tierlab::app {
 namespace {
@@ -161,6 +162,13 @@ json report_json(const replay::Report& r, double max_rate) {
         {"tierlab_lag", histogram_json(r.own_lag_hist)}}},
       {"fingerprints", fps},
   };
+  if (r.start_at_ns)
+    j["start"] = {{"at_ns", r.start_at_ns},
+                  {"at", replay::format_realtime(r.start_at_ns)},
+                  {"offset_ms", static_cast<double>(r.start_offset_ns) / 1e6},
+                  {"offset_ns", r.start_offset_ns},
+                  {"offset_max_ns", r.start_offset_max_ns},
+                  {"clock", r.clock}};
   if (!r.log_path.empty()) j["log"] = {{"path", r.log_path}, {"lines", r.log_lines}, {"error", r.log_error}};
   return j;
 }
@@ -257,6 +265,13 @@ replay::Report report_from_json(const json& j, const std::string& name, double* 
     r.log_path = f.str(log, "path", "log.path");
     r.log_lines = f.u64(log, "lines", "log.lines");
     r.log_error = f.str(log, "error", "log.error");
+  }
+  if (j.contains("start")) {
+    const json& st = j.at("start");
+    r.start_at_ns = f.i64(st, "at_ns", "start.at_ns");
+    r.start_offset_ns = f.i64(st, "offset_ns", "start.offset_ns");
+    r.start_offset_max_ns = f.i64(st, "offset_max_ns", "start.offset_max_ns");
+    r.clock = f.str(st, "clock", "start.clock");
   }
   replay::derive(r);
   return r;

@@ -184,6 +184,12 @@ struct Options {
   // where it is and the report covers what ran (Report::stopped). Unset:
   // the replay runs to its end.
   std::function<const char*(long timeout_ns)> wait_stop;
+  // --start-at: the schedule's epoch (the captured schedule's origin, and
+  // with max_speed the first connections) is this CLOCK_REALTIME time, ns
+  // since the Unix epoch, shared by the processes of a sharded replay
+  // (replay/start_at.h); 0: 1 ms after the workers are set up. Loading the
+  // trace and the first connection come before it.
+  int64_t start_at_ns = 0;
 };
 
 // Latency of one fingerprint, over the statements that succeeded both at
@@ -278,6 +284,12 @@ struct Report {
   uint64_t log_lines = 0;
   std::string log_error;
   std::string stopped;  // what stopped the replay early (Options::wait_stop); "" ran to its end
+  // Options::start_at_ns (0: none), how far past it this process's epoch
+  // came by its realtime clock (a merged report: the earliest and latest
+  // shard's), and that clock's source and synchronisation.
+  int64_t start_at_ns = 0;
+  int64_t start_offset_ns = 0, start_offset_max_ns = 0;
+  std::string clock;
   std::vector<FingerprintDelta> slowed;   // at most 10, most slowed first
   std::vector<FingerprintDelta> sped_up;  // at most 10, most sped up first
   // What the figures above come from, whole, so that the reports of the

@@ -1,4 +1,5 @@
 #include "replay/session.h"
+#include "replay/start_at.h"
 #include "replay/stats.h"
 
 #include "common/error.h"
@@ -321,6 +322,18 @@ Report merge_reports(const std::vector<Report>& reports, const std::vector<std::
     m.log_lines += r.log_lines;
     if (m.log_error.empty()) m.log_error = r.log_error;
     if (m.stopped.empty()) m.stopped = r.stopped;
+    if (i == 0) {
+      m.start_at_ns = r.start_at_ns;
+      m.start_offset_ns = r.start_offset_ns;
+      m.start_offset_max_ns = r.start_offset_max_ns;
+    } else if (r.start_at_ns != m.start_at_ns) {
+      throw InputError(name(i) + " started at " + (r.start_at_ns ? format_realtime(r.start_at_ns) : "no --start-at") +
+                       ", " + name(0) + " at " + (m.start_at_ns ? format_realtime(m.start_at_ns) : "no --start-at") +
+                       ": not shards of one replay");
+    }
+    m.start_offset_ns = std::min(m.start_offset_ns, r.start_offset_ns);
+    m.start_offset_max_ns = std::max(m.start_offset_max_ns, r.start_offset_max_ns);
+    if (m.clock.find(r.clock) == std::string::npos) m.clock += (m.clock.empty() ? "" : "; ") + r.clock;
     m.lat_hist.merge(r.lat_hist);
     m.lag_hist.merge(r.lag_hist);
     m.own_lag_hist.merge(r.own_lag_hist);
@@ -420,6 +433,15 @@ void print_report(std::ostream& out, const Report& r) {
   out << "sessions driven directly: " << r.sessions_direct << " of " << r.sessions
       << (r.sessions_direct < r.sessions ? " (the others: through libpq (TLS, GSS encryption, --wire libpq) or not connected)" : "")
       << "\n";
+  if (r.start_at_ns) {
+    out << "start: --start-at " << format_realtime(r.start_at_ns) << "; ";
+    if (r.merged_shards.empty())
+      out << "began " << fmt("%.3f", static_cast<double>(r.start_offset_ns) / 1e6) << " ms after it";
+    else
+      out << "the shards began " << fmt("%.3f", static_cast<double>(r.start_offset_ns) / 1e6) << " to "
+          << fmt("%.3f", static_cast<double>(r.start_offset_max_ns) / 1e6) << " ms after it";
+    out << " (" << r.clock << ")\n";
+  }
   out << "number of threads: " << r.threads
       << (r.realtime ? " (SCHED_FIFO)" : r.slice_ms > 0 ? fmt(" (scheduler slice %g ms)", r.slice_ms) : "")
       << ", event loop: " << r.io << "\n";
