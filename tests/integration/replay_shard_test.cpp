@@ -3,6 +3,7 @@
 #include "common/clock.h"
 #include "common/histogram.h"
 #include "support/support.h"
+#include "tests/integration/replay_traces.h"
 
 #include <catch2/catch.hpp>
 #include <fcntl.h>
@@ -223,4 +224,39 @@ TEST_CASE("4 shards sharing --start-at, merged, count what one replay counts, ea
     INFO(key << ": merged " << got << " ns, pooled log " << want << " ns");
     CHECK(std::abs(Histogram::bucket_of(got) - Histogram::bucket_of(want)) <= 1);
   }
+}
+
+TEST_CASE("a shard that gets no session runs, reports zeros, and merges with the others", "[replay][pg][shard]") {
+  auto& pg = tierlab::test::shared_server();
+  TempDir dir;
+  const std::string trace = dir.file("one-session.tlt");
+  {
+    // Session 1 hashes to shard 1 of 4: shards 0, 2 and 3 get nothing.
+    replay_test::TraceBuilder b(trace);
+    b.begin(0, 1, pg.superuser());
+    b.query(10 * replay_test::kMs, 1, "SELECT 1", "SELECT", true, 1);
+    b.query(20 * replay_test::kMs, 1, "SELECT 1/0", "SELECT", true, 1);
+    b.end(30 * replay_test::kMs, 1);
+    b.close();
+  }
+  std::vector<std::string> files;
+  for (int k : {0, 1}) {
+    const std::string json = dir.file("shard-" + std::to_string(k) + ".json");
+    auto r = tierlab::test::run_tierlab({"replay", trace, "--db", pg.conninfo(), "--shard", std::to_string(k) + "/4",
+                                         "--max-divergence", "100%", "--json", json});
+    INFO(r.out << r.err);
+    REQUIRE(r.status == 0);
+    const auto j = read_json(json);
+    CHECK(j["sessions"] == (k == 1 ? 1 : 0));
+    CHECK(j["statements"] == (k == 1 ? 2 : 0));
+    files.push_back(json);
+  }
+  auto m = tierlab::test::run_tierlab({"report", "merge", files[0], files[1], "--json", dir.file("m.json")});
+  INFO(m.out << m.err);
+  CHECK(m.status == 0);
+  const auto j = read_json(dir.file("m.json"));
+  CHECK(j["sessions"] == 1);
+  CHECK(j["statements"] == 2);
+  CHECK(j["errors_by_sqlstate"]["22012"] == 1);
+  CHECK(m.err.find("shard(s) 2, 3 of 4 not given") != std::string::npos);
 }
