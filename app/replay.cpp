@@ -1,9 +1,12 @@
 // tierlab replay: re-drive a captured transaction stream against PostgreSQL.
 #include "app/command.h"
+#include "app/replay_json.h"
 #include "app/stop_signals.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
 #include "replay/replay.h"
+#include "replay/start_at.h"
 #include "trace/reader.h"
 
 #include <nlohmann/json.hpp>
@@ -41,7 +44,52 @@ struct ReplayOptions {
   std::string max_divergence = "0";
   std::string sync = "commit";
   std::string sync_timeout = "10s";
+  std::string shard;
+  std::string start_at;
 };
+
+// --shard K/N, or /N with K from the environment an orchestrator sets for
+// each process: JOB_COMPLETION_INDEX (a Kubernetes Indexed Job's pod), else
+// SLURM_PROCID (a Slurm task). Both count from 0, as --shard does.
+replay::Shard parse_shard(const std::string& text) {
+  auto number = [&](std::string_view v, const std::string& what) -> uint32_t {
+    uint32_t n = 0;
+    if (v.empty() || v.size() > 9) throw InputError("--shard " + text + ": " + what + " is not a number");
+    for (char c : v) {
+      if (c < '0' || c > '9') throw InputError("--shard " + text + ": " + what + " is not a number");
+      n = n * 10 + static_cast<uint32_t>(c - '0');
+    }
+    return n;
+  };
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos)
+    throw InputError("--shard " + text + ": expected K/N (shard K of N, K from 0) or /N");
+  replay::Shard s;
+  s.count = number(std::string_view(text).substr(slash + 1), "N");
+  if (s.count == 0) throw InputError("--shard " + text + ": N must be at least 1");
+  if (slash > 0) {
+    s.index = number(std::string_view(text).substr(0, slash), "K");
+  } else {
+    const char* env = nullptr;
+    const char* name = nullptr;
+    for (const char* n : {"JOB_COMPLETION_INDEX", "SLURM_PROCID"})
+      if ((env = std::getenv(n)) && *env) {
+        name = n;
+        break;
+      }
+    if (!name)
+      throw InputError("--shard " + text +
+                       ": K is not given and neither JOB_COMPLETION_INDEX nor SLURM_PROCID is set");
+    const std::string value = env;
+    if (value.empty() || value.size() > 9 || value.find_first_not_of("0123456789") != std::string::npos)
+      throw InputError("--shard " + text + ": " + name + "=" + value + " is not a shard index");
+    s.index = static_cast<uint32_t>(std::stoul(value));
+  }
+  if (s.index >= s.count)
+    throw InputError("--shard " + text + ": shard " + std::to_string(s.index) + " does not exist in " +
+                     std::to_string(s.count) + " (K counts from 0 to N-1)");
+  return s;
+}
 
 // --max-divergence: a fraction ("0.01") or a percentage ("1%") from 0 to
 // 1; nullopt for anything else.
@@ -75,77 +123,6 @@ CLI::Validator rate_check() {
       "");
 }
 
-nlohmann::json deltas_json(const std::vector<replay::FingerprintDelta>& v) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const auto& d : v)
-    a.push_back({{"sql", d.sql}, {"count", d.count}, {"captured_ms", d.captured_ms},
-                 {"replay_ms", d.replay_ms}, {"delta_ms", d.replay_ms - d.captured_ms}});
-  return a;
-}
-
-nlohmann::json report_json(const replay::Report& r, double max_rate) {
-  nlohmann::json errs = nlohmann::json::object();
-  for (const auto& [state, n] : r.errors_by_sqlstate) errs[state] = n;
-  // The first error of each SQLSTATE: the target's message, and the
-  // statement (normalised) it answered, null when none did.
-  nlohmann::json firsts = nlohmann::json::object();
-  for (const auto& e : r.first_errors)
-    firsts[e.sqlstate] = {{"message", e.message},
-                          {"statement", e.statement.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.statement)}};
-  nlohmann::json j = {
-      {"sessions", r.sessions},
-      {"sessions_failed", r.sessions_failed},
-      {"sessions_stopped", r.sessions_stopped},
-      {"stopped", r.stopped.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.stopped)},
-      {"sessions_direct", r.sessions_direct},
-      {"first_session_error", r.first_session_error},
-      {"threads", r.threads},
-      {"realtime", r.realtime},
-      {"slice_ms", r.slice_ms},
-      {"io", r.io},
-      {"cpu_latency_held", r.cpu_latency_held},
-      {"speed", r.max_speed ? nlohmann::json("max") : nlohmann::json(r.speed)},
-      {"transactions", r.transactions},
-      {"failed_transactions", r.failed_transactions},
-      {"statements", r.statements},
-      {"errors", r.errors},
-      {"tps", r.tps},
-      {"duration_s", r.duration_s},
-      {"captured_duration_s", r.captured_duration_s},
-      {"connect_s", r.connect_s},
-      {"cpu_s", r.cpu_s},
-      {"cpu_us_per_transaction",
-       r.cpu_us_per_transaction() >= 0 ? nlohmann::json(r.cpu_us_per_transaction()) : nlohmann::json(nullptr)},
-      {"latency_ms",
-       {{"avg", r.lat_avg_ms}, {"stddev", r.lat_stddev_ms}, {"p50", r.lat_p50_ms},
-        {"p90", r.lat_p90_ms}, {"p99", r.lat_p99_ms}, {"p999", r.lat_p999_ms}, {"max", r.lat_max_ms}}},
-      {"lag_ms",
-       {{"avg", r.lag_avg_ms}, {"p99", r.lag_p99_ms}, {"max", r.lag_max_ms},
-        {"tierlab_p99", r.own_lag_p99_ms}, {"tierlab_max", r.own_lag_max_ms}}},
-      {"errors_by_sqlstate", errs},
-      {"first_errors", firsts},
-      {"divergence",
-       {{"error_status", r.divergence_error_status},
-        {"row_count", r.divergence_row_count},
-        {"failed_ok_at_capture", r.divergence_new_errors},
-        {"rate", r.divergence_rate},
-        {"max_rate", max_rate}}},
-      {"unsupported", r.unsupported},
-      {"slowed", deltas_json(r.slowed)},
-      {"sped_up", deltas_json(r.sped_up)},
-  };
-  j["sync"] = {{"mode", r.sync ? "commit" : "none"},
-               {"timeout_s", r.sync_timeout_s},
-               {"commit_points", r.commit_points},
-               {"units_waited", r.sync_waits},
-               {"wait_s", r.sync_wait_s},
-               {"wait_p99_ms", r.sync_wait_p99_ms},
-               {"wait_max_ms", r.sync_wait_max_ms},
-               {"timeouts", r.sync_timeouts}};
-  if (!r.log_path.empty()) j["log"] = {{"path", r.log_path}, {"lines", r.log_lines}, {"error", r.log_error}};
-  return j;
-}
-
 nlohmann::json dry_run_json(const replay::WorkloadSummary& s) {
   return {
       {"sessions", s.sessions},
@@ -161,6 +138,8 @@ nlohmann::json dry_run_json(const replay::WorkloadSummary& s) {
       {"libpq_unsupported", s.libpq_unsupported},
       {"sessions_joined_in_transaction", s.joined_in_transaction},
       {"commit_points", s.commit_points},
+      {"shard", {{"index", s.shard.index}, {"count", s.shard.count}}},
+      {"trace_sessions", s.trace_sessions},
   };
 }
 
@@ -171,6 +150,7 @@ void run_replay(const ReplayOptions& o) {
   if (window.end <= window.begin) throw InputError("--end must be after --begin");
   const double max_rate = *parse_rate(o.max_divergence);  // checked by rate_check()
   if (!o.dry_run && o.db.empty()) throw InputError("--db CONNINFO is required (the target PostgreSQL)");
+  const replay::Shard shard = o.shard.empty() ? replay::Shard{} : parse_shard(o.shard);
   replay::Options opts;
   opts.conninfo = o.db;
   opts.speed = o.speed;
@@ -184,6 +164,13 @@ void run_replay(const ReplayOptions& o) {
   opts.log_path = o.log;
   opts.sync = o.sync == "commit";
   opts.sync_timeout_ns = parse_duration("--sync-timeout", o.sync_timeout);
+  if (!o.start_at.empty()) {
+    const int64_t now = clock_ns(CLOCK_REALTIME);
+    opts.start_at_ns = replay::parse_start_at("--start-at", o.start_at, now);
+    if (opts.start_at_ns < now)
+      throw InputError("--start-at " + o.start_at + " (" + replay::format_realtime(opts.start_at_ns) + ") is " +
+                       seconds(now - opts.start_at_ns) + " past");
+  }
   opts.database = o.database;
   opts.user = o.user;
   if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
@@ -192,7 +179,7 @@ void run_replay(const ReplayOptions& o) {
   // With the JSON on standard output, the text goes to standard error.
   std::ostream& text = o.json == "-" ? std::cerr : std::cout;
   auto reader = trace::open_reader(o.file);
-  replay::Workload w = replay::load(*reader, window);
+  replay::Workload w = replay::load(*reader, window, shard);
   if (window.begin > w.summary().trace_end_ns)
     throw InputError("--begin " + o.begin + " is past the end of the trace: " + o.file + " is " +
                      seconds(w.summary().trace_end_ns) + " long");
@@ -201,7 +188,8 @@ void run_replay(const ReplayOptions& o) {
     json.write(dry_run_json(w.summary()).dump(2) + "\n");
     return;
   }
-  if (w.summary().sessions == 0)
+  // An empty shard is not an error: its report (all zeros) still merges.
+  if (w.summary().sessions == 0 && (shard.count == 1 || w.summary().trace_sessions == 0))
     throw InputError(o.file + ": nothing to replay: " +
                      (o.begin.empty() && o.end.empty()
                           ? std::string("the trace holds no client session")
@@ -300,6 +288,19 @@ void setup_replay(CLI::App& parent) {
       ->check(rate_check())
       ->type_name("RATE")
       ->capture_default_str();
+  cmd->add_option("--shard", o->shard,
+                  "replay shard K of N only (K from 0 to N-1): the sessions whose id hashes to K; the N "
+                  "shards together are the whole trace. /N alone takes K from JOB_COMPLETION_INDEX "
+                  "(Kubernetes Indexed Job) or SLURM_PROCID (Slurm), both 0-based; merge the shards' "
+                  "--json reports with tierlab report merge")
+      ->type_name("K/N");
+  cmd->add_option("--start-at", o->start_at,
+                  "begin the schedule (with --max-speed: the first connections) at this wall-clock time, "
+                  "shared by the shards on every host: ISO 8601 with a zone (2026-12-03T14:00:00Z), "
+                  "@UNIX_SECONDS, or +30s from now (for one process; for N hosts compute one absolute time "
+                  "once and pass it to all). The report gives the clock (NTP synchronised or not) and how "
+                  "far after it this process began")
+      ->type_name("TIME");
   cmd->add_flag("--rt", o->rt, "run the worker threads at real-time priority (SCHED_FIFO; root)");
   cmd->add_flag("--no-pm-qos", o->no_pm_qos,
                 "timed replay: let idle CPUs sleep deeply (by default /dev/cpu_dma_latency is held at 0 "

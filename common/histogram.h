@@ -2,13 +2,18 @@
 // are non-negative int64 (nanoseconds by convention), kept with a relative
 // error under 1/kSubBuckets (about 1.6%). Recording is O(1) and never
 // allocates; histograms merge by adding counts, so per-thread histograms are
-// merged at the end of a run.
+// merged at the end of a run. The layout is fixed (kSubBits, kBuckets), so
+// histograms of separate runs (the shards of one replay) merge without
+// loss: buckets() and from_buckets() carry one through a file.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
 
 namespace tierlab {
 
@@ -38,6 +43,46 @@ class Histogram {
   }
 
   void reset() { *this = Histogram{}; }
+
+  // The bucket of `v` (values below 0 count as 0), and the smallest value
+  // of bucket `i` (0 <= i <= kBuckets; kBuckets gives the end of the last).
+  static int bucket_of(int64_t v) { return index(v < 0 ? 0 : static_cast<uint64_t>(v)); }
+  static uint64_t bucket_lower(int i) { return lower_bound(i); }
+
+  // The non-empty buckets, (index, count) by index: with count(), sum(),
+  // sum_squares(), min() and max(), everything a histogram holds.
+  std::vector<std::pair<int, uint64_t>> buckets() const {
+    std::vector<std::pair<int, uint64_t>> v;
+    for (int i = 0; i < kBuckets; ++i)
+      if (counts_[i]) v.emplace_back(i, counts_[i]);
+    return v;
+  }
+  double sum_squares() const { return sumsq_; }
+
+  // The histogram buckets() and the moments describe; nullopt when they do
+  // not describe one (an index out of range, min above max, no buckets
+  // with a non-zero min or max).
+  static std::optional<Histogram> from_buckets(const std::vector<std::pair<int, uint64_t>>& buckets, double sum,
+                                               double sum_squares, int64_t min, int64_t max) {
+    Histogram h;
+    for (const auto& [i, n] : buckets) {
+      if (i < 0 || i >= kBuckets) return std::nullopt;
+      h.counts_[i] += n;
+      h.n_ += n;
+    }
+    if (h.n_ == 0) return (min == 0 && max == 0) ? std::optional<Histogram>(h) : std::nullopt;
+    if (min < 0 || min > max) return std::nullopt;
+    h.sum_ = sum;
+    h.sumsq_ = sum_squares;
+    h.min_ = min;
+    h.max_ = max;
+    return h;
+  }
+
+  bool operator==(const Histogram& o) const {
+    return counts_ == o.counts_ && n_ == o.n_ && sum_ == o.sum_ && sumsq_ == o.sumsq_ && min() == o.min() &&
+           max() == o.max();
+  }
 
   uint64_t count() const { return n_; }
   int64_t max() const { return n_ ? max_ : 0; }

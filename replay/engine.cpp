@@ -57,6 +57,7 @@
 #include "replay/plan.h"
 #include "replay/schedule.h"
 #include "replay/session.h"
+#include "replay/start_at.h"
 #include "replay/stats.h"
 #include "replay/unit_log.h"
 #include "replay/wire.h"
@@ -326,6 +327,11 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   // Timed replays keep deadlines: hold the CPUs' wake-up latency down.
   CpuLatencyHold cpu_latency(opts.hold_cpu_latency && !opts.max_speed);
   sh.sched.epoch = now_ns() + 1000000;  // 1 ms for the threads to start
+  if (opts.start_at_ns) {  // --start-at: the shared epoch of the shards
+    const char* why = nullptr;
+    sh.sched.epoch = wait_for_start(opts.start_at_ns, opts.wait_stop, &why);
+    if (why) throw RuntimeError(std::string("replay: stopped by ") + why + " while waiting for --start-at; nothing was replayed");
+  }
   std::vector<std::thread> pool;
   std::optional<RealTimeScope> rt(std::in_place, opts.realtime);
   for (int t = 0; t < threads; ++t) {
@@ -342,6 +348,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
     });
   }
   rt.reset();  // the progress loop below runs at normal priority
+  const int64_t start_offset_ns = opts.start_at_ns ? start_offset(opts.start_at_ns, sh.sched.epoch) : 0;
 
   // This thread owns the progress output.
   Nanos period = static_cast<Nanos>(opts.progress_s * 1e9);
@@ -414,6 +421,9 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   r.realtime = opts.realtime;
   r.slice_ms = static_cast<double>(*std::min_element(slice_ns.begin(), slice_ns.end())) / 1e6;
   r.io = sh.uring ? "io_uring" : "epoll";
+  r.start_at_ns = opts.start_at_ns;
+  r.start_offset_ns = r.start_offset_max_ns = start_offset_ns;
+  if (opts.start_at_ns) r.clock = realtime_clock_source();
   for (Nanos c : cpu_ns) r.cpu_s += static_cast<double>(c) / 1e9;
   r.cpu_s += static_cast<double>(connector.cpu_ns()) / 1e9;
   // Max speed counts from the start (every initial session connected), as

@@ -139,6 +139,10 @@ struct SessionBuild {
 
 struct PlanBuilder::Impl {
   Window window;
+  Shard shard;
+  // Sessions of other shards: only their span (first record, end), for the
+  // schedule's origin and the count of the window's sessions.
+  std::unordered_map<uint64_t, std::pair<Nanos, Nanos>> others;
   std::shared_ptr<Plan> plan = std::make_shared<Plan>();
   std::unordered_map<uint64_t, SessionBuild> sessions;
   std::vector<UnitTmp> unit_tmp;
@@ -438,6 +442,13 @@ struct PlanBuilder::Impl {
     last_ts = std::max(last_ts, r.ts);
     any_record = true;
     if (r.session == 0) return;
+    if (shard.count > 1 && shard_of(r.session, shard.count) != shard.index) {
+      auto [it, fresh] = others.try_emplace(r.session, r.ts, r.ts);
+      if (!fresh) it->second.second = std::max(it->second.second, r.ts);
+      if (std::holds_alternative<trace::SessionBegin>(r.body)) it->second.first = r.ts;
+      if (std::holds_alternative<trace::SessionEnd>(r.body)) it->second.second = r.ts;
+      return;
+    }
     SessionBuild& sb = session(r.session, r.ts);
     Session& s = plan->sessions[sb.index];
     s.end = std::max(s.end, r.ts);
@@ -763,6 +774,17 @@ struct PlanBuilder::Impl {
     std::sort(edges.begin(), edges.end(), [](const auto& a, const auto& b) {
       return a.first != b.first ? a.first < b.first : a.second < b.second;
     });
+    // Sessions of the other shards the window keeps (as above: those that
+    // overlap it): the schedule starts at the earliest of any shard.
+    uint64_t other_sessions = 0;
+    for (const auto& [id, span] : others) {
+      const auto [b, e] = span;
+      if (!(rel(b) < window.end && rel(e) >= window.begin)) continue;
+      ++other_sessions;
+      const Nanos begin = rel(b) < window.begin ? origin + window.begin : b;
+      if (p.sessions.empty() && other_sessions == 1) p.t0 = begin;
+      p.t0 = std::min(p.t0, begin);
+    }
     int64_t open = 0, most = 0;
     for (const auto& e : edges) {
       open += e.second;
@@ -777,14 +799,27 @@ struct PlanBuilder::Impl {
     sum.fingerprints = p.fingerprints.size();
     sum.duration_ns = p.sessions.empty() ? 0 : last - p.t0;
     sum.trace_end_ns = any_record ? rel(last_ts) : 0;
+    sum.shard = shard;
+    sum.trace_sessions = p.sessions.size() + other_sessions;
     unit_tmp.clear();
     unit_tmp.shrink_to_fit();
     return plan;
   }
 };
 
-PlanBuilder::PlanBuilder(const Window& window, Nanos trace_start) : impl_(std::make_unique<Impl>()) {
+uint32_t shard_of(uint64_t session_id, uint32_t count) {
+  if (count <= 1) return 0;
+  uint64_t z = session_id + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<uint32_t>(z % count);
+}
+
+PlanBuilder::PlanBuilder(const Window& window, Nanos trace_start, const Shard& shard)
+    : impl_(std::make_unique<Impl>()) {
   impl_->window = window;
+  impl_->shard = shard;
   impl_->origin = trace_start;
 }
 PlanBuilder::~PlanBuilder() = default;
@@ -794,8 +829,11 @@ std::shared_ptr<const Plan> PlanBuilder::finish() { return impl_->finish(); }
 Workload::Workload(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
 const WorkloadSummary& Workload::summary() const { return plan_->summary; }
 
-Workload load(trace::Reader& reader, const Window& window) {
-  PlanBuilder b(window, reader.header().start_mono_ns);
+Workload load(trace::Reader& reader, const Window& window, const Shard& shard) {
+  if (shard.count == 0 || shard.index >= shard.count)
+    throw InputError("shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) +
+                     ": the index must be below the count (0-based)");
+  PlanBuilder b(window, reader.header().start_mono_ns, shard);
   trace::Record r;
   while (reader.next(r)) b.add(r);
   return Workload(b.finish());

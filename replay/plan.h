@@ -182,7 +182,7 @@ uint64_t hash_text(std::string_view s);
 // from): the window's times are measured from it.
 class PlanBuilder {
  public:
-  explicit PlanBuilder(const Window& window = {}, Nanos trace_start = 0);
+  explicit PlanBuilder(const Window& window = {}, Nanos trace_start = 0, const Shard& shard = {});
   ~PlanBuilder();
   void add(const trace::Record& r);
   std::shared_ptr<const Plan> finish();

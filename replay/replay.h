@@ -19,6 +19,7 @@
 // (first connection refused, file descriptor limit too low).
 #pragma once
 
+#include "common/histogram.h"
 #include "trace/reader.h"
 
 #include <cstdint>
@@ -74,6 +75,25 @@ struct Window {
   Nanos end = std::numeric_limits<Nanos>::max();
 };
 
+// Which part of the trace's sessions to replay: shard `index` of `count`
+// (0-based, as Kubernetes' JOB_COMPLETION_INDEX and SLURM_PROCID count).
+// A session belongs to shard shard_of(its trace session id, count): every
+// record of a session goes to one shard, so each session replays whole and
+// in its order, and the shards together are the whole trace. The choice is
+// made per record as the trace is read (load()), from the id alone, so it
+// needs no other shard's sessions and no second pass.
+struct Shard {
+  uint32_t index = 0;
+  uint32_t count = 1;  // 1: every session
+};
+
+// The shard of `session_id` among `count` (count >= 1): the splitmix64
+// finaliser of the id, modulo count. Stable across runs, hosts and tierlab
+// versions (the formula is part of the trace's replay contract), and
+// balanced for ids that are consecutive (the proxy's) or scattered
+// (process ids, imported logs).
+uint32_t shard_of(uint64_t session_id, uint32_t count);
+
 struct Plan;  // private to replay/
 
 struct WorkloadSummary {
@@ -101,6 +121,10 @@ struct WorkloadSummary {
   // The trace's length: its last record of any kind, from the trace start
   // (as Window counts); 0 for a trace without records.
   Nanos trace_end_ns = 0;
+  // Shard (see Shard): which one this workload is, and how many sessions
+  // of the window all shards together replay (= sessions unsharded).
+  Shard shard;
+  uint64_t trace_sessions = 0;
 };
 
 class Workload {
@@ -115,7 +139,11 @@ class Workload {
 
 // Reads every record of `reader` (the Reader's strings are copied into one
 // arena here, so the Workload outlives it). Throws like trace::Reader.
-Workload load(trace::Reader& reader, const Window& window = {});
+// With `shard`, only that shard's sessions are kept; the schedule's origin
+// stays that of the whole trace (the earliest session of any shard), so
+// that shards started at one time (Options::start_at) replay together on
+// the captured schedule.
+Workload load(trace::Reader& reader, const Window& window = {}, const Shard& shard = {});
 
 // --- running it ------------------------------------------------------------------
 
@@ -171,6 +199,12 @@ struct Options {
   // where it is and the report covers what ran (Report::stopped). Unset:
   // the replay runs to its end.
   std::function<const char*(long timeout_ns)> wait_stop;
+  // --start-at: the schedule's epoch (the captured schedule's origin, and
+  // with max_speed the first connections) is this CLOCK_REALTIME time, ns
+  // since the Unix epoch, shared by the processes of a sharded replay
+  // (replay/start_at.h); 0: 1 ms after the workers are set up. Loading the
+  // trace and the first connection come before it.
+  int64_t start_at_ns = 0;
 };
 
 // Latency of one fingerprint, over the statements that succeeded both at
@@ -181,6 +215,16 @@ struct FingerprintDelta {
   uint64_t count = 0;         // statements compared
   double captured_ms = 0;     // mean captured latency
   double replay_ms = 0;       // mean replay latency
+};
+
+// What the replay measured of one fingerprint: what FingerprintDelta is
+// made from, kept whole so that reports merge.
+struct FingerprintTotals {
+  std::string sql;            // normalised text
+  uint64_t count = 0;         // statements replayed
+  uint64_t pairs = 0;         // of them compared (FingerprintDelta::count)
+  double captured_ns = 0;     // sums over the pairs
+  double replay_ns = 0;
 };
 
 // The first error the target answered with one SQLSTATE.
@@ -265,9 +309,42 @@ struct Report {
   uint64_t log_lines = 0;
   std::string log_error;
   std::string stopped;  // what stopped the replay early (Options::wait_stop); "" ran to its end
+  // Options::start_at_ns (0: none), how far past it this process's epoch
+  // came by its realtime clock (a merged report: the earliest and latest
+  // shard's), and that clock's source and synchronisation.
+  int64_t start_at_ns = 0;
+  int64_t start_offset_ns = 0, start_offset_max_ns = 0;
+  std::string clock;
   std::vector<FingerprintDelta> slowed;   // at most 10, most slowed first
   std::vector<FingerprintDelta> sped_up;  // at most 10, most sped up first
+  // What the figures above come from, whole, so that the reports of the
+  // shards of one replay merge without loss (merge_reports): the
+  // histograms (ns) behind lat_*, lag_* and own_lag_*, and every
+  // fingerprint replayed, in first-replayed order.
+  Histogram lat_hist, lag_hist, own_lag_hist;
+  Histogram sync_wait_hist;  // behind sync_waits, sync_wait_s, sync_wait_p99_ms, sync_wait_max_ms
+  std::vector<FingerprintTotals> fingerprints;
+  // Which shard of the trace ran (Shard); a merged report lists the shards
+  // it holds in merged_shards (empty otherwise).
+  Shard shard;
+  std::vector<uint32_t> merged_shards;
 };
+
+// Recomputes what a report derives from the rest: tps, the divergence rate,
+// the latency and lag figures from the histograms, and the slowed and sped
+// up lists from the fingerprints.
+void derive(Report& r);
+
+// One report of the shards' reports of one replay (`names` name them in
+// messages): counts, histograms, errors by SQLSTATE, divergence and
+// fingerprints add up, and derive() computes the rest from the merged
+// whole, so the percentiles are those of every statement of every shard
+// (within the histograms' bucket width). Durations are the longest shard's
+// (shards started together end with the last), CPU time and threads add
+// up; the first error message of a SQLSTATE is the first report's that has
+// one. InputError naming the two reports when they cannot be one replay:
+// different speeds, different shard counts, the same shard twice.
+Report merge_reports(const std::vector<Report>& reports, const std::vector<std::string>& names);
 
 // Replays `w` against opts.conninfo. Progress lines go to `progress` every
 // opts.progress_s seconds (from the calling thread, which owns the output).

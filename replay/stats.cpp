@@ -1,8 +1,12 @@
 #include "replay/session.h"
+#include "replay/start_at.h"
 #include "replay/stats.h"
+
+#include "common/error.h"
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cstdio>
 #include <cstring>
 
@@ -167,8 +171,8 @@ void Stats::merge(const Stats& o) {
 }
 
 void fill_report(Report& r, const Stats& s, const Plan& plan, Nanos duration_ns) {
-  auto ms = [](double ns) { return ns / 1e6; };
   r.sessions = plan.sessions.size();
+  r.shard = plan.summary.shard;
   r.sessions_failed = s.sessions_failed;
   r.sessions_stopped = s.sessions_stopped;
   r.sessions_direct = s.sessions_direct;
@@ -185,49 +189,192 @@ void fill_report(Report& r, const Stats& s, const Plan& plan, Nanos duration_ns)
   r.divergence_error_status = s.div_error_status;
   r.divergence_row_count = s.div_row_count;
   r.divergence_new_errors = s.div_new_errors;
-  r.divergence_rate =
-      s.statements ? static_cast<double>(s.div_new_errors) / static_cast<double>(s.statements) : 0;
   r.unsupported = plan.summary.unsupported + s.unsupported;
   r.duration_s = static_cast<double>(duration_ns) / 1e9;
-  r.tps = r.duration_s > 0 ? static_cast<double>(r.transactions) / r.duration_s : 0;
   r.captured_duration_s = static_cast<double>(plan.summary.duration_ns) / 1e9;
-  r.lat_avg_ms = ms(s.lat.mean());
-  r.lat_stddev_ms = ms(s.lat.stddev());
-  r.lat_p50_ms = ms(static_cast<double>(s.lat.quantile(0.50)));
-  r.lat_p90_ms = ms(static_cast<double>(s.lat.quantile(0.90)));
-  r.lat_p99_ms = ms(static_cast<double>(s.lat.quantile(0.99)));
-  r.lat_p999_ms = ms(static_cast<double>(s.lat.quantile(0.999)));
-  r.lat_max_ms = ms(static_cast<double>(s.lat.max()));
-  r.lag_avg_ms = ms(s.lag.mean());
-  r.lag_p99_ms = ms(static_cast<double>(s.lag.quantile(0.99)));
-  r.lag_max_ms = ms(static_cast<double>(s.lag.max()));
-  r.own_lag_p99_ms = ms(static_cast<double>(s.own_lag.quantile(0.99)));
-  r.own_lag_max_ms = ms(static_cast<double>(s.own_lag.max()));
+  r.lat_hist = s.lat;
+  r.lag_hist = s.lag;
+  r.own_lag_hist = s.own_lag;
+  r.sync_wait_hist = s.sync_wait;
   r.commit_points = plan.commits;
-  r.sync_waits = s.sync_wait.count();
-  r.sync_wait_s = s.sync_wait.mean() * static_cast<double>(s.sync_wait.count()) / 1e9;
-  r.sync_wait_p99_ms = ms(static_cast<double>(s.sync_wait.quantile(0.99)));
-  r.sync_wait_max_ms = ms(static_cast<double>(s.sync_wait.max()));
   r.sync_timeouts = s.sync_timeouts;
-
-  std::vector<FingerprintDelta> deltas;
+  r.fingerprints.clear();
   for (size_t i = 0; i < s.fps.size(); ++i) {
     const FpStat& f = s.fps[i];
+    if (f.count == 0) continue;
+    r.fingerprints.push_back(FingerprintTotals{i < plan.fingerprints.size() ? plan.fingerprints[i] : std::string(),
+                                               f.count, f.pairs, f.captured_ns, f.replay_ns});
+  }
+  derive(r);
+}
+
+void derive(Report& r) {
+  auto ms = [](double ns) { return ns / 1e6; };
+  r.divergence_rate =
+      r.statements ? static_cast<double>(r.divergence_new_errors) / static_cast<double>(r.statements) : 0;
+  r.tps = r.duration_s > 0 ? static_cast<double>(r.transactions) / r.duration_s : 0;
+  const Histogram& lat = r.lat_hist;
+  r.lat_avg_ms = ms(lat.mean());
+  r.lat_stddev_ms = ms(lat.stddev());
+  r.lat_p50_ms = ms(static_cast<double>(lat.quantile(0.50)));
+  r.lat_p90_ms = ms(static_cast<double>(lat.quantile(0.90)));
+  r.lat_p99_ms = ms(static_cast<double>(lat.quantile(0.99)));
+  r.lat_p999_ms = ms(static_cast<double>(lat.quantile(0.999)));
+  r.lat_max_ms = ms(static_cast<double>(lat.max()));
+  r.lag_avg_ms = ms(r.lag_hist.mean());
+  r.lag_p99_ms = ms(static_cast<double>(r.lag_hist.quantile(0.99)));
+  r.lag_max_ms = ms(static_cast<double>(r.lag_hist.max()));
+  r.own_lag_p99_ms = ms(static_cast<double>(r.own_lag_hist.quantile(0.99)));
+  r.own_lag_max_ms = ms(static_cast<double>(r.own_lag_hist.max()));
+  const Histogram& sw = r.sync_wait_hist;
+  r.sync_waits = sw.count();
+  r.sync_wait_s = sw.mean() * static_cast<double>(sw.count()) / 1e9;
+  r.sync_wait_p99_ms = ms(static_cast<double>(sw.quantile(0.99)));
+  r.sync_wait_max_ms = ms(static_cast<double>(sw.max()));
+
+  std::vector<FingerprintDelta> deltas;
+  for (const FingerprintTotals& f : r.fingerprints) {
     if (f.pairs == 0) continue;
     FingerprintDelta d;
-    d.sql = i < plan.fingerprints.size() ? plan.fingerprints[i] : std::string();
+    d.sql = f.sql;
     d.count = f.pairs;
     d.captured_ms = ms(f.captured_ns / static_cast<double>(f.pairs));
     d.replay_ms = ms(f.replay_ns / static_cast<double>(f.pairs));
     deltas.push_back(std::move(d));
   }
   auto diff = [](const FingerprintDelta& d) { return d.replay_ms - d.captured_ms; };
-  std::sort(deltas.begin(), deltas.end(),
-            [&](const auto& a, const auto& b) { return diff(a) > diff(b); });
+  // Ties (the same difference) in text order, so that a merged report
+  // lists what the single replay lists.
+  std::stable_sort(deltas.begin(), deltas.end(), [&](const auto& a, const auto& b) {
+    return diff(a) != diff(b) ? diff(a) > diff(b) : a.sql < b.sql;
+  });
+  r.slowed.clear();
+  r.sped_up.clear();
   for (const auto& d : deltas)
     if (diff(d) > 0 && r.slowed.size() < 10) r.slowed.push_back(d);
   for (auto it = deltas.rbegin(); it != deltas.rend(); ++it)
     if (diff(*it) < 0 && r.sped_up.size() < 10) r.sped_up.push_back(*it);
+}
+
+Report merge_reports(const std::vector<Report>& reports, const std::vector<std::string>& names) {
+  Report m;
+  if (reports.empty()) return m;
+  auto name = [&](size_t i) { return i < names.size() ? names[i] : "report " + std::to_string(i + 1); };
+  const Report& a = reports.front();
+  m.speed = a.speed;
+  m.max_speed = a.max_speed;
+  m.shard.count = a.shard.count;
+  m.cpu_latency_held = true;
+  m.realtime = true;
+  m.slice_ms = a.slice_ms;
+  std::map<std::string, uint64_t> by_state;
+  std::map<std::string, FirstError> firsts;
+  std::map<std::string, size_t> fp_index;
+  std::vector<size_t> shard_of_report(a.shard.count, SIZE_MAX);
+  for (size_t i = 0; i < reports.size(); ++i) {
+    const Report& r = reports[i];
+    auto mode = [](const Report& x) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, "at speed %g", x.speed);
+      return x.max_speed ? std::string("at max speed") : std::string(buf);
+    };
+    if (r.max_speed != a.max_speed || (!r.max_speed && r.speed != a.speed))
+      throw InputError(name(i) + " was replayed " + mode(r) + ", " + name(0) + " " + mode(a) +
+                       ": not shards of one replay");
+    if (r.shard.count != a.shard.count)
+      throw InputError(name(i) + " is shard " + std::to_string(r.shard.index) + " of " +
+                       std::to_string(r.shard.count) + ", " + name(0) + " one of " + std::to_string(a.shard.count) +
+                       ": not shards of one replay");
+    if (r.shard.index >= r.shard.count)
+      throw InputError(name(i) + ": shard " + std::to_string(r.shard.index) + " of " + std::to_string(r.shard.count) +
+                       " does not exist");
+    size_t& seen = shard_of_report[r.shard.index];
+    if (seen != SIZE_MAX)
+      throw InputError(name(seen) + " and " + name(i) + " are both shard " + std::to_string(r.shard.index) + " of " +
+                       std::to_string(r.shard.count));
+    seen = i;
+    m.merged_shards.push_back(r.shard.index);
+    m.sessions += r.sessions;
+    m.sessions_failed += r.sessions_failed;
+    m.sessions_stopped += r.sessions_stopped;
+    m.sessions_direct += r.sessions_direct;
+    if (m.first_session_error.empty()) m.first_session_error = r.first_session_error;
+    m.transactions += r.transactions;
+    m.failed_transactions += r.failed_transactions;
+    m.statements += r.statements;
+    m.errors += r.errors;
+    for (const auto& [state, n] : r.errors_by_sqlstate) by_state[state] += n;
+    for (const FirstError& e : r.first_errors) {
+      auto [it, fresh] = firsts.try_emplace(e.sqlstate, e);
+      if (!fresh) {
+        it->second.count += e.count;
+        if (it->second.message.empty() && it->second.statement.empty()) {
+          it->second.message = e.message;
+          it->second.statement = e.statement;
+        }
+      }
+    }
+    m.divergence_error_status += r.divergence_error_status;
+    m.divergence_row_count += r.divergence_row_count;
+    m.divergence_new_errors += r.divergence_new_errors;
+    m.unsupported += r.unsupported;
+    m.duration_s = std::max(m.duration_s, r.duration_s);
+    m.connect_s = std::max(m.connect_s, r.connect_s);
+    m.captured_duration_s = std::max(m.captured_duration_s, r.captured_duration_s);
+    m.threads += r.threads;
+    m.cpu_latency_held = m.cpu_latency_held && r.cpu_latency_held;
+    m.realtime = m.realtime && r.realtime;
+    m.slice_ms = std::min(m.slice_ms, r.slice_ms);
+    if (m.io.empty()) m.io = r.io;
+    else if (m.io.find(r.io) == std::string::npos) m.io += " and " + r.io;
+    m.cpu_s += r.cpu_s;
+    if (!r.log_path.empty()) m.log_path += (m.log_path.empty() ? "" : ", ") + r.log_path;
+    m.log_lines += r.log_lines;
+    if (m.log_error.empty()) m.log_error = r.log_error;
+    if (m.stopped.empty()) m.stopped = r.stopped;
+    if (i == 0) {
+      m.start_at_ns = r.start_at_ns;
+      m.start_offset_ns = r.start_offset_ns;
+      m.start_offset_max_ns = r.start_offset_max_ns;
+    } else if (r.start_at_ns != m.start_at_ns) {
+      throw InputError(name(i) + " started at " + (r.start_at_ns ? format_realtime(r.start_at_ns) : "no --start-at") +
+                       ", " + name(0) + " at " + (m.start_at_ns ? format_realtime(m.start_at_ns) : "no --start-at") +
+                       ": not shards of one replay");
+    }
+    m.start_offset_ns = std::min(m.start_offset_ns, r.start_offset_ns);
+    m.start_offset_max_ns = std::max(m.start_offset_max_ns, r.start_offset_max_ns);
+    if (m.clock.find(r.clock) == std::string::npos) m.clock += (m.clock.empty() ? "" : "; ") + r.clock;
+    m.lat_hist.merge(r.lat_hist);
+    m.lag_hist.merge(r.lag_hist);
+    m.own_lag_hist.merge(r.own_lag_hist);
+    m.sync_wait_hist.merge(r.sync_wait_hist);
+    if (i == 0) {
+      m.sync = r.sync;
+      m.sync_timeout_s = r.sync_timeout_s;
+    }
+    m.commit_points += r.commit_points;
+    m.sync_timeouts += r.sync_timeouts;
+    for (const FingerprintTotals& f : r.fingerprints) {
+      auto [it, fresh] = fp_index.try_emplace(f.sql, m.fingerprints.size());
+      if (fresh) {
+        m.fingerprints.push_back(f);
+        continue;
+      }
+      FingerprintTotals& t = m.fingerprints[it->second];
+      t.count += f.count;
+      t.pairs += f.pairs;
+      t.captured_ns += f.captured_ns;
+      t.replay_ns += f.replay_ns;
+    }
+  }
+  // "other" (beyond the SQLSTATEs told apart) last, as a replay lists them.
+  for (const auto& [state, n] : by_state)
+    if (state != "other") m.errors_by_sqlstate.emplace_back(state, n);
+  if (by_state.count("other")) m.errors_by_sqlstate.emplace_back("other", by_state["other"]);
+  for (const auto& [state, n] : m.errors_by_sqlstate) m.first_errors.push_back(firsts.count(state) ? firsts[state] : FirstError{state, n, "", ""});
+  std::sort(m.merged_shards.begin(), m.merged_shards.end());
+  derive(m);
+  return m;
 }
 
 namespace {
@@ -284,6 +431,13 @@ void print_report(std::ostream& out, const Report& r) {
   if (!r.stopped.empty())
     out << "stopped by " << r.stopped << " after " << fmt("%.3f", r.duration_s)
         << " s: the figures below cover what ran\n";
+  if (!r.merged_shards.empty()) {
+    out << "shards merged: " << r.merged_shards.size() << " of " << r.shard.count << " (";
+    for (size_t i = 0; i < r.merged_shards.size(); ++i) out << (i ? ", " : "") << r.merged_shards[i];
+    out << ")\n";
+  } else if (r.shard.count > 1) {
+    out << "shard: " << r.shard.index << " of " << r.shard.count << " (0-based)\n";
+  }
   out << "number of sessions: " << r.sessions;
   if (r.sessions_failed || r.sessions_stopped) {
     out << " (";
@@ -296,6 +450,15 @@ void print_report(std::ostream& out, const Report& r) {
   out << "sessions driven directly: " << r.sessions_direct << " of " << r.sessions
       << (r.sessions_direct < r.sessions ? " (the others: through libpq (TLS, GSS encryption, --wire libpq) or not connected)" : "")
       << "\n";
+  if (r.start_at_ns) {
+    out << "start: --start-at " << format_realtime(r.start_at_ns) << "; ";
+    if (r.merged_shards.empty())
+      out << "began " << fmt("%.3f", static_cast<double>(r.start_offset_ns) / 1e6) << " ms after it";
+    else
+      out << "the shards began " << fmt("%.3f", static_cast<double>(r.start_offset_ns) / 1e6) << " to "
+          << fmt("%.3f", static_cast<double>(r.start_offset_max_ns) / 1e6) << " ms after it";
+    out << " (" << r.clock << ")\n";
+  }
   out << "number of threads: " << r.threads
       << (r.realtime ? " (SCHED_FIFO)" : r.slice_ms > 0 ? fmt(" (scheduler slice %g ms)", r.slice_ms) : "")
       << ", event loop: " << r.io << "\n";
@@ -360,6 +523,9 @@ void print_report(std::ostream& out, const Report& r) {
 }
 
 void print_dry_run(std::ostream& out, const WorkloadSummary& s) {
+  if (s.shard.count > 1)
+    out << "shard: " << s.shard.index << " of " << s.shard.count << " (0-based): " << s.sessions << " of "
+        << s.trace_sessions << " sessions\n";
   out << "sessions: " << s.sessions << "\n";
   out << "statements: " << s.statements << "\n";
   out << "transactions: " << s.transactions << "\n";
