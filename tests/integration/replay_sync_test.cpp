@@ -71,7 +71,7 @@ std::string write_ddl_trace(const TempDir& dir) {
 
 }  // namespace
 
-TEST_CASE("--sync commit: DML sessions wait for the DDL session's CREATE; --sync none lets them overtake it",
+TEST_CASE("--sync commit: DML sessions wait for the DDL session's CREATE, --sync none lets them overtake it",
           "[replay][pg][sync]") {
   auto& pg = tierlab::test::shared_server();
   TempDir dir;
@@ -199,7 +199,7 @@ TEST_CASE("--sync commit: a sequence hands out its values in the captured order"
   }
 }
 
-TEST_CASE("--sync commit: a failed predecessor is not waited for; a slow one up to --sync-timeout",
+TEST_CASE("--sync commit: a failed predecessor is not waited for, a slow one up to --sync-timeout",
           "[replay][pg][sync]") {
   auto& pg = tierlab::test::shared_server();
   pg.sql("CREATE TABLE IF NOT EXISTS sync_wait(a int)");
@@ -260,7 +260,7 @@ TEST_CASE("--sync commit: a failed predecessor is not waited for; a slow one up 
   }
 }
 
-TEST_CASE("replay --sync and --sync-timeout: the report and JSON say what waited; bad values are refused",
+TEST_CASE("replay --sync and --sync-timeout: the report and JSON say what waited, bad values are refused",
           "[replay][pg][sync][cli]") {
   auto& pg = tierlab::test::shared_server();
   pg.sql("DROP TABLE IF EXISTS sync_ddl");
