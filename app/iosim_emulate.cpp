@@ -86,9 +86,10 @@ void run_emulate(const EmulateOpts& o) {
   std::fflush(stdout);
   std::fprintf(stderr,
                "tierlab: iosim emulate: %s emulates %s on %s (%s, %u-byte blocks; FUSE file on %s, loop device "
-               "with direct I/O); SIGINT or SIGTERM detaches it\n",
+               "with direct I/O; round trip %.0f us, replied that much before the tier's time); SIGINT or SIGTERM "
+               "detaches it\n",
                emu.device().c_str(), tier.name.c_str(), o.image.c_str(), format_bytes(double(emu.size())).c_str(),
-               emu.block_size(), emu.mountpoint().c_str());
+               emu.block_size(), emu.mountpoint().c_str(), emu.round_trip_ns() / 1e3);
 
   const std::string cap = caps(tier);
   const int64_t start = clock_ns(CLOCK_MONOTONIC);

@@ -38,6 +38,15 @@ namespace {
 constexpr fuse_ino_t kImageIno = 2;
 constexpr const char* kImageName = "image";
 constexpr uint32_t kMaxRequest = 1u << 20;  // the largest read or write FUSE sends (max_write, max_pages)
+// The round trip is measured with reads held as long as the tier holds
+// them (its read p50, within these bounds): how late a worker and the reader
+// wake after a timed sleep depends on its length (2 ms: 80-160 us on two
+// busy CPUs, 400 us: half that). At most kCalibrationReads reads, at most
+// kCalibrationNs in all.
+constexpr int64_t kCalibrationMinDelayNs = 100'000;
+constexpr int64_t kCalibrationMaxDelayNs = 5'000'000;
+constexpr int64_t kCalibrationNs = 300'000'000;
+constexpr int kCalibrationReads = 100;
 
 int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
 
@@ -79,6 +88,16 @@ struct Emulator::State {
   int64_t interval_start = 0, start = 0;
   ShaperStats shaper_at_interval{};
   std::atomic<uint32_t> inflight{0};
+  // The round trip a reader of the device sees beyond the emulator's own
+  // arrival-to-reply time (loop device, FUSE queue, worker wake-up, the
+  // timed sleep's overshoot), measured at start: replies leave this much
+  // before the tier's completion time, so the reader sees the tier's.
+  int64_t round_trip_ns = 0;
+  // While measuring it: requests bypass the shaper and the statistics, and
+  // are replied at arrival + kCalibrationDelayNs.
+  std::atomic<bool> calibrating{false};
+  std::atomic<int64_t> calibration_served_ns{0};
+  int64_t calibration_delay_ns = kCalibrationMinDelayNs;
   CpuLatencyHold cpu_latency{true};  // idle CPUs wake at once: replies leave at the tier's time
 
   State(const models::Tier& t, const EmulateOptions& o) : tier(t), opts(o), shaper(t, o.seed) {}
@@ -131,22 +150,43 @@ int op_index(IoOp op) { return op == IoOp::Read ? 0 : op == IoOp::Flush ? 2 : 1;
 
 // Admits a request to the tier: its schedule, taken at its arrival.
 Schedule admit(Emulator::State& s, IoOp op, uint64_t off, uint32_t len, int64_t& arrival) {
+  if (s.calibrating.load(std::memory_order_acquire)) {
+    arrival = now_ns();
+    Schedule c;
+    c.start = arrival;
+    c.complete = arrival + s.calibration_delay_ns;
+    return c;
+  }
   std::lock_guard<std::mutex> g(s.shaper_mu);
   arrival = now_ns();
   return s.shaper.schedule(IoRequest{op, off, len}, arrival);
 }
 
-// After the backing I/O: holds the reply until the tier completes the I/O,
-// then counts it. The caller replies right after.
+// After the backing I/O: holds the reply until the tier completes the I/O
+// (less the measured round trip, which the reply still has to travel), then
+// counts it. The backing I/O ran inside the tier's time, so a reader sees
+// the tier's latency, not the tier's plus the disk's. The caller replies
+// right after.
 void finish(Emulator::State& s, IoOp op, uint32_t bytes, int64_t arrival, const Schedule& sch, bool failed) {
   const int64_t done = now_ns();
-  if (done < sch.complete) sleep_until(sch.complete);
-  const int64_t lat = std::max(done, sch.complete) - arrival;
+  if (s.calibrating.load(std::memory_order_acquire)) {
+    if (done < sch.complete) sleep_until(sch.complete);
+    s.calibration_served_ns.store(std::max(done, sch.complete) - arrival, std::memory_order_release);
+    return;
+  }
+  const int64_t reply_at = sch.complete - s.round_trip_ns;
+  int64_t replied = done;
+  if (done < reply_at) {
+    sleep_until(reply_at);
+    replied = now_ns();  // the sleep's overshoot included
+  }
+  // As the reader sees it: the reply's time plus the round trip.
+  const int64_t lat = replied + s.round_trip_ns - arrival;
   std::lock_guard<std::mutex> g(s.stats_mu);
   for (EmulateInterval* iv : {&s.interval, &s.total}) {
     ++iv->ios[op_index(op)];
     iv->bytes[op_index(op)] += bytes;
-    if (done > sch.complete) ++iv->slower_than_tier;
+    if (done > reply_at) ++iv->slower_than_tier;
     if (failed) ++iv->errors;
     iv->lat.record(lat);
   }
@@ -332,6 +372,44 @@ std::string make_mountpoint() {
   throw RuntimeError(errno_message("mkdtemp /run/tierlab-emulate.XXXXXX", errno));
 }
 
+// Measures the round trip (see State::round_trip_ns): reads of the device
+// at queue depth 1, each held by the emulator for the tier's read p50
+// (bounded); what the reader waited beyond what the emulator took is the
+// round trip. The median of the reads. Returns 0 when the device cannot be
+// read.
+int64_t measure_round_trip(Emulator::State& s) {
+  const size_t len = std::max<size_t>(4096, s.block_size);
+  if (s.size < len) return 0;
+  int fd = ::open(s.device.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) return 0;
+  void* buf = nullptr;
+  if (::posix_memalign(&buf, len, len) != 0) {
+    ::close(fd);
+    return 0;
+  }
+  std::vector<int64_t> extra;
+  extra.reserve(kCalibrationReads);
+  const uint64_t blocks = s.size / len;
+  s.calibration_delay_ns = std::clamp<int64_t>(s.tier.read.p50_ns, kCalibrationMinDelayNs, kCalibrationMaxDelayNs);
+  const int reads = int(std::clamp<int64_t>(kCalibrationNs / s.calibration_delay_ns, 30, kCalibrationReads));
+  s.calibrating.store(true, std::memory_order_release);
+  for (int i = 0; i < reads; ++i) {
+    const off_t off = off_t((uint64_t(i) * 7919 % blocks) * len);
+    s.calibration_served_ns.store(-1, std::memory_order_release);
+    const int64_t t0 = now_ns();
+    const ssize_t n = ::pread(fd, buf, len, off);  // the emulator's workers serve it
+    const int64_t t1 = now_ns();
+    const int64_t served = s.calibration_served_ns.load(std::memory_order_acquire);
+    if (n == ssize_t(len) && served >= 0) extra.push_back(std::max<int64_t>(0, t1 - t0 - served));
+  }
+  s.calibrating.store(false, std::memory_order_release);
+  std::free(buf);
+  ::close(fd);
+  if (extra.empty()) return 0;
+  std::nth_element(extra.begin(), extra.begin() + extra.size() / 2, extra.end());
+  return extra[extra.size() / 2];
+}
+
 }  // namespace
 
 Emulator::State::~State() {
@@ -473,6 +551,7 @@ Emulator::Emulator(const models::Tier& tier, const EmulateOptions& o) {
     if (f && std::fclose(f) != 0) f = nullptr;
     if (!ok || !f) throw RuntimeError(errno_message(q + "max_sectors_kb: setting " + std::to_string(kb), errno));
   }
+  st.round_trip_ns = measure_round_trip(st);
   st.start = st.interval_start = now_ns();
   s_ = std::move(s);
 }
@@ -484,6 +563,7 @@ const std::string& Emulator::mountpoint() const { return s_->mountpoint; }
 uint64_t Emulator::size() const { return s_->size; }
 uint32_t Emulator::block_size() const { return s_->block_size; }
 const models::Tier& Emulator::tier() const { return s_->tier; }
+int64_t Emulator::round_trip_ns() const { return s_->round_trip_ns; }
 
 EmulateInterval Emulator::take_interval() {
   ShaperStats ss;

@@ -8,7 +8,8 @@
 // Each request is admitted by the tier's Shaper (iosim/shaper.h, the same
 // rules as `iosim simulate` and `iosim run --tier`), its backing I/O goes to
 // the image with O_DIRECT, and its reply is held until the tier's completion
-// time. A flush (fsync of the FUSE file) is acknowledged only after the
+// time, less the round trip the reply still travels (measured at start:
+// round_trip_ns()). A flush (fsync of the FUSE file) is acknowledged only after the
 // image's fdatasync, so nothing acknowledged is lost.
 //
 //   Emulator emu(tier, opts);           // mounted and attached, or throws
@@ -54,7 +55,7 @@ struct EmulateInterval {
   uint32_t max_queue_depth = 0;
   uint64_t slower_than_tier = 0;  // backing I/O finished after the tier's completion time
   uint64_t errors = 0;        // requests answered with an error
-  Histogram lat;              // arrival to reply, every request
+  Histogram lat;              // arrival to the reply reaching the reader (reply + round_trip_ns()), every request
 };
 
 class Emulator {
@@ -73,6 +74,13 @@ class Emulator {
   uint64_t size() const;                  // bytes of the device
   uint32_t block_size() const;            // the loop device's logical block size
   const models::Tier& tier() const;
+  // What a reader of the device waits beyond the emulator's own time for a
+  // request (the loop device, the FUSE queue, a worker's wake-up), measured
+  // at start with reads held as a tier holds them. Replies leave this much
+  // before the tier's completion time, so a reader sees the tier's latency;
+  // a tier faster than this (plus the disk's time) runs at the machine's
+  // speed instead.
+  int64_t round_trip_ns() const;
 
   // What was served since the last call (the first: since the start).
   EmulateInterval take_interval();

@@ -4,6 +4,8 @@
 #include "support/background.h"
 #include "support/support.h"
 
+#include "common/realtime.h"
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -119,6 +121,10 @@ bool mounted(const std::string& path) {
 TEST_CASE("iosim emulate: a fixed-latency tier seen by a single reader", "[iosim][emulate]") {
   TempDir dir;
   Emulated emu(dir, "lat2ms");
+  // The reader wakes as a database backend would on an idle CPU: with a
+  // short slice it does not wait behind a busy machine's other tasks, which
+  // would add their time slices to what it measures.
+  tierlab::request_short_slice(tierlab::kShortestSliceNs);
   std::vector<double> lat;
   {
     DirectReader r(emu.device());
@@ -126,12 +132,16 @@ TEST_CASE("iosim emulate: a fixed-latency tier seen by a single reader", "[iosim
   }
   std::sort(lat.begin(), lat.end());
   const double p50 = lat[lat.size() / 2];
-  INFO("p50 " << p50 * 1e3 << " ms, min " << lat.front() * 1e3 << " ms");
-  CHECK(lat.front() >= 0.002);  // never faster than the tier
-  // The emulator adds the FUSE and loop round trip after the tier's time:
-  // 60-100 us on two busy CPUs, up to a few hundred at a load average of 13
-  // (the bound leaves room for that; a latency applied twice is far above).
-  CHECK(p50 < 0.002 * 1.25);
+  INFO("p10 " << lat[lat.size() / 10] * 1e3 << " ms, p50 " << p50 * 1e3 << " ms, min " << lat.front() * 1e3
+              << " ms; " << emu.process().err());
+  // The emulator replies the round trip it measured at start (loop device,
+  // FUSE, the wake-ups) before the tier's time, so the reader sees the
+  // tier's 2 ms: within 5% at the median, as the issue asks (2.01-2.07 ms at
+  // a load average of 12 on two CPUs; uncompensated, 2.16-2.22 ms; a
+  // latency applied twice, 4 ms).
+  CHECK(p50 > 0.002 * 0.95);
+  CHECK(p50 < 0.002 * 1.05);
+  CHECK(lat[lat.size() / 10] > 0.002 * 0.9);
   auto t = emu.stop();
   CHECK(t.status == 0);
   CHECK(t.reads == 150);
