@@ -58,6 +58,25 @@ struct EmulateInterval {
   Histogram lat;              // arrival to the reply reaching the reader (reply + round_trip_ns()), every request
 };
 
+// What the image's disk delivers, measured at start on a scratch file
+// beside the image (written, synced, read with O_DIRECT, then removed):
+// 4 KiB random reads at queue depth 1 (their p50) and 32 (their rate).
+// Zeros when it could not be measured.
+struct DiskFigures {
+  int64_t read_p50_ns = 0;
+  double read_iops = 0;
+};
+
+// Measures DiskFigures in `dir` within about half a second. Never throws:
+// zeros, and `why` says what failed.
+DiskFigures measure_disk(const std::string& dir, std::string* why = nullptr);
+
+// "" when the emulator can hold `tier` on this disk; else one line: what the
+// tier asks that is faster than the disk (read p50 below the disk's plus the
+// emulator's round trip, an IOPS cap above the disk's rate at QD 32), and
+// that such I/Os run at the machine's speed.
+std::string faster_than_disk(const models::Tier& tier, const DiskFigures& disk, int64_t round_trip_ns);
+
 class Emulator {
  public:
   // Checks the machine (root, /dev/fuse, /dev/loop-control), opens or
@@ -81,6 +100,8 @@ class Emulator {
   // a tier faster than this (plus the disk's time) runs at the machine's
   // speed instead.
   int64_t round_trip_ns() const;
+  // The image's disk, measured at start (measure_disk).
+  const DiskFigures& disk() const;
 
   // What was served since the last call (the first: since the start).
   EmulateInterval take_interval();

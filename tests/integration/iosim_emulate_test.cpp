@@ -31,7 +31,10 @@ const char* kTiers = R"({"tiers": [
                                  "write": {"dist": "fixed", "p50_us": 2000},
                                  "flush": {"dist": "fixed", "p50_us": 100}}},
   {"name": "cap2k", "iops": 2000, "io_unit_kib": 256, "merge_sequential": true},
-  {"name": "counting", "io_unit_kib": 256, "merge_sequential": true}
+  {"name": "counting", "io_unit_kib": 256, "merge_sequential": true},
+  {"name": "fast", "iops": 10000000, "latency": {"read": {"dist": "fixed", "p50_us": 1},
+                                                 "write": {"dist": "fixed", "p50_us": 1},
+                                                 "flush": {"dist": "fixed", "p50_us": 1}}}
 ]})";
 
 // One emulator run: started, its device read from stdout once it says it is
@@ -145,6 +148,27 @@ TEST_CASE("iosim emulate: a fixed-latency tier seen by a single reader", "[iosim
   auto t = emu.stop();
   CHECK(t.status == 0);
   CHECK(t.reads == 150);
+}
+
+TEST_CASE("iosim emulate: a tier faster than the image's disk is named at start, in one line",
+          "[iosim][emulate]") {
+  TempDir dir;
+  {
+    Emulated emu(dir, "fast");
+    const std::string err = emu.process().err();
+    INFO(err);
+    const auto at = err.find("tierlab: iosim emulate: tier faster than the disk: fast reads at a p50 of 1 us, ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = err.substr(at, err.find('\n', at) - at);
+    CHECK(line.find("; it caps reads at 10000000 IOPS, the image's disk delivers ") != std::string::npos);
+    CHECK(line.find("those I/Os run at the machine's speed") != std::string::npos);
+    CHECK(emu.stop().status == 0);
+  }
+  Emulated slow(dir, "lat2ms");
+  INFO(slow.process().err());
+  CHECK(slow.process().err().find("faster than the disk") == std::string::npos);
+  CHECK(std::regex_search(slow.process().err(), std::regex("the image's disk: read p50 [1-9][0-9]* us, [1-9][0-9]* IOPS at QD 32")));
+  CHECK(slow.stop().status == 0);
 }
 
 TEST_CASE("iosim emulate: an IOPS cap holds at QD 32", "[iosim][emulate]") {
