@@ -82,6 +82,7 @@ void run_emulate(const EmulateOpts& o) {
     throw InputError(std::string("--image ") + e.what());  // the image, or its size
   }
   iosim::Emulator& emu = *emu_ptr;
+  for (const std::string& l : emu.leftovers()) std::fprintf(stderr, "tierlab: iosim emulate: %s\n", l.c_str());
   if (const std::string w = iosim::faster_than_disk(tier, emu.disk(), emu.round_trip_ns()); !w.empty())
     std::fprintf(stderr, "tierlab: iosim emulate: %s\n", w.c_str());
   std::printf("%s\n", emu.device().c_str());

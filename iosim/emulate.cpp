@@ -11,7 +11,11 @@
 #include <fuse3/fuse_lowlevel.h>
 
 #include <fcntl.h>
+#include <dirent.h>
 #include <linux/loop.h>
+#include <mntent.h>
+#include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -95,6 +99,8 @@ struct Emulator::State {
   // before the tier's completion time, so the reader sees the tier's.
   int64_t round_trip_ns = 0;
   DiskFigures disk;
+  int lock_fd = -1;                     // MOUNTPOINT.lock, locked while this emulator lives
+  std::vector<std::string> leftovers;   // what remove_stale_mounts() did at start
   // While measuring it: requests bypass the shaper and the statistics, and
   // are replied at arrival + kCalibrationDelayNs.
   std::atomic<bool> calibrating{false};
@@ -366,13 +372,104 @@ void require_device(const char* path, const char* what) {
   ::close(fd);
 }
 
-std::string make_mountpoint() {
-  for (const char* dir : {"/run", "/tmp"}) {
-    std::string t = std::string(dir) + "/tierlab-emulate.XXXXXX";
-    if (::mkdtemp(t.data())) return t;
+constexpr const char* kMountDirs[] = {"/run", "/tmp"};
+constexpr const char* kMountPrefix = "tierlab-emulate.";
+constexpr const char* kLockSuffix = ".lock";
+
+// A fresh mount point, and beside it its lock file (MOUNT.lock, holding the
+// pid), locked for the life of `lock_fd`: while it is held, the mount's
+// emulator is alive.
+std::string make_mountpoint(int& lock_fd) {
+  for (const char* dir : kMountDirs) {
+    std::string t = std::string(dir) + "/" + kMountPrefix + "XXXXXX";
+    if (!::mkdtemp(t.data())) continue;
+    lock_fd = ::open((t + kLockSuffix).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      ::rmdir(t.c_str());
+      throw RuntimeError(errno_message("locking " + t + kLockSuffix, e));
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::write(lock_fd, pid.data(), pid.size()) < 0) {
+      // The pid is for people; the lock is what counts.
+    }
+    return t;
   }
   throw RuntimeError(errno_message("mkdtemp /run/tierlab-emulate.XXXXXX", errno));
 }
+
+// True when the emulator that made mount point `path` is gone: its lock file
+// is not locked, or (without one: an emulator older than the lock) its FUSE
+// connection is dead.
+bool owner_gone(const std::string& path, bool is_mounted) {
+  const int fd = ::open((path + kLockSuffix).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    const bool free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    ::close(fd);
+    return free;
+  }
+  struct stat sb{};
+  if (is_mounted) {
+    // Its root's attributes may still be cached; opening the image asks
+    // the daemon.
+    if (::stat(path.c_str(), &sb) != 0) return errno == ENOTCONN;
+    const int f = ::open((path + "/" + kImageName).c_str(), O_RDONLY | O_CLOEXEC);
+    if (f >= 0) ::close(f);
+    return f < 0 && errno == ENOTCONN;
+  }
+  // An empty directory without a lock, not new: an emulator killed between
+  // its mkdtemp and its lock, or a lock removed by hand.
+  return ::stat(path.c_str(), &sb) == 0 && sb.st_mtime + 60 < ::time(nullptr);
+}
+
+}  // namespace
+
+std::vector<std::string> remove_stale_mounts() {
+  std::vector<std::string> said;
+  std::vector<std::string> mounts;
+  if (FILE* f = ::setmntent("/proc/self/mounts", "r")) {
+    while (const mntent* m = ::getmntent(f)) {
+      const std::string d = m->mnt_dir;
+      for (const char* dir : kMountDirs)
+        if (d.rfind(std::string(dir) + "/" + kMountPrefix, 0) == 0) mounts.push_back(d);
+    }
+    ::endmntent(f);
+  }
+  std::vector<std::string> dirs;
+  for (const char* dir : kMountDirs) {
+    DIR* d = ::opendir(dir);
+    if (!d) continue;
+    while (const dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.rfind(kMountPrefix, 0) != 0) continue;
+      const size_t n = std::strlen(kLockSuffix);
+      if (name.size() > n && name.compare(name.size() - n, n, kLockSuffix) == 0) {
+        // A lock whose directory is gone (removed by hand): drop it once free.
+        const std::string path = std::string(dir) + "/" + name.substr(0, name.size() - n);
+        struct stat sb{};
+        if (::stat(path.c_str(), &sb) != 0 && errno == ENOENT && owner_gone(path, false)) ::unlink((path + kLockSuffix).c_str());
+        continue;
+      }
+      dirs.push_back(std::string(dir) + "/" + name);
+    }
+    ::closedir(d);
+  }
+  for (const std::string& p : dirs) {
+    const bool is_mounted = std::find(mounts.begin(), mounts.end(), p) != mounts.end();
+    if (!owner_gone(p, is_mounted)) continue;
+    if (is_mounted && ::umount2(p.c_str(), MNT_DETACH) != 0) {
+      said.push_back(errno_message("cannot unmount the stale " + p + " of a killed emulator", errno));
+      continue;
+    }
+    ::rmdir(p.c_str());
+    ::unlink((p + kLockSuffix).c_str());
+    said.push_back(is_mounted ? "unmounted the stale " + p + " of a killed emulator"
+                              : "removed the leftover directory " + p + " of a killed emulator");
+  }
+  return said;
+}
+
+namespace {
 
 // Measures the round trip (see State::round_trip_ns): reads of the device
 // at queue depth 1, each held by the emulator for the tier's read p50
@@ -563,7 +660,11 @@ Emulator::State::~State() {
     if (loop_thread.joinable()) loop_thread.join();
     fuse_session_destroy(se);
   }
-  if (!mountpoint.empty()) ::rmdir(mountpoint.c_str());
+  if (!mountpoint.empty()) {
+    ::rmdir(mountpoint.c_str());
+    ::unlink((mountpoint + kLockSuffix).c_str());
+  }
+  if (lock_fd >= 0) ::close(lock_fd);
   if (image_fd >= 0) ::close(image_fd);
   if (pool_mem) ::munmap(pool_mem, pool_bytes);
 }
@@ -608,7 +709,8 @@ Emulator::Emulator(const models::Tier& tier, const EmulateOptions& o) {
     throw RuntimeError(errno_message("mlockall (the emulator must not be paged out)", errno));
 
   // The FUSE file system, served by a thread pool of `workers` threads.
-  st.mountpoint = make_mountpoint();
+  st.leftovers = remove_stale_mounts();
+  st.mountpoint = make_mountpoint(st.lock_fd);
   char arg0[] = "tierlab";
   char* argv[] = {arg0, nullptr};
   fuse_args args = FUSE_ARGS_INIT(1, argv);
@@ -707,6 +809,7 @@ uint32_t Emulator::block_size() const { return s_->block_size; }
 const models::Tier& Emulator::tier() const { return s_->tier; }
 int64_t Emulator::round_trip_ns() const { return s_->round_trip_ns; }
 const DiskFigures& Emulator::disk() const { return s_->disk; }
+const std::vector<std::string>& Emulator::leftovers() const { return s_->leftovers; }
 
 EmulateInterval Emulator::take_interval() {
   ShaperStats ss;
@@ -772,6 +875,7 @@ void Emulator::shutdown() {
   if (st.loop_thread.joinable()) st.loop_thread.join();
   if (!st.mountpoint.empty()) {
     ::rmdir(st.mountpoint.c_str());
+    ::unlink((st.mountpoint + kLockSuffix).c_str());
     st.mountpoint.clear();
   }
 }

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tierlab::iosim {
 
@@ -77,6 +78,16 @@ DiskFigures measure_disk(const std::string& dir, std::string* why = nullptr);
 // that such I/Os run at the machine's speed.
 std::string faster_than_disk(const models::Tier& tier, const DiskFigures& disk, int64_t round_trip_ns);
 
+// An emulator killed with SIGKILL leaves its FUSE mount behind (dead: its
+// requests fail with ENOTCONN) and its mount point. Each emulator holds a
+// lock beside its mount point (MOUNTPOINT.lock) while it lives; this removes
+// (lazily unmounts, then deletes) every /run/tierlab-emulate.* and
+// /tmp/tierlab-emulate.* whose lock is free, and returns a line for each.
+// A loop device still open over a dead mount keeps failing its I/O until its
+// last user closes it (it was attached with autoclear). The constructor
+// calls it first.
+std::vector<std::string> remove_stale_mounts();
+
 class Emulator {
  public:
   // Checks the machine (root, /dev/fuse, /dev/loop-control), opens or
@@ -102,6 +113,8 @@ class Emulator {
   int64_t round_trip_ns() const;
   // The image's disk, measured at start (measure_disk).
   const DiskFigures& disk() const;
+  // What remove_stale_mounts() removed at start, a line each.
+  const std::vector<std::string>& leftovers() const;
 
   // What was served since the last call (the first: since the start).
   EmulateInterval take_interval();

@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -252,6 +254,39 @@ TEST_CASE("iosim emulate: a device still open at SIGTERM is served until it is c
   CHECK(t.reads == 2);
   CHECK(::access(sys.c_str(), F_OK) != 0);
   CHECK_FALSE(mounted(emu.mountpoint()));
+}
+
+TEST_CASE("iosim emulate: after a SIGKILL the device's I/O fails at once, and the next start removes the dead mount",
+          "[iosim][emulate][signal]") {
+  TempDir dir;
+  std::string mnt;
+  {
+    Emulated emu(dir, "lat2ms");
+    mnt = emu.mountpoint();
+    DirectReader r(emu.device());  // holds the loop device, as a mounted file system would
+    r.read(0, 4096);
+    emu.stop(SIGKILL);
+    const auto t0 = std::chrono::steady_clock::now();
+    const ssize_t n = ::pread(r.fd, r.buf, 4096, 8192);
+    const int e = errno;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO("pread " << n << " errno " << e << " after " << secs << " s");
+    CHECK(n < 0);
+    CHECK((e == EIO || e == ENOTCONN));
+    CHECK(secs < 5);  // an error, not a hang
+    CHECK(mounted(mnt));  // the dead mount is left behind
+  }
+  Emulated next(dir, "lat2ms");
+  const std::string err = next.process().err();
+  INFO(err);
+  CHECK(err.find("tierlab: iosim emulate: unmounted the stale " + mnt + " of a killed emulator\n") !=
+        std::string::npos);
+  CHECK_FALSE(mounted(mnt));
+  CHECK(::access(mnt.c_str(), F_OK) != 0);
+  CHECK(::access((mnt + ".lock").c_str(), F_OK) != 0);
+  CHECK(::access((next.mountpoint() + ".lock").c_str(), F_OK) == 0);  // the live one keeps its lock
+  CHECK(next.stop().status == 0);
+  CHECK(::access((next.mountpoint() + ".lock").c_str(), F_OK) != 0);
 }
 
 TEST_CASE("iosim emulate: bad flags fail in one line naming the flag", "[iosim][emulate]") {
