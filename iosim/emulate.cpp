@@ -24,11 +24,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -43,6 +45,9 @@ namespace {
 constexpr fuse_ino_t kImageIno = 2;
 constexpr const char* kImageName = "image";
 constexpr uint32_t kMaxRequest = 1u << 20;  // the largest read or write FUSE sends (max_write, max_pages)
+constexpr uint32_t kSlab = 128u << 10;      // a held read's data
+constexpr uint32_t kSlabs = 256;            // held reads at most (32 MiB, locked)
+constexpr uint32_t kMaxBackground = 256;    // requests the kernel keeps in flight to the emulator
 // The round trip is measured with reads held as long as the tier holds
 // them (its read p50, within these bounds): how late a worker and the reader
 // wake after a timed sleep depends on its length (2 ms: 80-160 us on two
@@ -86,6 +91,31 @@ struct Emulator::State {
   std::vector<char*> pool;
   char* pool_mem = nullptr;
   size_t pool_bytes = 0;
+
+  // Replies held until their time, by one thread, so that a worker is free
+  // for the next request as soon as the backing I/O is done: the requests
+  // in flight are bounded by the kernel's queue (max_background) and the
+  // slabs, not by the workers. A read's data waits in a slab until its
+  // reply; a read larger than a slab, or one that finds none free, holds
+  // its worker instead.
+  struct Pending {
+    int64_t at = 0;  // reply time
+    fuse_req_t req = nullptr;
+    char* slab = nullptr;  // the read's data, or null
+    size_t len = 0;        // bytes read or written
+    int err = 0;
+    IoOp op = IoOp::Read;
+    int64_t arrival = 0;
+    bool late = false;  // the backing I/O ended after the reply time
+  };
+  std::mutex reply_mu;
+  std::condition_variable reply_cv;
+  std::vector<Pending> replies;  // min-heap on `at`, capacity reserved
+  bool reply_stop = false;
+  std::thread reply_thread;
+  std::vector<char*> slabs;
+  char* slab_mem = nullptr;
+  size_t slab_bytes = 0;
 
   // Interval and total statistics.
   std::mutex stats_mu;
@@ -170,46 +200,133 @@ Schedule admit(Emulator::State& s, IoOp op, uint64_t off, uint32_t len, int64_t&
   return s.shaper.schedule(IoRequest{op, off, len}, arrival);
 }
 
-// After the backing I/O: holds the reply until the tier completes the I/O
-// (less the measured round trip, which the reply still has to travel), then
-// counts it. The backing I/O ran inside the tier's time, so a reader sees
-// the tier's latency, not the tier's plus the disk's. The caller replies
-// right after.
-void finish(Emulator::State& s, IoOp op, uint32_t bytes, int64_t arrival, const Schedule& sch, bool failed) {
+void in_flight_begin(Emulator::State& s) {
+  const uint32_t q = s.inflight.fetch_add(1) + 1;
+  std::lock_guard<std::mutex> g(s.stats_mu);
+  s.interval.max_queue_depth = std::max(s.interval.max_queue_depth, q);
+  s.total.max_queue_depth = std::max(s.total.max_queue_depth, q);
+}
+
+char* take_slab(Emulator::State& s) {
+  std::lock_guard<std::mutex> g(s.pool_mu);
+  if (s.slabs.empty()) return nullptr;
+  char* b = s.slabs.back();
+  s.slabs.pop_back();
+  return b;
+}
+
+void send_reply(const Emulator::State::Pending& p, const char* data) {
+  if (p.err) fuse_reply_err(p.req, p.err);
+  else if (p.op == IoOp::Read) fuse_reply_buf(p.req, data, p.len);
+  else if (p.op == IoOp::Write) fuse_reply_write(p.req, p.len);
+  else fuse_reply_err(p.req, 0);
+}
+
+// After the reply left: counts the request, gives its slab back.
+void served(Emulator::State& s, const Emulator::State::Pending& p, int64_t replied) {
+  // As the reader sees it: the reply's time plus the round trip.
+  const int64_t lat = replied + s.round_trip_ns - p.arrival;
+  const int i = op_index(p.op);
+  const uint64_t bytes = p.op == IoOp::Read || p.op == IoOp::Write ? p.len : 0;
+  {
+    std::lock_guard<std::mutex> g(s.stats_mu);
+    for (EmulateInterval* iv : {&s.interval, &s.total}) {
+      ++iv->ios[i];
+      iv->bytes[i] += bytes;
+      if (p.late) ++iv->slower_than_tier;
+      if (p.err) ++iv->errors;
+      iv->lat.record(lat);
+    }
+  }
+  if (p.slab) {
+    std::lock_guard<std::mutex> g(s.pool_mu);
+    s.slabs.push_back(p.slab);
+  }
+  s.inflight.fetch_sub(1);
+}
+
+bool reply_later(const Emulator::State::Pending& a, const Emulator::State::Pending& b) { return a.at > b.at; }
+
+// After the backing I/O: the reply leaves at the tier's completion time,
+// less the round trip it still travels (measured at start). The backing
+// I/O ran inside the tier's time, so a reader sees the tier's latency, not
+// the tier's plus the disk's. A reply that must wait goes to the reply
+// thread, unless its data is in the worker's own buffer (`data` is not
+// p.slab): then the worker waits for it.
+void complete(Emulator::State& s, Emulator::State::Pending p, const Schedule& sch, const char* data) {
   const int64_t done = now_ns();
   if (s.calibrating.load(std::memory_order_acquire)) {
     if (done < sch.complete) sleep_until(sch.complete);
-    s.calibration_served_ns.store(std::max(done, sch.complete) - arrival, std::memory_order_release);
+    s.calibration_served_ns.store(std::max(done, sch.complete) - p.arrival, std::memory_order_release);
+    send_reply(p, data);
+    s.inflight.fetch_sub(1);
+    if (p.slab) {
+      std::lock_guard<std::mutex> g(s.pool_mu);
+      s.slabs.push_back(p.slab);
+    }
     return;
   }
-  const int64_t reply_at = sch.complete - s.round_trip_ns;
-  int64_t replied = done;
-  if (done < reply_at) {
-    sleep_until(reply_at);
-    replied = now_ns();  // the sleep's overshoot included
+  p.at = sch.complete - s.round_trip_ns;
+  p.late = done > p.at;
+  const bool own_buffer = p.op == IoOp::Read && !p.err && data != p.slab;
+  if (done < p.at && !own_buffer) {
+    std::lock_guard<std::mutex> g(s.reply_mu);
+    s.replies.push_back(p);
+    std::push_heap(s.replies.begin(), s.replies.end(), reply_later);
+    if (s.replies.front().req == p.req) s.reply_cv.notify_one();  // the earliest now
+    return;
   }
-  // As the reader sees it: the reply's time plus the round trip.
-  const int64_t lat = replied + s.round_trip_ns - arrival;
-  std::lock_guard<std::mutex> g(s.stats_mu);
-  for (EmulateInterval* iv : {&s.interval, &s.total}) {
-    ++iv->ios[op_index(op)];
-    iv->bytes[op_index(op)] += bytes;
-    if (done > reply_at) ++iv->slower_than_tier;
-    if (failed) ++iv->errors;
-    iv->lat.record(lat);
+  if (done < p.at) sleep_until(p.at);
+  send_reply(p, data);
+  served(s, p, now_ns());
+}
+
+// The reply thread: sends each held reply at its time. Its wake-ups keep
+// the tier's time, so it sleeps with 1 ns timer slack on a short slice.
+void reply_loop(Emulator::State& s) {
+  ::prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0);
+  tight_timer_slack();
+  request_short_slice(kShortestSliceNs);
+  std::vector<Emulator::State::Pending> due;
+  due.reserve(s.replies.capacity());
+  std::unique_lock<std::mutex> lk(s.reply_mu);
+  for (;;) {
+    if (s.replies.empty()) {
+      if (s.reply_stop) break;
+      s.reply_cv.wait(lk);
+      continue;
+    }
+    int64_t now = now_ns();
+    const int64_t at = s.replies.front().at;
+    if (at > now && !s.reply_stop) {
+      s.reply_cv.wait_until(lk, std::chrono::steady_clock::time_point(std::chrono::nanoseconds(at)));
+      continue;
+    }
+    // Invariant: replies is a min-heap on `at`; everything due leaves together.
+    while (!s.replies.empty() && (s.reply_stop || s.replies.front().at <= now)) {
+      std::pop_heap(s.replies.begin(), s.replies.end(), reply_later);
+      due.push_back(s.replies.back());
+      s.replies.pop_back();
+    }
+    lk.unlock();
+    for (const auto& p : due) {
+      send_reply(p, p.slab);
+      served(s, p, now_ns());
+    }
+    due.clear();
+    lk.lock();
   }
 }
 
-struct InFlight {
-  Emulator::State& s;
-  explicit InFlight(Emulator::State& st) : s(st) {
-    const uint32_t q = s.inflight.fetch_add(1) + 1;
-    std::lock_guard<std::mutex> g(s.stats_mu);
-    s.interval.max_queue_depth = std::max(s.interval.max_queue_depth, q);
-    s.total.max_queue_depth = std::max(s.total.max_queue_depth, q);
+void stop_replies(Emulator::State& s) {
+  if (!s.reply_thread.joinable()) return;
+  {
+    std::lock_guard<std::mutex> g(s.reply_mu);
+    s.reply_stop = true;
   }
-  ~InFlight() { s.inflight.fetch_sub(1); }
-};
+  s.reply_cv.notify_one();
+  s.reply_thread.join();
+}
 
 struct stat image_attr(const Emulator::State& s, fuse_ino_t ino) {
   struct stat st{};
@@ -232,8 +349,8 @@ struct stat image_attr(const Emulator::State& s, fuse_ino_t ino) {
 void op_init(void* userdata, fuse_conn_info* conn) {
   (void)userdata;
   conn->max_write = kMaxRequest;
-  conn->max_background = 128;  // async direct I/O: up to this many requests of the loop device at once
-  conn->congestion_threshold = 96;
+  conn->max_background = kMaxBackground;  // async direct I/O: up to this many requests of the loop device at once
+  conn->congestion_threshold = kMaxBackground * 3 / 4;
   if (conn->capable & FUSE_CAP_ASYNC_DIO) conn->want |= FUSE_CAP_ASYNC_DIO;
   conn->want &= ~(FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE);
 }
@@ -272,78 +389,83 @@ void op_open(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 
 void op_read(fuse_req_t req, fuse_ino_t, size_t size, off_t off, fuse_file_info*) {
   Emulator::State& s = state(req);
-  InFlight in(s);
-  char* buf = worker_buffer(s);
+  in_flight_begin(s);
   if (off < 0 || uint64_t(off) >= s.size) size = 0;
   else size = std::min<uint64_t>(size, s.size - uint64_t(off));
-  int64_t arrival = 0;
-  const Schedule sch = admit(s, IoOp::Read, uint64_t(off), uint32_t(size), arrival);
-  int err = 0;
+  Emulator::State::Pending p;
+  p.req = req;
+  p.op = IoOp::Read;
+  // Small reads land in a slab, so the reply can wait without the worker.
+  if (size <= kSlab && !s.calibrating.load(std::memory_order_relaxed)) p.slab = take_slab(s);
+  char* buf = p.slab ? p.slab : worker_buffer(s);
+  if (p.slab) worker_buffer(s);  // the worker's first request sets it up
+  const Schedule sch = admit(s, IoOp::Read, uint64_t(off), uint32_t(size), p.arrival);
   size_t got = 0;
-  if (!buf || size > kMaxRequest) err = EIO;
-  while (!err && got < size) {
+  if (!buf || size > kMaxRequest) p.err = EIO;
+  while (!p.err && got < size) {
     ssize_t n = ::pread(s.image_fd, buf + got, size - got, off + off_t(got));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) err = errno;
+    if (n < 0) p.err = errno;
     else if (n == 0) break;  // the image shrank under us: a short read
     else got += size_t(n);
   }
-  finish(s, IoOp::Read, uint32_t(got), arrival, sch, err != 0);
-  if (err) fuse_reply_err(req, err);
-  else fuse_reply_buf(req, buf, got);
+  p.len = got;
+  complete(s, p, sch, buf);
 }
 
 void op_write(fuse_req_t req, fuse_ino_t, const char* data, size_t size, off_t off, fuse_file_info*) {
   Emulator::State& s = state(req);
-  InFlight in(s);
+  in_flight_begin(s);
   char* buf = worker_buffer(s);
-  int64_t arrival = 0;
-  const Schedule sch = admit(s, IoOp::Write, uint64_t(off), uint32_t(size), arrival);
-  int err = 0;
+  Emulator::State::Pending p;
+  p.req = req;
+  p.op = IoOp::Write;
+  const Schedule sch = admit(s, IoOp::Write, uint64_t(off), uint32_t(size), p.arrival);
   size_t put = 0;
-  if (off < 0 || uint64_t(off) + size > s.size) err = ENOSPC;
-  else if (!buf || size > kMaxRequest) err = EIO;
+  if (off < 0 || uint64_t(off) + size > s.size) p.err = ENOSPC;
+  else if (!buf || size > kMaxRequest) p.err = EIO;
   else std::memcpy(buf, data, size);  // O_DIRECT wants an aligned buffer; FUSE's follows a header
-  while (!err && put < size) {
+  while (!p.err && put < size) {
     ssize_t n = ::pwrite(s.image_fd, buf + put, size - put, off + off_t(put));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) err = errno;
-    else if (n == 0) err = EIO;
+    if (n < 0) p.err = errno;
+    else if (n == 0) p.err = EIO;
     else put += size_t(n);
   }
-  finish(s, IoOp::Write, uint32_t(put), arrival, sch, err != 0);
-  if (err) fuse_reply_err(req, err);
-  else fuse_reply_write(req, put);
+  p.len = put;
+  complete(s, p, sch, nullptr);
 }
 
 // A flush of the device (the loop device's REQ_OP_FLUSH arrives as fsync):
 // acknowledged only once the image's data is on its disk.
 void op_fsync(fuse_req_t req, fuse_ino_t, int, fuse_file_info*) {
   Emulator::State& s = state(req);
-  InFlight in(s);
+  in_flight_begin(s);
   worker_buffer(s);
-  int64_t arrival = 0;
-  const Schedule sch = admit(s, IoOp::Flush, 0, 0, arrival);
-  int err = ::fdatasync(s.image_fd) == 0 ? 0 : errno;
-  finish(s, IoOp::Flush, 0, arrival, sch, err != 0);
-  fuse_reply_err(req, err);
+  Emulator::State::Pending p;
+  p.req = req;
+  p.op = IoOp::Flush;
+  const Schedule sch = admit(s, IoOp::Flush, 0, 0, p.arrival);
+  p.err = ::fdatasync(s.image_fd) == 0 ? 0 : errno;
+  complete(s, p, sch, nullptr);
 }
 
 // A discard (the loop device punches a hole): done on the image, shaped as
 // the tier shapes a discard (one counted write I/O).
 void op_fallocate(fuse_req_t req, fuse_ino_t, int mode, off_t off, off_t len, fuse_file_info*) {
   Emulator::State& s = state(req);
-  InFlight in(s);
   worker_buffer(s);
   if (off < 0 || len < 0 || uint64_t(off) + uint64_t(len) > s.size) {
     fuse_reply_err(req, EINVAL);
     return;
   }
-  int64_t arrival = 0;
-  const Schedule sch = admit(s, IoOp::Discard, uint64_t(off), uint32_t(std::min<off_t>(len, UINT32_MAX)), arrival);
-  int err = ::fallocate(s.image_fd, mode, off, len) == 0 ? 0 : errno;
-  finish(s, IoOp::Discard, 0, arrival, sch, err != 0);
-  fuse_reply_err(req, err);
+  in_flight_begin(s);
+  Emulator::State::Pending p;
+  p.req = req;
+  p.op = IoOp::Discard;
+  const Schedule sch = admit(s, IoOp::Discard, uint64_t(off), uint32_t(std::min<off_t>(len, UINT32_MAX)), p.arrival);
+  p.err = ::fallocate(s.image_fd, mode, off, len) == 0 ? 0 : errno;
+  complete(s, p, sch, nullptr);
 }
 
 void op_flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) { fuse_reply_err(req, 0); }
@@ -658,6 +780,7 @@ Emulator::State::~State() {
       fuse_session_unmount(se);
     }
     if (loop_thread.joinable()) loop_thread.join();
+    stop_replies(*this);
     fuse_session_destroy(se);
   }
   if (!mountpoint.empty()) {
@@ -666,7 +789,9 @@ Emulator::State::~State() {
   }
   if (lock_fd >= 0) ::close(lock_fd);
   if (image_fd >= 0) ::close(image_fd);
+  stop_replies(*this);
   if (pool_mem) ::munmap(pool_mem, pool_bytes);
+  if (slab_mem) ::munmap(slab_mem, slab_bytes);
 }
 
 Emulator::Emulator(const models::Tier& tier, const EmulateOptions& o) {
@@ -705,6 +830,14 @@ Emulator::Emulator(const models::Tier& tier, const EmulateOptions& o) {
   if (mem == MAP_FAILED) throw RuntimeError(errno_message("allocating the emulator's buffers", errno));
   st.pool_mem = static_cast<char*>(mem);
   for (uint32_t i = 0; i < o.workers; ++i) st.pool.push_back(st.pool_mem + size_t(i) * kMaxRequest);
+  st.slab_bytes = size_t(kSlabs) * kSlab;
+  mem = ::mmap(nullptr, st.slab_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (mem == MAP_FAILED) throw RuntimeError(errno_message("allocating the emulator's buffers", errno));
+  st.slab_mem = static_cast<char*>(mem);
+  for (uint32_t i = 0; i < kSlabs; ++i) st.slabs.push_back(st.slab_mem + size_t(i) * kSlab);
+  // Every request the kernel can have in flight, and a worker's each.
+  st.replies.reserve(kMaxBackground + o.workers + kSlabs);
+  st.reply_thread = std::thread([&st] { reply_loop(st); });
   if (::mlockall(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) != 0)
     throw RuntimeError(errno_message("mlockall (the emulator must not be paged out)", errno));
 
@@ -873,6 +1006,7 @@ void Emulator::shutdown() {
     st.mounted = false;
   }
   if (st.loop_thread.joinable()) st.loop_thread.join();
+  stop_replies(st);  // held replies leave now: the session is gone
   if (!st.mountpoint.empty()) {
     ::rmdir(st.mountpoint.c_str());
     ::unlink((st.mountpoint + kLockSuffix).c_str());

@@ -19,9 +19,12 @@
 //   while (!emu.loop_detached()) ...;   // a user may still have it mounted
 //   emu.shutdown();                     // unmounts, joins the workers
 //
-// The daemon's worker threads run with PR_SET_IO_FLUSHER, the process's
-// memory is locked (mlockall) and every worker's buffer is preallocated, so
-// serving a request never waits on writeback of the device being served.
+// Workers do a request's backing I/O and hand its reply to one reply
+// thread, which sends it at its time: requests in flight are not bounded by
+// the workers. The workers and the reply thread run with PR_SET_IO_FLUSHER,
+// the process's memory is locked (mlockall) and every buffer is
+// preallocated, so serving a request never waits on writeback of the device
+// being served.
 // The destructor cleans up whatever was set up (loop device, mount, mount
 // point), also when the constructor fails half-way.
 #pragma once
@@ -41,7 +44,7 @@ struct EmulateOptions {
   std::string image;   // the backing file
   uint64_t size = 0;   // grow or create the image to this many bytes; 0 = its size
   uint64_t seed = 1;   // the shaper's latency draws
-  uint32_t workers = 64;  // FUSE worker threads: the most requests in flight
+  uint32_t workers = 64;  // FUSE worker threads: the most backing I/Os (and large reads held) at once
 };
 
 // What the emulator served between two take_interval() calls (or since the
