@@ -130,6 +130,7 @@ struct Emulator::State {
   int64_t round_trip_ns = 0;
   DiskFigures disk;
   int lock_fd = -1;                     // MOUNTPOINT.lock, locked while this emulator lives
+  long fuse_conn = -1;                  // the FUSE connection's number (/sys/fs/fuse/connections/N)
   std::vector<std::string> leftovers;   // what remove_stale_mounts() did at start
   // While measuring it: requests bypass the shaper and the statistics, and
   // are replied at arrival + kCalibrationDelayNs.
@@ -631,6 +632,41 @@ int64_t measure_round_trip(Emulator::State& s) {
   return extra[extra.size() / 2];
 }
 
+// The FUSE connection of the mount at `path`: the minor number of its
+// device, from /proc/self/mountinfo (no request to the file system). -1 if
+// not found.
+long fuse_connection(const std::string& path) {
+  FILE* f = std::fopen("/proc/self/mountinfo", "r");
+  if (!f) return -1;
+  long conn = -1;
+  char line[4096];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned id = 0, parent = 0, maj = 0, min = 0;
+    char root[1024], mnt[1024];
+    if (std::sscanf(line, "%u %u %u:%u %1023s %1023s", &id, &parent, &maj, &min, root, mnt) == 6 && path == mnt)
+      conn = long(min);
+  }
+  std::fclose(f);
+  return conn;
+}
+
+// Aborts FUSE connection `conn` through the fuse control file system
+// (mounted if it is not): every request waiting on it, and every later one,
+// fails, and the workers blocked reading it return. For a stop while a
+// loop device still holds the FUSE file open, which keeps the connection
+// alive past the unmount. False when it could not be done.
+bool abort_connection(long conn) {
+  if (conn < 0) return false;
+  const std::string dir = "/sys/fs/fuse/connections";
+  const std::string f = dir + "/" + std::to_string(conn) + "/abort";
+  if (::access(f.c_str(), W_OK) != 0) ::mount("fusectl", dir.c_str(), "fusectl", 0, nullptr);
+  const int fd = ::open(f.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool ok = ::write(fd, "1", 1) == 1;
+  ::close(fd);
+  return ok;
+}
+
 }  // namespace
 
 DiskFigures measure_disk(const std::string& dir, std::string* why) {
@@ -852,6 +888,7 @@ Emulator::Emulator(const models::Tier& tier, const EmulateOptions& o) {
   if (fuse_session_mount(st.se, st.mountpoint.c_str()) != 0)
     throw RuntimeError("FUSE: cannot mount on " + st.mountpoint);
   st.mounted = true;
+  st.fuse_conn = fuse_connection(st.mountpoint);
   const uint32_t workers = o.workers;
   st.loop_thread = std::thread([&st, workers] {
     ::prctl(PR_SET_IO_FLUSHER, 1, 0, 0, 0);  // inherited by the workers libfuse starts
@@ -1002,6 +1039,11 @@ void Emulator::shutdown() {
   detach_loop();
   if (st.se && st.mounted) {
     fuse_session_exit(st.se);
+    // A loop device still attached keeps the FUSE file open, and with it the
+    // connection its workers wait on: abort it, so they return and its I/O
+    // fails instead of waiting forever.
+    // (libfuse leaves an aborted connection's mount alone: unmount it here.)
+    if (!loop_detached() && abort_connection(st.fuse_conn)) ::umount2(st.mountpoint.c_str(), MNT_DETACH);
     fuse_session_unmount(st.se);
     st.mounted = false;
   }

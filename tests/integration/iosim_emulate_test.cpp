@@ -309,6 +309,26 @@ TEST_CASE("iosim emulate: after a SIGKILL the device's I/O fails at once, and th
   CHECK(::access((next.mountpoint() + ".lock").c_str(), F_OK) != 0);
 }
 
+TEST_CASE("iosim emulate: a second signal stops at once though the device is open, and its I/O then fails",
+          "[iosim][emulate][signal]") {
+  TempDir dir;
+  Emulated emu(dir, "counting");
+  DirectReader r(emu.device());  // held open, as a mounted file system would
+  r.read(0, 4096);
+  emu.process().signal(SIGTERM);
+  REQUIRE(emu.process().wait_for("is still in use", 5000));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t = emu.stop(SIGTERM);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(t.err);
+  CHECK(t.status == 0);
+  CHECK(secs < 5);
+  CHECK(t.err.find("stopping with " + emu.device() + " still attached") != std::string::npos);
+  CHECK(t.err.find("detached " + emu.device()) != std::string::npos);
+  CHECK(::pread(r.fd, r.buf, 4096, 8192) < 0);  // EIO: nobody serves it
+  CHECK_FALSE(mounted(emu.mountpoint()));
+}
+
 TEST_CASE("iosim emulate: bad flags fail in one line naming the flag", "[iosim][emulate]") {
   TempDir dir;
   struct Case {
