@@ -82,13 +82,18 @@ void run_emulate(const EmulateOpts& o) {
     throw InputError(std::string("--image ") + e.what());  // the image, or its size
   }
   iosim::Emulator& emu = *emu_ptr;
+  for (const std::string& l : emu.leftovers()) std::fprintf(stderr, "tierlab: iosim emulate: %s\n", l.c_str());
+  if (const std::string w = iosim::faster_than_disk(tier, emu.disk(), emu.round_trip_ns()); !w.empty())
+    std::fprintf(stderr, "tierlab: iosim emulate: %s\n", w.c_str());
   std::printf("%s\n", emu.device().c_str());
   std::fflush(stdout);
   std::fprintf(stderr,
                "tierlab: iosim emulate: %s emulates %s on %s (%s, %u-byte blocks; FUSE file on %s, loop device "
-               "with direct I/O); SIGINT or SIGTERM detaches it\n",
+               "with direct I/O; round trip %.0f us, replied that much before the tier's time; the image's disk: "
+               "read p50 %.0f us, %.0f IOPS at QD 32); SIGINT or SIGTERM detaches it\n",
                emu.device().c_str(), tier.name.c_str(), o.image.c_str(), format_bytes(double(emu.size())).c_str(),
-               emu.block_size(), emu.mountpoint().c_str());
+               emu.block_size(), emu.mountpoint().c_str(), emu.round_trip_ns() / 1e3, emu.disk().read_p50_ns / 1e3,
+               emu.disk().read_iops);
 
   const std::string cap = caps(tier);
   const int64_t start = clock_ns(CLOCK_MONOTONIC);

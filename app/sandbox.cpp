@@ -277,6 +277,10 @@ void run_sandbox(const SandboxOptions& o) {
     po.tmp_parent = disk->mountpoint();
     std::cerr << "tierlab sandbox: the server's files are on " << disk->emulator().device() << ", ext4, emulating "
               << tier.name << std::endl;
+    const iosim::Emulator& emu = disk->emulator();
+    for (const std::string& l : emu.leftovers()) std::cerr << "tierlab sandbox: " << l << std::endl;
+    if (const std::string w = iosim::faster_than_disk(tier, emu.disk(), emu.round_trip_ns()); !w.empty())
+      std::cerr << "tierlab sandbox: " << w << std::endl;
   } else if (!o.tiers_file.empty()) {
     throw InputError("--tiers-file is only used with --tier NAME");
   }

@@ -8,7 +8,8 @@
 // Each request is admitted by the tier's Shaper (iosim/shaper.h, the same
 // rules as `iosim simulate` and `iosim run --tier`), its backing I/O goes to
 // the image with O_DIRECT, and its reply is held until the tier's completion
-// time. A flush (fsync of the FUSE file) is acknowledged only after the
+// time, less the round trip the reply still travels (measured at start:
+// round_trip_ns()). A flush (fsync of the FUSE file) is acknowledged only after the
 // image's fdatasync, so nothing acknowledged is lost.
 //
 //   Emulator emu(tier, opts);           // mounted and attached, or throws
@@ -18,9 +19,12 @@
 //   while (!emu.loop_detached()) ...;   // a user may still have it mounted
 //   emu.shutdown();                     // unmounts, joins the workers
 //
-// The daemon's worker threads run with PR_SET_IO_FLUSHER, the process's
-// memory is locked (mlockall) and every worker's buffer is preallocated, so
-// serving a request never waits on writeback of the device being served.
+// Workers do a request's backing I/O and hand its reply to one reply
+// thread, which sends it at its time: requests in flight are not bounded by
+// the workers. The workers and the reply thread run with PR_SET_IO_FLUSHER,
+// the process's memory is locked (mlockall) and every buffer is
+// preallocated, so serving a request never waits on writeback of the device
+// being served.
 // The destructor cleans up whatever was set up (loop device, mount, mount
 // point), also when the constructor fails half-way.
 #pragma once
@@ -32,6 +36,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tierlab::iosim {
 
@@ -39,7 +44,7 @@ struct EmulateOptions {
   std::string image;   // the backing file
   uint64_t size = 0;   // grow or create the image to this many bytes; 0 = its size
   uint64_t seed = 1;   // the shaper's latency draws
-  uint32_t workers = 64;  // FUSE worker threads: the most requests in flight
+  uint32_t workers = 64;  // FUSE worker threads: the most backing I/Os (and large reads held) at once
 };
 
 // What the emulator served between two take_interval() calls (or since the
@@ -54,8 +59,37 @@ struct EmulateInterval {
   uint32_t max_queue_depth = 0;
   uint64_t slower_than_tier = 0;  // backing I/O finished after the tier's completion time
   uint64_t errors = 0;        // requests answered with an error
-  Histogram lat;              // arrival to reply, every request
+  Histogram lat;              // arrival to the reply reaching the reader (reply + round_trip_ns()), every request
 };
+
+// What the image's disk delivers, measured at start on a scratch file
+// beside the image (written, synced, read with O_DIRECT, then removed):
+// 4 KiB random reads at queue depth 1 (their p50) and 32 (their rate).
+// Zeros when it could not be measured.
+struct DiskFigures {
+  int64_t read_p50_ns = 0;
+  double read_iops = 0;
+};
+
+// Measures DiskFigures in `dir` within about half a second. Never throws:
+// zeros, and `why` says what failed.
+DiskFigures measure_disk(const std::string& dir, std::string* why = nullptr);
+
+// "" when the emulator can hold `tier` on this disk; else one line: what the
+// tier asks that is faster than the disk (read p50 below the disk's plus the
+// emulator's round trip, an IOPS cap above the disk's rate at QD 32), and
+// that such I/Os run at the machine's speed.
+std::string faster_than_disk(const models::Tier& tier, const DiskFigures& disk, int64_t round_trip_ns);
+
+// An emulator killed with SIGKILL leaves its FUSE mount behind (dead: its
+// requests fail with ENOTCONN) and its mount point. Each emulator holds a
+// lock beside its mount point (MOUNTPOINT.lock) while it lives; this removes
+// (lazily unmounts, then deletes) every /run/tierlab-emulate.* and
+// /tmp/tierlab-emulate.* whose lock is free, and returns a line for each.
+// A loop device still open over a dead mount keeps failing its I/O until its
+// last user closes it (it was attached with autoclear). The constructor
+// calls it first.
+std::vector<std::string> remove_stale_mounts();
 
 class Emulator {
  public:
@@ -73,6 +107,17 @@ class Emulator {
   uint64_t size() const;                  // bytes of the device
   uint32_t block_size() const;            // the loop device's logical block size
   const models::Tier& tier() const;
+  // What a reader of the device waits beyond the emulator's own time for a
+  // request (the loop device, the FUSE queue, a worker's wake-up), measured
+  // at start with reads held as a tier holds them. Replies leave this much
+  // before the tier's completion time, so a reader sees the tier's latency;
+  // a tier faster than this (plus the disk's time) runs at the machine's
+  // speed instead.
+  int64_t round_trip_ns() const;
+  // The image's disk, measured at start (measure_disk).
+  const DiskFigures& disk() const;
+  // What remove_stale_mounts() removed at start, a line each.
+  const std::vector<std::string>& leftovers() const;
 
   // What was served since the last call (the first: since the start).
   EmulateInterval take_interval();

@@ -4,12 +4,16 @@
 #include "support/background.h"
 #include "support/support.h"
 
+#include "common/realtime.h"
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -29,7 +33,13 @@ const char* kTiers = R"({"tiers": [
                                  "write": {"dist": "fixed", "p50_us": 2000},
                                  "flush": {"dist": "fixed", "p50_us": 100}}},
   {"name": "cap2k", "iops": 2000, "io_unit_kib": 256, "merge_sequential": true},
-  {"name": "counting", "io_unit_kib": 256, "merge_sequential": true}
+  {"name": "counting", "io_unit_kib": 256, "merge_sequential": true},
+  {"name": "lat20ms", "latency": {"read": {"dist": "fixed", "p50_us": 20000},
+                                  "write": {"dist": "fixed", "p50_us": 20000},
+                                  "flush": {"dist": "fixed", "p50_us": 100}}},
+  {"name": "fast", "iops": 10000000, "latency": {"read": {"dist": "fixed", "p50_us": 1},
+                                                 "write": {"dist": "fixed", "p50_us": 1},
+                                                 "flush": {"dist": "fixed", "p50_us": 1}}}
 ]})";
 
 // One emulator run: started, its device read from stdout once it says it is
@@ -119,6 +129,10 @@ bool mounted(const std::string& path) {
 TEST_CASE("iosim emulate: a fixed-latency tier seen by a single reader", "[iosim][emulate]") {
   TempDir dir;
   Emulated emu(dir, "lat2ms");
+  // The reader wakes as a database backend would on an idle CPU: with a
+  // short slice it does not wait behind a busy machine's other tasks, which
+  // would add their time slices to what it measures.
+  tierlab::request_short_slice(tierlab::kShortestSliceNs);
   std::vector<double> lat;
   {
     DirectReader r(emu.device());
@@ -126,15 +140,40 @@ TEST_CASE("iosim emulate: a fixed-latency tier seen by a single reader", "[iosim
   }
   std::sort(lat.begin(), lat.end());
   const double p50 = lat[lat.size() / 2];
-  INFO("p50 " << p50 * 1e3 << " ms, min " << lat.front() * 1e3 << " ms");
-  CHECK(lat.front() >= 0.002);  // never faster than the tier
-  // The emulator adds the FUSE and loop round trip after the tier's time:
-  // 60-100 us on two busy CPUs, up to a few hundred at a load average of 13
-  // (the bound leaves room for that; a latency applied twice is far above).
-  CHECK(p50 < 0.002 * 1.25);
+  INFO("p10 " << lat[lat.size() / 10] * 1e3 << " ms, p50 " << p50 * 1e3 << " ms, min " << lat.front() * 1e3
+              << " ms; " << emu.process().err());
+  // The emulator replies the round trip it measured at start (loop device,
+  // FUSE, the wake-ups) before the tier's time, so the reader sees the
+  // tier's 2 ms: within 5% at the median, as the issue asks (2.01-2.07 ms at
+  // a load average of 12 on two CPUs; uncompensated, 2.16-2.22 ms; a
+  // latency applied twice, 4 ms).
+  CHECK(p50 > 0.002 * 0.95);
+  CHECK(p50 < 0.002 * 1.05);
+  CHECK(lat[lat.size() / 10] > 0.002 * 0.9);
   auto t = emu.stop();
   CHECK(t.status == 0);
   CHECK(t.reads == 150);
+}
+
+TEST_CASE("iosim emulate: a tier faster than the image's disk is named at start, in one line",
+          "[iosim][emulate]") {
+  TempDir dir;
+  {
+    Emulated emu(dir, "fast");
+    const std::string err = emu.process().err();
+    INFO(err);
+    const auto at = err.find("tierlab: iosim emulate: tier faster than the disk: fast reads at a p50 of 1 us, ");
+    REQUIRE(at != std::string::npos);
+    const std::string line = err.substr(at, err.find('\n', at) - at);
+    CHECK(line.find("; it caps reads at 10000000 IOPS, the image's disk delivers ") != std::string::npos);
+    CHECK(line.find("those I/Os run at the machine's speed") != std::string::npos);
+    CHECK(emu.stop().status == 0);
+  }
+  Emulated slow(dir, "lat2ms");
+  INFO(slow.process().err());
+  CHECK(slow.process().err().find("faster than the disk") == std::string::npos);
+  CHECK(std::regex_search(slow.process().err(), std::regex("the image's disk: read p50 [1-9][0-9]* us, [1-9][0-9]* IOPS at QD 32")));
+  CHECK(slow.stop().status == 0);
 }
 
 TEST_CASE("iosim emulate: an IOPS cap holds at QD 32", "[iosim][emulate]") {
@@ -152,6 +191,23 @@ TEST_CASE("iosim emulate: an IOPS cap holds at QD 32", "[iosim][emulate]") {
   CHECK(t.status == 0);
   CHECK(t.counted == t.reads);  // 4 KiB random reads: one counted I/O each
   CHECK(t.reads >= j["ios"].get<uint64_t>());
+}
+
+TEST_CASE("iosim emulate: more requests in flight than worker threads", "[iosim][emulate]") {
+  TempDir dir;
+  Emulated emu(dir, "lat20ms");
+  // 128 reads in flight, each held 20 ms by the tier: 6,400 IOPS when all
+  // are held at once; a worker held per request would give 64 / 20 ms.
+  auto r = tierlab::test::run_tierlab({"iosim", "run", "--target", emu.device(), "--direct", "--rw", "randread",
+                                       "--bs", "4k", "--iodepth", "128", "--runtime", "3s", "--json", "-"});
+  INFO("iosim run: " << r.out << r.err);
+  REQUIRE(r.status == 0);
+  const double iops = nlohmann::json::parse(r.out)["iops"].get<double>();
+  CHECK(iops > 64 / 0.020 * 1.5);
+  CHECK(iops < 128 / 0.020 * 1.02);
+  auto t = emu.stop();
+  INFO(t.err);
+  CHECK(t.status == 0);
 }
 
 TEST_CASE("iosim emulate: I/Os are counted in 256 KiB units with sequential merge", "[iosim][emulate]") {
@@ -217,6 +273,59 @@ TEST_CASE("iosim emulate: a device still open at SIGTERM is served until it is c
   CHECK(t.status == 0);
   CHECK(t.reads == 2);
   CHECK(::access(sys.c_str(), F_OK) != 0);
+  CHECK_FALSE(mounted(emu.mountpoint()));
+}
+
+TEST_CASE("iosim emulate: after a SIGKILL the device's I/O fails at once, and the next start removes the dead mount",
+          "[iosim][emulate][signal]") {
+  TempDir dir;
+  std::string mnt;
+  {
+    Emulated emu(dir, "lat2ms");
+    mnt = emu.mountpoint();
+    DirectReader r(emu.device());  // holds the loop device, as a mounted file system would
+    r.read(0, 4096);
+    emu.stop(SIGKILL);
+    const auto t0 = std::chrono::steady_clock::now();
+    const ssize_t n = ::pread(r.fd, r.buf, 4096, 8192);
+    const int e = errno;
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    INFO("pread " << n << " errno " << e << " after " << secs << " s");
+    CHECK(n < 0);
+    CHECK((e == EIO || e == ENOTCONN));
+    CHECK(secs < 5);  // an error, not a hang
+    CHECK(mounted(mnt));  // the dead mount is left behind
+  }
+  Emulated next(dir, "lat2ms");
+  const std::string err = next.process().err();
+  INFO(err);
+  CHECK(err.find("tierlab: iosim emulate: unmounted the stale " + mnt + " of a killed emulator\n") !=
+        std::string::npos);
+  CHECK_FALSE(mounted(mnt));
+  CHECK(::access(mnt.c_str(), F_OK) != 0);
+  CHECK(::access((mnt + ".lock").c_str(), F_OK) != 0);
+  CHECK(::access((next.mountpoint() + ".lock").c_str(), F_OK) == 0);  // the live one keeps its lock
+  CHECK(next.stop().status == 0);
+  CHECK(::access((next.mountpoint() + ".lock").c_str(), F_OK) != 0);
+}
+
+TEST_CASE("iosim emulate: a second signal stops at once though the device is open, and its I/O then fails",
+          "[iosim][emulate][signal]") {
+  TempDir dir;
+  Emulated emu(dir, "counting");
+  DirectReader r(emu.device());  // held open, as a mounted file system would
+  r.read(0, 4096);
+  emu.process().signal(SIGTERM);
+  REQUIRE(emu.process().wait_for("is still in use", 5000));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t = emu.stop(SIGTERM);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(t.err);
+  CHECK(t.status == 0);
+  CHECK(secs < 5);
+  CHECK(t.err.find("stopping with " + emu.device() + " still attached") != std::string::npos);
+  CHECK(t.err.find("detached " + emu.device()) != std::string::npos);
+  CHECK(::pread(r.fd, r.buf, 4096, 8192) < 0);  // EIO: nobody serves it
   CHECK_FALSE(mounted(emu.mountpoint()));
 }
 
