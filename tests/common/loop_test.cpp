@@ -245,7 +245,7 @@ TEST_CASE("loop: a refused connect comes as Connected with the error", "[loop]")
   loop->finish(1'000'000'000);
 }
 
-TEST_CASE("loop: readiness watches are level-triggered, change mask, stop and end; no allocation", "[loop]") {
+TEST_CASE("loop: readiness watches are level-triggered, change mask, stop and end, no allocation", "[loop]") {
   const bool uring = GENERATE(true, false);
   INFO((uring ? "io_uring" : "epoll"));
   auto loop = make(uring);

@@ -41,7 +41,7 @@ const Unit& unit(const Plan& p, uint32_t session, uint32_t k) {
 
 }  // namespace
 
-TEST_CASE("changes_state: writes, DDL, sequences and NOTIFY change state; reads and transaction control do not",
+TEST_CASE("changes_state: writes, DDL, sequences and NOTIFY change state, reads and transaction control do not",
           "[replay][sync]") {
   CHECK(changes_state("INSERT", "insert into t values(?)", false));
   CHECK(changes_state("INSERT 0 1", "insert into t values(?)", false));  // a whole tag reads the same
