@@ -127,7 +127,7 @@ class RunStopper {
       const int64_t start = live_->start_ns.load(std::memory_order_relaxed);
       if (!start) continue;  // laying out, or not started
       if (!next_tick) next_tick = start + progress_ns_;
-      const int64_t now = clock_ns(CLOCK_MONOTONIC);
+      const int64_t now = now_ns();
       if (now < next_tick) continue;
       uint64_t ios = live_->ios.load(std::memory_order_relaxed);
       uint64_t bytes = live_->bytes.load(std::memory_order_relaxed);

@@ -22,8 +22,6 @@
 namespace tierlab::app {
 namespace {
 
-using iosim::Nanos;
-
 struct SimulateOptions {
   std::string trace;
   std::string records = "block";

@@ -48,8 +48,6 @@ void write_file(const std::string& path, const std::string& value) {
     throw RuntimeError(errno_message("tracefs: write '" + value + "' to " + path, err));
 }
 
-trace::Nanos mono_now() { return clock_ns(CLOCK_MONOTONIC); }
-
 bool parse_mm(const std::string& s, unsigned& maj, unsigned& min) {
   size_t c = s.find(':');
   if (c == std::string::npos) return false;
@@ -734,14 +732,14 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   }
   if (inst.fds.empty()) throw RuntimeError("tracefs: no per_cpu/cpuN/trace_pipe_raw to read in " + ip);
 
-  out.write(mono_now(), 0, trace::Meta{"device", dev.name});
-  out.write(mono_now(), 0,
+  out.write(now_ns(), 0, trace::Meta{"device", dev.name});
+  out.write(now_ns(), 0,
             trace::Meta{"capture.block.dev", major_minor(dev.dev)});
 
   write_file(ip + "/events/block/block_rq_issue/enable", "1");
-  out.write(mono_now(), 0, trace::Meta{"capture.block.flush_pid", bio_events ? "submitter" : "issuer"});
+  out.write(now_ns(), 0, trace::Meta{"capture.block.flush_pid", bio_events ? "submitter" : "issuer"});
   if (opts.process_tree > 0)
-    out.write(mono_now(), 0,
+    out.write(now_ns(), 0,
               trace::Meta{"capture.block.processes",
                           "tree of " + std::to_string(opts.process_tree) + " and kernel threads"});
 
@@ -767,7 +765,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   carry.reserve(1 << 16);
   std::vector<uint8_t> buf(page);
   std::vector<pollfd> pfds(inst.fds.size());
-  const trace::Nanos start = mono_now();
+  const trace::Nanos start = now_ns();
   const trace::Nanos end = opts.duration_ns ? start + opts.duration_ns : INT64_MAX;
 
   ProcessTreeFilter tree(opts.process_tree);
@@ -971,7 +969,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   };
 
   for (;;) {
-    trace::Nanos now = mono_now();
+    trace::Nanos now = now_ns();
     if (now >= end || (stop && stop->load())) break;
     for (size_t i = 0; i < pfds.size(); ++i) pfds[i] = pollfd{inst.fds[i], POLLIN, 0};
     int wait_ms = int(std::min<trace::Nanos>(100, (end - now) / 1'000'000 + 1));
@@ -1003,7 +1001,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
       st.lost += val("overrun:") + val("dropped events:");
     }
   }
-  if (st.lost) out.write(mono_now(), 0, trace::Loss{trace::LossKind::EventsLost, st.lost});
+  if (st.lost) out.write(now_ns(), 0, trace::Loss{trace::LossKind::EventsLost, st.lost});
   return st;
 }
 

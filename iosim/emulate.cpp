@@ -39,14 +39,6 @@ constexpr fuse_ino_t kImageIno = 2;
 constexpr const char* kImageName = "image";
 constexpr uint32_t kMaxRequest = 1u << 20;  // the largest read or write FUSE sends (max_write, max_pages)
 
-int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
-
-void sleep_until(int64_t t) {
-  timespec ts{static_cast<time_t>(t / 1'000'000'000), static_cast<long>(t % 1'000'000'000)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
-}
-
 }  // namespace
 
 struct Emulator::State {
@@ -140,7 +132,7 @@ Schedule admit(Emulator::State& s, IoOp op, uint64_t off, uint32_t len, int64_t&
 // then counts it. The caller replies right after.
 void finish(Emulator::State& s, IoOp op, uint32_t bytes, int64_t arrival, const Schedule& sch, bool failed) {
   const int64_t done = now_ns();
-  if (done < sch.complete) sleep_until(sch.complete);
+  if (done < sch.complete) sleep_until_ns(sch.complete);
   const int64_t lat = std::max(done, sch.complete) - arrival;
   std::lock_guard<std::mutex> g(s.stats_mu);
   for (EmulateInterval* iv : {&s.interval, &s.total}) {

@@ -84,7 +84,6 @@ namespace {
 
 using detail::Shared;
 using detail::Worker;
-using detail::now_ns;
 using detail::kNone;
 using detail::kWorkerSliceNs;
 
