@@ -250,6 +250,11 @@ struct Report {
 // the descriptor limit cannot be raised to what the workload needs.
 Report run(const Workload& w, const Options& opts, std::ostream* progress = nullptr);
 
+// InputError unless `speed` is above 0 and the workload's schedule at that
+// speed fits the clock; the message starts with the speed ("1e-12: the
+// captured 2.000 s would take more than 146 years"). run() checks it too.
+void check_speed(const Workload& w, double speed);
+
 // Why the workers' io_uring loop (Options::io) cannot run on this kernel:
 // "" when it can.
 std::string uring_unsupported();
