@@ -19,6 +19,7 @@
 // (first connection refused, file descriptor limit too low).
 #pragma once
 
+#include "common/sql.h"
 #include "trace/reader.h"
 
 #include <cstdint>
@@ -48,11 +49,8 @@ struct UserMap {
 UserMap parse_user_map(std::string_view text, const std::string& name);
 UserMap load_user_map(const std::string& path);  // InputError if unreadable
 
-// Statement fingerprint: the SQL text with literals (strings, numbers) and
-// parameter markers ($1) replaced by '?', comments dropped, whitespace
-// collapsed and keywords/identifiers outside quotes lower-cased. Two
-// statements differing only in their constants share a fingerprint.
-std::string normalize_sql(std::string_view sql);
+// Statement fingerprint: common/sql.h's normalize_sql, the profile's too.
+using tierlab::normalize_sql;
 uint64_t fingerprint(std::string_view sql);  // 64-bit hash of normalize_sql
 
 // --- the workload --------------------------------------------------------------
