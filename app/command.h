@@ -39,8 +39,8 @@ void setup_all(CLI::App& app);
 int run_cli(const std::vector<std::string>& args);
 
 // Exit status set by a command's callback when it completes without throwing
-// but wants a non-zero status (e.g. replay finished with divergence and the
-// user asked for --fail-on-divergence).
+// but wants a non-zero status (e.g. replay's divergence above
+// --max-divergence).
 void set_exit_status(int status);
 
 }  // namespace tierlab::app
