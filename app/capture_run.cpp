@@ -500,7 +500,7 @@ void run_capture_run(const CaptureRunOptions& o) {
 
   // Samples: CPU of the postmaster's tree and PostgreSQL's counters.
   auto sample_writer = trace::open_writer(part_samples);
-  for (const auto& [k, v] : meta) sample_writer->write(trace::monotonic_now(), 0, trace::Meta{k, v});
+  for (const auto& [k, v] : meta) sample_writer->write(now_ns(), 0, trace::Meta{k, v});
   std::unique_ptr<CounterSampler> counters;
   if (pg.ok()) counters = std::make_unique<CounterSampler>(pg, [](const std::string& line) { say(line); });
   std::thread sample_thread([&] {
@@ -510,7 +510,7 @@ void run_capture_run(const CaptureRunOptions& o) {
       std::unordered_set<int32_t> known_pids;
       bool pg_on = pg.ok();
       for (;;) {
-        trace::Nanos now = trace::monotonic_now();
+        trace::Nanos now = now_ns();
         if (postmaster > 0) {
           try {
             auto cpu = capture::process_tree_cpu(postmaster);

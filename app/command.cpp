@@ -117,10 +117,17 @@ int run_cli(const std::vector<std::string>& args) {
   }
   // CLI11 reports an unknown subcommand as "A subcommand is required": name it.
   if (!args.empty() && !args[0].empty() && args[0][0] != '-') {
-    bool known = false;
-    for (auto* sub : app.get_subcommands({})) known = known || sub->check_name(args[0]);
+    CLI::App* known = nullptr;
+    for (auto* sub : app.get_subcommands({}))
+      if (sub->check_name(args[0])) known = sub;
     if (!known) {
       std::cerr << "tierlab: unknown subcommand '" << args[0] << "' (see tierlab --help)\n";
+      return 2;
+    }
+    // A group alone (`tierlab capture`): its help, which lists its
+    // subcommands, then one line, as for a bare `tierlab`.
+    if (args.size() == 1 && known->get_require_subcommand_min() > 0) {
+      std::cerr << known->help("tierlab") << "tierlab: " << args[0] << ": a subcommand is required (see the list above)\n";
       return 2;
     }
   }

@@ -12,6 +12,8 @@
 // InputError / RuntimeError; main() turns them into one line and an exit code.
 #pragma once
 
+#include "common/error.h"
+
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -37,8 +39,8 @@ void setup_all(CLI::App& app);
 int run_cli(const std::vector<std::string>& args);
 
 // Exit status set by a command's callback when it completes without throwing
-// but wants a non-zero status (e.g. replay finished with divergence and the
-// user asked for --fail-on-divergence).
+// but wants a non-zero status (e.g. replay's divergence above
+// --max-divergence).
 void set_exit_status(int status);
 
 }  // namespace tierlab::app
@@ -49,6 +51,19 @@ namespace tierlab::app {
 // created with its description if it does not exist yet: the groups are
 // shared by several files this way, and their descriptions stand in one place.
 CLI::App& group(CLI::App& parent, const std::string& name);
+
+// Runs `check`, a library's parse or check of one flag's value: its
+// InputError, which starts with the value and says what is wrong with it,
+// comes out with the flag in front ("--rw sideways: unknown pattern ...").
+// Libraries speak of values; only the app knows the flags.
+template <class F>
+decltype(auto) for_flag(const std::string& flag, F&& check) {
+  try {
+    return check();
+  } catch (const InputError& e) {
+    throw InputError(flag + " " + e.what());
+  }
+}
 
 // Checks of a number option: finite and above 0, or at least 0. (CLI11's
 // PositiveNumber lets "nan" through and names its range up to DBL_MAX.)

@@ -96,14 +96,14 @@ void run_emulate(const EmulateOpts& o) {
                emu.disk().read_iops);
 
   const std::string cap = caps(tier);
-  const int64_t start = clock_ns(CLOCK_MONOTONIC);
+  const int64_t start = now_ns();
   int64_t next = start + stats_ns;
   int sig = 0;
   while (!sig) {
     long wait = 200'000'000;
-    if (stats_ns) wait = long(std::max<int64_t>(1, std::min<int64_t>(wait, next - clock_ns(CLOCK_MONOTONIC))));
+    if (stats_ns) wait = long(std::max<int64_t>(1, std::min<int64_t>(wait, next - now_ns())));
     sig = signals.wait(wait);
-    if (stats_ns && clock_ns(CLOCK_MONOTONIC) >= next) {
+    if (stats_ns && now_ns() >= next) {
       print_interval(emu.take_interval(), double(next - start) / 1e9, cap);
       next += stats_ns;
     }
@@ -111,9 +111,9 @@ void run_emulate(const EmulateOpts& o) {
 
   emu.detach_loop();
   bool said = false;
-  int64_t asked = clock_ns(CLOCK_MONOTONIC);
+  int64_t asked = now_ns();
   while (!emu.loop_detached()) {
-    if (!said && clock_ns(CLOCK_MONOTONIC) - asked > 1'000'000'000) {
+    if (!said && now_ns() - asked > 1'000'000'000) {
       std::fprintf(stderr,
                    "tierlab: iosim emulate: %s is still in use (mounted or open): it detaches when its last user "
                    "closes it, and is served until then (%s again: stop now, its I/O then fails)\n",

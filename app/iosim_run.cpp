@@ -127,7 +127,7 @@ class RunStopper {
       const int64_t start = live_->start_ns.load(std::memory_order_relaxed);
       if (!start) continue;  // laying out, or not started
       if (!next_tick) next_tick = start + progress_ns_;
-      const int64_t now = clock_ns(CLOCK_MONOTONIC);
+      const int64_t now = now_ns();
       if (now < next_tick) continue;
       uint64_t ios = live_->ios.load(std::memory_order_relaxed);
       uint64_t bytes = live_->bytes.load(std::memory_order_relaxed);
@@ -300,12 +300,14 @@ void run_iosim(const RunOptions& o) {
     source = std::make_unique<iosim::VectorSource>(std::move(sched));
   } else {
     iosim::PatternSpec spec;
-    spec.rw = iosim::parse_rw(o.rw);
+    spec.rw = for_flag("--rw", [&] { return iosim::parse_rw(o.rw); });
     spec.bs = parse_size("--bs", o.bs);
     spec.rwmixread = o.rwmixread;
     spec.seed = o.seed;
     spec.size = eo.size ? eo.size : existing_size(o.target);
-    iosim::validate(spec);
+    for_flag("--bs", [&] { iosim::check_bs(spec.bs); });
+    for_flag(eo.size ? "--size" : o.target + ":", [&] { iosim::check_region(spec.size, spec.bs); });
+    for_flag("--rwmixread", [&] { iosim::check_rwmixread(spec.rwmixread); });
     if (spec.bs % align)
       throw InputError("--bs " + o.bs + ": not a multiple of " + std::to_string(align) +
                        " bytes, the direct I/O alignment of " + o.target + " (--direct)");

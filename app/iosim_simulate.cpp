@@ -22,8 +22,6 @@
 namespace tierlab::app {
 namespace {
 
-using iosim::Nanos;
-
 struct SimulateOptions {
   std::string trace;
   std::string records = "block";
@@ -273,13 +271,15 @@ void run_simulate(const SimulateOptions& o) {
                 {"runtime_ns", runtime_given}};
   } else {
     iosim::PatternSpec spec;
-    spec.rw = iosim::parse_rw(o.rw);
+    spec.rw = for_flag("--rw", [&] { return iosim::parse_rw(o.rw); });
     spec.bs = parse_size("--bs", o.bs);
     spec.size = parse_size("--size", o.size);
     spec.offset = parse_size("--offset", o.offset);
     spec.rwmixread = o.rwmixread;
     spec.seed = o.seed;
-    iosim::validate(spec);
+    for_flag("--bs", [&] { iosim::check_bs(spec.bs); });
+    for_flag("--size", [&] { iosim::check_region(spec.size, spec.bs); });
+    for_flag("--rwmixread", [&] { iosim::check_rwmixread(spec.rwmixread); });
     Nanos runtime = runtime_given;
     if (runtime == 0 && o.ios == 0) runtime = 10'000'000'000;  // fio-like default run
     Nanos think = parse_duration("--think", o.think);

@@ -212,6 +212,7 @@ void run_replay(const ReplayOptions& o) {
     std::cerr << "tierlab: " << line << "\n";
     set_exit_status(128 + stopped_by);
   };
+  if (!o.max_speed) for_flag("--speed", [&] { replay::check_speed(w, o.speed); });
   replay::Report r;
   try {
     r = replay::run(w, opts, &std::cerr);

@@ -26,8 +26,6 @@ using tracefs::trim;
 using tracefs::Field;
 using tracefs::load;
 
-trace::Nanos mono_now() { return clock_ns(CLOCK_MONOTONIC); }
-
 bool parse_mm(const std::string& s, unsigned& maj, unsigned& min) {
   size_t c = s.find(':');
   if (c == std::string::npos) return false;
@@ -463,11 +461,11 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   }
   const size_t flush_slots = hardware_queues(dev.dev);
 
-  out.write(mono_now(), 0, trace::Meta{"device", dev.name});
-  out.write(mono_now(), 0, trace::Meta{"capture.block.dev", major_minor(dev.dev)});
-  out.write(mono_now(), 0, trace::Meta{"capture.block.flush_pid", bio_events ? "submitter" : "issuer"});
+  out.write(now_ns(), 0, trace::Meta{"device", dev.name});
+  out.write(now_ns(), 0, trace::Meta{"capture.block.dev", major_minor(dev.dev)});
+  out.write(now_ns(), 0, trace::Meta{"capture.block.flush_pid", bio_events ? "submitter" : "issuer"});
   if (opts.process_tree > 0)
-    out.write(mono_now(), 0,
+    out.write(now_ns(), 0,
               trace::Meta{"capture.block.processes",
                           "tree of " + std::to_string(opts.process_tree) + " and kernel threads"});
 
@@ -487,7 +485,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   batch.reserve(1 << 16);
   carry.reserve(1 << 16);
   std::vector<uint8_t> buf(inst.page_size());
-  const trace::Nanos start = mono_now();
+  const trace::Nanos start = now_ns();
   const trace::Nanos end = opts.duration_ns ? start + opts.duration_ns : INT64_MAX;
 
   ProcessTreeFilter tree(opts.process_tree);
@@ -644,7 +642,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   };
 
   for (;;) {
-    trace::Nanos now = mono_now();
+    trace::Nanos now = now_ns();
     if (now >= end || (stop && stop->load())) break;
     inst.wait(int(std::min<trace::Nanos>(100, (end - now) / 1'000'000 + 1)));
     drain();
@@ -662,7 +660,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
   for (Ev e; flushes.pop(e);)
     if (emit_flush(e, e.ts, true)) ++st.incomplete;
   st.lost += inst.lost();
-  if (st.lost) out.write(mono_now(), 0, trace::Loss{trace::LossKind::EventsLost, st.lost});
+  if (st.lost) out.write(now_ns(), 0, trace::Loss{trace::LossKind::EventsLost, st.lost});
   return st;
 }
 

@@ -115,7 +115,6 @@ size_t proxy_error(SessionDecoder& dec, uint8_t* out, size_t cap, const char* sq
 namespace {
 
 using detail::Addr;
-using detail::now_ns;
 
 using trace::EndReason;
 using trace::Nanos;

@@ -29,8 +29,6 @@
 
 namespace tierlab::capture::detail {
 
-inline trace::Nanos now_ns() { return clock_ns(CLOCK_MONOTONIC); }
-
 struct Addr {
   sockaddr_storage ss{};
   socklen_t len = 0;

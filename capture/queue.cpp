@@ -289,7 +289,7 @@ Recorder::~Recorder() {
 }
 
 void Recorder::meta(std::string_view key, std::string_view value) {
-  writer_->write(trace::monotonic_now(), 0, trace::Meta{key, value});
+  writer_->write(now_ns(), 0, trace::Meta{key, value});
 }
 
 void Recorder::start() { thread_ = std::thread([this] { run(); }); }
@@ -374,7 +374,7 @@ size_t Recorder::drain(ByteRing& ring, size_t max) {
 void Recorder::write_loss() {
   uint64_t d = dropped_.load(std::memory_order_relaxed);
   if (d > dropped_written_) {
-    writer_->write(trace::monotonic_now(), 0,
+    writer_->write(now_ns(), 0,
                    trace::Loss{trace::LossKind::QueueOverflow, d - dropped_written_});
     dropped_written_ = d;
   }
@@ -385,7 +385,7 @@ void Recorder::run() {
   // have this thread preempt an event loop or a server backend when it wakes.
   run_as_batch_thread();
   constexpr trace::Nanos kFlushEvery = 100'000'000;  // 100 ms
-  trace::Nanos last_flush = trace::monotonic_now();
+  trace::Nanos last_flush = now_ns();
   bool dirty = false;
   int idle = 0;  // consecutive rounds without records
   try {
@@ -395,7 +395,7 @@ void Recorder::run() {
       for (auto& ring : rings_) n += drain(*ring, 4096);
       write_loss();
       if (n) dirty = true;
-      trace::Nanos now = trace::monotonic_now();
+      trace::Nanos now = now_ns();
       if (dirty && now - last_flush >= kFlushEvery) {
         writer_->flush();
         last_flush = now;

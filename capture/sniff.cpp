@@ -466,9 +466,9 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
 
   // Packet times are CLOCK_REALTIME; the trace's are CLOCK_MONOTONIC. The
   // offset measured here goes into the trace header and converts every packet.
-  const Nanos mono0 = trace::monotonic_now();
+  const Nanos mono0 = now_ns();
   const Nanos rt0 = realtime_now();
-  const Nanos mono1 = trace::monotonic_now();
+  const Nanos mono1 = now_ns();
   Nanos offset = rt0 - (mono0 + (mono1 - mono0) / 2);
   trace::WriterOptions wo;
   // A file's first packet: its time becomes the trace's start, so that the
@@ -498,7 +498,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
   TraceSink sink(*writer);
   {
     auto meta = [&](std::string_view k, std::string_view v) {
-      sink.record(trace::Record{trace::monotonic_now(), 0, trace::Meta{k, v}});
+      sink.record(trace::Record{now_ns(), 0, trace::Meta{k, v}});
     };
     meta("capture", "sniff");
     meta("time_source", live ? "kernel" : "pcap");
@@ -529,7 +529,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
 
   g_stop.store(false);
   g_pcap.store(pcap.get());
-  const Nanos start_mono = trace::monotonic_now();
+  const Nanos start_mono = now_ns();
   const Nanos deadline =
       o.duration_s > 0 ? start_mono + static_cast<Nanos>(o.duration_s * 1e9) : 0;
   if (live)
@@ -591,7 +591,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
     if (!live && n == 0) break;  // end of file
     if (!live && g_stop.load()) break;
     if (live) {
-      Nanos now = trace::monotonic_now();
+      Nanos now = now_ns();
       reasm.advance(now);  // holes time out even when their stream is idle
       // Stopping: packets already captured sit in ring blocks the kernel
       // hands over only when they fill or time out (100 ms): drain them.
@@ -607,7 +607,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
       reasm.advance(run.last_rt - offset);
     }
   }
-  Nanos end_ts = live ? trace::monotonic_now() : (run.last_rt ? run.last_rt - offset : 0);
+  Nanos end_ts = live ? now_ns() : (run.last_rt ? run.last_rt - offset : 0);
   record_drops(end_ts);
   reasm.finish(end_ts);
   g_pcap.store(nullptr);

@@ -58,14 +58,6 @@ constexpr int64_t kCalibrationMaxDelayNs = 5'000'000;
 constexpr int64_t kCalibrationNs = 300'000'000;
 constexpr int kCalibrationReads = 100;
 
-int64_t now_ns() { return clock_ns(CLOCK_MONOTONIC); }
-
-void sleep_until(int64_t t) {
-  timespec ts{static_cast<time_t>(t / 1'000'000'000), static_cast<long>(t % 1'000'000'000)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
-}
-
 }  // namespace
 
 struct Emulator::State {
@@ -257,7 +249,7 @@ bool reply_later(const Emulator::State::Pending& a, const Emulator::State::Pendi
 void complete(Emulator::State& s, Emulator::State::Pending p, const Schedule& sch, const char* data) {
   const int64_t done = now_ns();
   if (s.calibrating.load(std::memory_order_acquire)) {
-    if (done < sch.complete) sleep_until(sch.complete);
+    if (done < sch.complete) sleep_until_ns(sch.complete);
     s.calibration_served_ns.store(std::max(done, sch.complete) - p.arrival, std::memory_order_release);
     send_reply(p, data);
     s.inflight.fetch_sub(1);
@@ -277,7 +269,7 @@ void complete(Emulator::State& s, Emulator::State::Pending p, const Schedule& sc
     if (s.replies.front().req == p.req) s.reply_cv.notify_one();  // the earliest now
     return;
   }
-  if (done < p.at) sleep_until(p.at);
+  if (done < p.at) sleep_until_ns(p.at);
   send_reply(p, data);
   served(s, p, now_ns());
 }

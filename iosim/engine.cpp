@@ -23,17 +23,6 @@ namespace tierlab::iosim {
 
 namespace {
 
-Nanos mono_ns() { return clock_ns(CLOCK_MONOTONIC); }
-
-// Sleeps until the absolute CLOCK_MONOTONIC time `ns`.
-void sleep_until(int64_t ns) {
-  timespec ts;
-  ts.tv_sec = ns / 1000000000;
-  ts.tv_nsec = ns % 1000000000;
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
-}
-
 // A pause for spin loops: lets a sibling hardware thread run.
 void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -518,14 +507,14 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
   have_next_ = fetch(src, counted, 0);
   const Nanos t0 = have_next_ ? next_.at : 0;
   // The schedule's epoch: every request is due at epoch + (at - t0).
-  const Nanos epoch = mono_ns() + (open_loop ? 200'000 : 0);
-  if (counted) start_ = open_loop ? epoch : mono_ns();
+  const Nanos epoch = now_ns() + (open_loop ? 200'000 : 0);
+  if (counted) start_ = open_loop ? epoch : now_ns();
   if (counted && o_.live) o_.live->start_ns.store(start_, std::memory_order_relaxed);
   // Closed loop: every slot is ready at the start (its stream's first I/O).
   for (Slot& s : slots_) s.freed = counted ? start_ : 0;
 
   for (;;) {
-    Nanos now = mono_ns();
+    Nanos now = now_ns();
     // 0. A stop request: issue nothing more; what is in flight completes.
     if (counted && have_next_ && stop_requested()) {
       have_next_ = false;
@@ -544,7 +533,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       // Each I/O's latency and issue lag are taken just before its own
       // submission: with per-I/O submission, the loop's first `now` is as
       // old as the submissions before it in this pass.
-      now = mono_ns();
+      now = now_ns();
       if (free_.empty()) {
         if (open_loop && counted && !next_late_ && epoch + (next_.at - t0) <= now) {
           // Count each late request once: it is issued when a slot frees.
@@ -604,17 +593,17 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
       if (inflight_ + pending_ > 0) {
         inflight_ += pending_;
         pending_ = 0;
-        __kernel_timespec ts = to_kts(std::max<Nanos>(wake_at - mono_ns(), 1));
+        __kernel_timespec ts = to_kts(std::max<Nanos>(wake_at - now_ns(), 1));
         io_uring_cqe* cqe = nullptr;
         int rc = io_uring_submit_and_wait_timeout(ring, &cqe, 1, &ts, nullptr);
         if (rc == -ETIME) {
-          if (!partial) wake_.observe(mono_ns() - wake_at);
+          if (!partial) wake_.observe(now_ns() - wake_at);
         } else {
           check_submit(rc);
         }
       } else {
-        sleep_until(wake_at);
-        if (!partial) wake_.observe(mono_ns() - wake_at);
+        sleep_until_ns(wake_at);
+        if (!partial) wake_.observe(now_ns() - wake_at);
       }
       if (!partial) slept_for_ = next_due;
     } else {
@@ -631,7 +620,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
     // 4. Reap a batch.
     unsigned n = io_uring_peek_batch_cqe(ring, cqes, kReapBatch);
     if (n) {
-      Nanos t = mono_ns();
+      Nanos t = now_ns();
       for (unsigned k = 0; k < n; ++k) {
         uint32_t i = uint32_t(io_uring_cqe_get_data64(cqes[k]));
         int res = cqes[k]->res;
@@ -683,7 +672,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
     }
   }
   if (counted) {
-    r_.elapsed_ns = (last_done_ > start_ ? last_done_ : mono_ns()) - start_;
+    r_.elapsed_ns = (last_done_ > start_ ? last_done_ : now_ns()) - start_;
     if (open_loop) r_.schedule_ns = last_at_ - t0;
   }
 }

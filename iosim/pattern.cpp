@@ -24,8 +24,7 @@ Rw parse_rw(std::string_view text) {
   if (s == "write") return Rw::Write;
   if (s == "randrw") return Rw::RandRw;
   if (s == "readwrite" || s == "rw") return Rw::ReadWrite;
-  throw InputError("--rw: unknown pattern \"" + std::string(text) +
-                   "\" (known: randread, randwrite, read, write, randrw, readwrite)");
+  throw InputError(std::string(text) + ": unknown pattern (known: randread, randwrite, read, write, randrw, readwrite)");
 }
 
 std::string_view rw_name(Rw rw) {
@@ -40,13 +39,31 @@ std::string_view rw_name(Rw rw) {
   return "?";
 }
 
+void check_bs(uint64_t bs) {
+  if (bs == 0) throw InputError("0: must be at least 1 byte");
+  if (bs > UINT32_MAX) throw InputError(std::to_string(bs) + ": must be below 4 GiB");
+}
+
+void check_region(uint64_t size, uint64_t bs) {
+  if (size < bs)
+    throw InputError(std::to_string(size) + " bytes: must hold at least one block (" + std::to_string(bs) + " bytes)");
+}
+
+void check_rwmixread(unsigned percent) {
+  if (percent > 100) throw InputError(std::to_string(percent) + ": must be a percentage from 0 to 100");
+}
+
 void validate(const PatternSpec& spec) {
-  if (spec.bs == 0) throw InputError("--bs: must be at least 1 byte");
-  if (spec.bs > UINT32_MAX) throw InputError("--bs: must be below 4 GiB");
-  if (spec.size < spec.bs)
-    throw InputError("--size: the region (" + std::to_string(spec.size) +
-                     " bytes) must hold at least one block of --bs (" + std::to_string(spec.bs) + " bytes)");
-  if (spec.rwmixread > 100) throw InputError("--rwmixread: must be a percentage from 0 to 100");
+  auto named = [](const char* what, auto check) {
+    try {
+      check();
+    } catch (const InputError& e) {
+      throw InputError(std::string(what) + " " + e.what());
+    }
+  };
+  named("block size", [&] { check_bs(spec.bs); });
+  named("region", [&] { check_region(spec.size, spec.bs); });
+  named("rwmixread", [&] { check_rwmixread(spec.rwmixread); });
 }
 
 Pattern::Pattern(const PatternSpec& spec) : spec_(spec), rng_(spec.seed) {

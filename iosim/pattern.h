@@ -1,4 +1,4 @@
-// fio-style I/O patterns, and the fio-style parsing of their --rw option
+// fio-style I/O patterns, and the fio-style parsing of their rw names
 // (sizes and durations: common/units.h).
 //
 //   PatternSpec spec;                       // defaults: randread, 4k, 1g, mix 50
@@ -33,11 +33,20 @@ struct PatternSpec {
 };
 
 // "randread", "randwrite", "read", "write", "randrw", "readwrite" (or "rw");
-// InputError listing the accepted names otherwise.
+// InputError listing the accepted names otherwise ("sideways: unknown
+// pattern (known: ...)").
 Rw parse_rw(std::string_view text);
 std::string_view rw_name(Rw rw);
 
-// Throws InputError if bs is 0 or over 4 GiB - 1, size < bs, rwmixread > 100.
+// Checks of one value each. The InputError starts with the value and says
+// what is wrong with it ("0: must be at least 1 byte"); the caller, which
+// knows where the value came from, puts that in front.
+void check_bs(uint64_t bs);                    // 1 byte to 4 GiB - 1
+void check_region(uint64_t size, uint64_t bs);  // at least one block
+void check_rwmixread(unsigned percent);         // 0 to 100
+
+// All of them, each message led by what the value is ("block size 0: must
+// be at least 1 byte"): what Pattern's constructor checks.
 void validate(const PatternSpec& spec);
 
 class Pattern {

@@ -33,7 +33,6 @@
 
 namespace tierlab::iosim {
 
-using Nanos = int64_t;
 using trace::IoOp;
 
 // One I/O as the shaper and the pattern generator see it.

@@ -35,10 +35,6 @@ uint64_t fnv1a(std::string_view s, uint64_t h = 1469598103934665603ull) {
   return h;
 }
 
-bool ident_char(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$';
-}
-
 LatencySummary summarise(const Histogram& h) {
   LatencySummary s;
   s.count = h.count();
@@ -614,67 +610,6 @@ double MissCurve::at(double cache_bytes) const {
   auto lo = std::prev(it);
   double f = (cache_bytes - lo->first) / (it->first - lo->first);
   return lo->second + f * (it->second - lo->second);
-}
-
-std::string fingerprint_sql(std::string_view sql) {
-  std::string out;
-  out.reserve(sql.size());
-  bool space = false;
-  for (size_t i = 0; i < sql.size();) {
-    char c = sql[i];
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      space = true;
-      ++i;
-      continue;
-    }
-    if (space && !out.empty()) out += ' ';
-    space = false;
-    if (c == '\'') {  // string literal, '' escapes a quote
-      ++i;
-      while (i < sql.size()) {
-        if (sql[i] == '\'') {
-          if (i + 1 < sql.size() && sql[i + 1] == '\'') {
-            i += 2;
-            continue;
-          }
-          ++i;
-          break;
-        }
-        ++i;
-      }
-      out += '?';
-      continue;
-    }
-    if (c == '"') {  // quoted identifier, kept as written
-      size_t j = sql.find('"', i + 1);
-      if (j == std::string_view::npos) j = sql.size() - 1;
-      out.append(sql.substr(i, j - i + 1));
-      i = j + 1;
-      continue;
-    }
-    bool prev_ident = !out.empty() && ident_char(out.back()) && !space;
-    if (std::isdigit(static_cast<unsigned char>(c)) && !(prev_ident && out.back() != '?')) {
-      // A sign right before a number belongs to the literal when what
-      // precedes it is an operator, '(' or ',' (unary minus): "+ -5" is "+ ?".
-      if (!out.empty() && out.back() == '-') {
-        size_t k = out.size() - 1;
-        while (k > 0 && out[k - 1] == ' ') --k;
-        if (k == 0 || std::strchr("+-*/=<>(,", out[k - 1])) out.pop_back();
-      }
-      while (i < sql.size() && (std::isalnum(static_cast<unsigned char>(sql[i])) || sql[i] == '.'))
-        ++i;
-      out += '?';
-      continue;
-    }
-    if (ident_char(c)) {
-      while (i < sql.size() && ident_char(sql[i]))
-        out += static_cast<char>(std::tolower(static_cast<unsigned char>(sql[i++])));
-      continue;
-    }
-    out += c;
-    ++i;
-  }
-  return out;
 }
 
 }  // namespace tierlab::models

@@ -15,6 +15,7 @@
 // projected to another memory size.
 #pragma once
 
+#include "common/sql.h"
 #include "trace/record.h"
 
 #include <cstdint>
@@ -217,9 +218,9 @@ class ProfileBuilder {
 Profile profile_trace(trace::Reader& reader, const std::string& source, ProfileOptions opts = {});
 Profile profile_file(const std::string& path, ProfileOptions opts = {});
 
-// Normalises one statement: literals -> '?', whitespace collapsed, lower case
-// outside quoted identifiers.
-std::string fingerprint_sql(std::string_view sql);
+// A statement's fingerprint: common/sql.h's normalize_sql, the one the
+// replay's divergence report uses too.
+inline std::string fingerprint_sql(std::string_view sql) { return normalize_sql(sql); }
 
 // --- windows: how steady a capture is (models/windows.cpp) --------------------
 //

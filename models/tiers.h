@@ -13,14 +13,14 @@
 // same format `tierlab tiers show NAME --json` prints.
 #pragma once
 
+#include "common/clock.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace tierlab::models {
-
-using Nanos = int64_t;
 
 // Shape of the per-I/O service time.
 enum class LatencyDist : uint8_t {

@@ -253,7 +253,7 @@ void Connector::begin(const Request& r) {
   if (!c || PQstatus(c) == CONNECTION_BAD) return deliver(r.worker, r.slot, c, c ? nullptr : "out of memory");
   // Within the capacity reserved: one open per session.
   const auto idx = static_cast<uint32_t>(pending_.size());
-  pending_.push_back(Pending{c, timeout_ns_ ? clock_ns(CLOCK_MONOTONIC) + timeout_ns_ : 0, r.worker, r.slot, -1, 0});
+  pending_.push_back(Pending{c, timeout_ns_ ? now_ns() + timeout_ns_ : 0, r.worker, r.slot, -1, 0});
   // As if PQconnectPoll had returned PGRES_POLLING_WRITING.
   if (!arm(idx, EPOLLOUT)) {
     pending_[idx].conn = nullptr;
@@ -295,7 +295,7 @@ void Connector::unarm(Pending& p) {
 
 int Connector::expire() {
   if (!timeout_ns_) return -1;
-  const int64_t now = clock_ns(CLOCK_MONOTONIC);
+  const int64_t now = now_ns();
   for (; oldest_ < pending_.size(); ++oldest_) {
     Pending& p = pending_[oldest_];
     if (!p.conn) continue;

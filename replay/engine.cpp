@@ -87,7 +87,6 @@ namespace {
 
 using detail::Shared;
 using detail::Worker;
-using detail::now_ns;
 using detail::kNone;
 using detail::kWorkerSliceNs;
 
@@ -186,19 +185,30 @@ std::string uring_unsupported() {
   return m;
 }
 
+void check_speed(const Workload& w, double speed) {
+  char msg[160];
+  if (!(speed > 0)) {
+    std::snprintf(msg, sizeof msg, "%g: must be greater than 0", speed);
+    throw InputError(msg);
+  }
+  // The schedule must fit the clock: 2^62 ns is 146 years.
+  const Plan& plan = w.plan();
+  Nanos last = plan.t0;
+  for (const Session& s : plan.sessions) last = std::max(last, s.end);
+  if (static_cast<double>(last - plan.t0) / speed >= 0x1p62) {
+    std::snprintf(msg, sizeof msg, "%g: the captured %.3f s would take more than 146 years", speed,
+                  static_cast<double>(last - plan.t0) / 1e9);
+    throw InputError(msg);
+  }
+}
+
 Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   const Plan& plan = w.plan();
-  if (!opts.max_speed && !(opts.speed > 0))
-    throw InputError("--speed must be greater than 0");
   if (!opts.max_speed) {
-    // The schedule must fit the clock: 2^62 ns is 146 years.
-    Nanos last = plan.t0;
-    for (const Session& s : plan.sessions) last = std::max(last, s.end);
-    if (static_cast<double>(last - plan.t0) / opts.speed >= 0x1p62) {
-      char msg[160];
-      std::snprintf(msg, sizeof msg, "--speed %g: the captured %.3f s would take more than 146 years", opts.speed,
-                    static_cast<double>(last - plan.t0) / 1e9);
-      throw InputError(msg);
+    try {
+      check_speed(w, opts.speed);
+    } catch (const InputError& e) {
+      throw InputError(std::string("speed ") + e.what());
     }
   }
   Shared sh;

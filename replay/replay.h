@@ -20,6 +20,7 @@
 #pragma once
 
 #include "common/histogram.h"
+#include "common/sql.h"
 #include "trace/reader.h"
 
 #include <cstdint>
@@ -49,11 +50,8 @@ struct UserMap {
 UserMap parse_user_map(std::string_view text, const std::string& name);
 UserMap load_user_map(const std::string& path);  // InputError if unreadable
 
-// Statement fingerprint: the SQL text with literals (strings, numbers) and
-// parameter markers ($1) replaced by '?', comments dropped, whitespace
-// collapsed and keywords/identifiers outside quotes lower-cased. Two
-// statements differing only in their constants share a fingerprint.
-std::string normalize_sql(std::string_view sql);
+// Statement fingerprint: common/sql.h's normalize_sql, the profile's too.
+using tierlab::normalize_sql;
 uint64_t fingerprint(std::string_view sql);  // 64-bit hash of normalize_sql
 
 // --- the workload --------------------------------------------------------------
@@ -351,6 +349,11 @@ Report merge_reports(const std::vector<Report>& reports, const std::vector<std::
 // Throws RuntimeError when the first connection fails (libpq's message) or
 // the descriptor limit cannot be raised to what the workload needs.
 Report run(const Workload& w, const Options& opts, std::ostream* progress = nullptr);
+
+// InputError unless `speed` is above 0 and the workload's schedule at that
+// speed fits the clock; the message starts with the speed ("1e-12: the
+// captured 2.000 s would take more than 146 years"). run() checks it too.
+void check_speed(const Workload& w, double speed);
 
 // Why the workers' io_uring loop (Options::io) cannot run on this kernel:
 // "" when it can.

@@ -74,8 +74,6 @@ constexpr uint32_t kMaxMessage = 1u << 30;
 // PQputCopyEnd sends it.
 constexpr char kCopyDone[10] = {'c', 0, 0, 0, 4, 'S', 0, 0, 0, 4};
 
-inline Nanos now_ns() { return clock_ns(CLOCK_MONOTONIC); }
-
 // State shared by all workers.
 struct Shared {
   const Plan* plan = nullptr;

@@ -8,6 +8,8 @@
 // Records given to Writer::write() are copied (or interned) before it returns.
 #pragma once
 
+#include "common/clock.h"
+
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -15,8 +17,9 @@
 
 namespace tierlab::trace {
 
-// Time is int64 nanoseconds of CLOCK_MONOTONIC; sizes and offsets are bytes.
-using Nanos = int64_t;
+// Time is Nanos (common/clock.h) of CLOCK_MONOTONIC; sizes and offsets are
+// bytes.
+using tierlab::Nanos;
 
 // --- session (wire protocol) records --------------------------------------
 

@@ -260,8 +260,6 @@ void check_compression_level(int level, const std::string& option) {
 
 std::unique_ptr<Sink> file_sink(const std::string& path) { return std::make_unique<FileSink>(path); }
 
-Nanos monotonic_now() { return clock_ns(CLOCK_MONOTONIC); }
-
 namespace {
 Nanos realtime_now() { return clock_ns(CLOCK_REALTIME); }
 }  // namespace
@@ -661,14 +659,14 @@ Writer::Writer(std::unique_ptr<Sink> sink, WriterOptions opts) : impl_(std::make
     if (!impl_->cctx) throw RuntimeError("zstd: cannot create a compression context");
   }
 
-  Nanos mono = opts.start_mono_ns ? *opts.start_mono_ns : monotonic_now();
+  Nanos mono = opts.start_mono_ns ? *opts.start_mono_ns : now_ns();
   Nanos offset;
   if (opts.realtime_offset_ns) {
     offset = *opts.realtime_offset_ns;
   } else {
-    Nanos m0 = monotonic_now();
+    Nanos m0 = now_ns();
     Nanos rt = realtime_now();
-    Nanos m1 = monotonic_now();
+    Nanos m1 = now_ns();
     offset = rt - (m0 + (m1 - m0) / 2);
   }
   uint8_t h[kHeaderLen];

@@ -94,7 +94,4 @@ class Writer {
 // Convenience: Writer on file_sink(path).
 std::unique_ptr<Writer> open_writer(const std::string& path, WriterOptions opts = {});
 
-// Current CLOCK_MONOTONIC time in nanoseconds.
-Nanos monotonic_now();
-
 }  // namespace tierlab::trace

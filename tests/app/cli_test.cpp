@@ -47,6 +47,20 @@ TEST_CASE("cli: no subcommand at all prints the help, which lists the subcommand
   CHECK(tierlab::app::run_cli({}) == 2);
 }
 
+TEST_CASE("cli: a subcommand group alone prints the group's help, which lists its subcommands, and status 2",
+          "[cli]") {
+  for (const char* group : {"capture", "trace", "iosim"}) {
+    auto r = run_tierlab({group});
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    auto help = run_tierlab({group, "--help"});
+    CHECK(help.status == 0);
+    CHECK(r.err == help.out + "tierlab: " + group + ": a subcommand is required (see the list above)\n");
+  }
+  CHECK(run_tierlab({"capture"}).err.find("\n  proxy ") != std::string::npos);
+}
+
 TEST_CASE("cli: an unknown flag is one line and status 2", "[cli]") {
   check_bad_input({"sandbox", "--no-such-flag"}, "--no-such-flag");
 }

@@ -67,9 +67,9 @@ TEST_CASE("block capture sees the I/Os of a dd run on a loop device", "[block]")
   o.device = loop.dev;
   o.duration_ns = 60'000'000'000;  // stopped long before
   test::BackgroundBlockCapture capture(o, w);
-  trace::Nanos before = trace::monotonic_now();
+  trace::Nanos before = now_ns();
   REQUIRE(std::system(("dd if=/dev/zero of=" + loop.dev + " oflag=direct bs=4k count=256 status=none").c_str()) == 0);
-  trace::Nanos after = trace::monotonic_now();
+  trace::Nanos after = now_ns();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   capture::BlockCaptureStats stats = capture.stop();
   w.close();

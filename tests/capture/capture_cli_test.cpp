@@ -49,7 +49,7 @@ void spit(const std::string& path, const std::string& text) {
 // A good, closed trace at `path` (one Meta record); returns its bytes.
 std::string good_trace(const std::string& path) {
   auto w = tierlab::trace::open_writer(path);
-  w->write(tierlab::trace::monotonic_now(), 0, tierlab::trace::Meta{"kept", "yes"});
+  w->write(tierlab::now_ns(), 0, tierlab::trace::Meta{"kept", "yes"});
   w->close();
   return slurp(path);
 }

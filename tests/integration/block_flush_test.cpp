@@ -113,7 +113,7 @@ TEST_CASE("block capture times each cache flush like the kernel's flush counters
   test::BackgroundBlockCapture capture(o, w);
 
   const int grow = 150, overwrite = 600;
-  trace::Nanos t0 = trace::monotonic_now();
+  trace::Nanos t0 = now_ns();
   auto [flushes0, ticks0] = loop.flush_stat();
   for (int i = 0; i < grow; ++i) {  // a journal commit each (PREFLUSH + FUA write)
     REQUIRE(::pwrite(fd, block.data(), block.size(), off_t(i) * 4096) == ssize_t(block.size()));
@@ -124,7 +124,7 @@ TEST_CASE("block capture times each cache flush like the kernel's flush counters
     REQUIRE(::fdatasync(fd) == 0);
   }
   auto [flushes1, ticks1] = loop.flush_stat();
-  trace::Nanos t1 = trace::monotonic_now();
+  trace::Nanos t1 = now_ns();
   ::close(fd);
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   capture::BlockCaptureStats stats = capture.stop();

@@ -174,7 +174,7 @@ TEST_CASE("sniff on loopback records pgbench in each protocol mode", "[integrati
                         std::to_string(pg.port()), "--host", "127.0.0.1", "--out", trace_path},
                        dir.file("sniff.out"));
       REQUIRE(sniff.wait_for("capturing on"));
-      trace::Nanos before = trace::monotonic_now();
+      trace::Nanos before = now_ns();
       std::string out;
       int rc = pg.run_tool("pgbench", {"-n", "-M", mode, "-c", std::to_string(kClients), "-t",
                                        std::to_string(kTxPerClient)},
@@ -184,7 +184,7 @@ TEST_CASE("sniff on loopback records pgbench in each protocol mode", "[integrati
       uint64_t processed = pgbench_processed(out);
       REQUIRE(processed == static_cast<uint64_t>(kClients * kTxPerClient));
       REQUIRE(sniff.stop(SIGINT) == 0);
-      trace::Nanos after = trace::monotonic_now();
+      trace::Nanos after = now_ns();
       std::string summary = sniff.out();
       INFO(summary << sniff.err());
 

@@ -239,11 +239,19 @@ TEST_CASE("patterns: fio rw modes, alignment, mix and determinism", "[pattern]")
   }
   CHECK(parse_rw("randread") == Rw::RandRead);
   CHECK(parse_rw("rw") == Rw::ReadWrite);
+  // The library names the value and what is wrong with it, never a flag.
   CHECK_THROWS_AS(parse_rw("random"), InputError);
+  CHECK_THROWS_WITH(parse_rw("random"),
+                    "random: unknown pattern (known: randread, randwrite, read, write, randrw, readwrite)");
   PatternSpec bad;
   bad.size = 100;
   CHECK_THROWS_AS(Pattern(bad), InputError);
+  CHECK_THROWS_WITH(Pattern(bad), "region 100 bytes: must hold at least one block (4096 bytes)");
   bad = PatternSpec{};
   bad.rwmixread = 101;
   CHECK_THROWS_AS(Pattern(bad), InputError);
+  CHECK_THROWS_WITH(Pattern(bad), "rwmixread 101: must be a percentage from 0 to 100");
+  bad = PatternSpec{};
+  bad.bs = 0;
+  CHECK_THROWS_WITH(Pattern(bad), "block size 0: must be at least 1 byte");
 }

@@ -113,6 +113,26 @@ TEST_CASE("iosim simulate: bad input is one line and exit status 2", "[sim][cli]
   }
 }
 
+TEST_CASE("iosim simulate: a bad pattern value is named with its flag", "[sim][cli]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string err;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--rw", "sideways"},
+            "tierlab: --rw sideways: unknown pattern (known: randread, randwrite, read, write, randrw, readwrite)\n"},
+           {{"--size", "1k", "--bs", "4k"}, "tierlab: --size 1024 bytes: must hold at least one block (4096 bytes)\n"},
+           {{"--bs", "0"}, "tierlab: --bs 0: must be at least 1 byte\n"},
+       }) {
+    std::vector<std::string> args{"iosim", "simulate", "--tier", "ebs-gp3"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = run_tierlab(args);
+    INFO(c.args[0]);
+    CHECK(r.status == 2);
+    CHECK(r.err == c.err);
+  }
+}
+
 TEST_CASE("iosim simulate: an open loop above capacity holds iodepth and counts the waits", "[sim][cli]") {
   auto r = run_tierlab({"iosim", "simulate", "--rate-iops", "1e12", "--runtime", "1s", "--tier", "ebs-gp3",
                         "--json", "-"});

@@ -1,5 +1,6 @@
 // Workload profile from synthetic record streams whose every figure is known.
 #include "models/profile.h"
+#include "replay/replay.h"
 
 #include "common/error.h"
 
@@ -85,9 +86,9 @@ TEST_CASE("profile: templates, latency, think time and clients", "[profile]") {
   REQUIRE(p.templates.size() == 2);
   CHECK(p.templates[0].count == 600);
   CHECK(p.templates[0].statements == 3);
-  CHECK(p.templates[0].text == "begin; update t set v = v + ? where id = ?; end");
+  CHECK(p.templates[0].text == "begin; update t set v=v+? where id=?; end");
   CHECK(p.templates[0].mean_latency_s == Approx(0.004));
-  CHECK(p.templates[1].text == "select v from t where id = ?");
+  CHECK(p.templates[1].text == "select v from t where id=?");
   CHECK(p.templates[1].mean_latency_s == Approx(0.002));
   CHECK(p.templates[1].share == Approx(0.25));
   CHECK(p.latency.mean_s == Approx(0.75 * 0.004 + 0.25 * 0.002));
@@ -159,7 +160,7 @@ TEST_CASE("profile: CPU per transaction, memory and the miss-ratio curve", "[pro
   CHECK(p.mrc.at(1e9) == Approx(0.5));
   std::ostringstream out;
   print_profile(out, p);
-  CHECK(out.str().find("select v from t where id = ?") != std::string::npos);
+  CHECK(out.str().find("select v from t where id=?") != std::string::npos);
   CHECK(profile_json(p).find("\"reads_per_tx\"") != std::string::npos);
 }
 
@@ -189,10 +190,27 @@ TEST_CASE("profile: a trace without transactions is bad input", "[profile]") {
 
 TEST_CASE("profile: statement fingerprints", "[profile]") {
   CHECK(fingerprint_sql("SELECT  abalance FROM pgbench_accounts WHERE aid = 12345;") ==
-        "select abalance from pgbench_accounts where aid = ?;");
-  CHECK(fingerprint_sql("insert into t1 values ('it''s', -3.5, $1)") ==
-        "insert into t1 values (?, ?, $1)");
+        "select abalance from pgbench_accounts where aid=?");
+  CHECK(fingerprint_sql("insert into t1 values ('it''s', -3.5, $1)") == "insert into t1 values(?, ?, ?)");
   CHECK(fingerprint_sql("UPDATE a SET v = v + -5 WHERE id = 3") == fingerprint_sql("UPDATE a SET v = v + 5 WHERE id = 3"));
-  CHECK(fingerprint_sql("SELECT a - 1 FROM t") == "select a - ? from t");
+  CHECK(fingerprint_sql("SELECT a - 1 FROM t") == "select a-? from t");
   CHECK(fingerprint_sql("SELECT \"MixedCase\" FROM x2") == "select \"MixedCase\" from x2");
+  // A statement sent with parameters is the one sent with literals.
+  CHECK(fingerprint_sql("SELECT abalance FROM pgbench_accounts WHERE aid = $1") ==
+        fingerprint_sql("select abalance from pgbench_accounts where aid = 7"));
+}
+
+TEST_CASE("profile and replay agree on what the same statement is", "[profile]") {
+  // The profile's templates and the replay's divergence report name
+  // statements by one fingerprint (common/sql.h).
+  for (const char* sql : {"SELECT  abalance FROM pgbench_accounts WHERE aid = 12345;",
+                          "insert into t1 values ('it''s', -3.5, $1)",
+                          "UPDATE a SET v = v + -5 WHERE id = 3",
+                          "select $$x$$, E'a\\'b', 2.5e3 -- note\n /* c */ FROM \"T\"",
+                          "SELECT a - 1 FROM t"}) {
+    INFO(sql);
+    CHECK(fingerprint_sql(sql) == tierlab::replay::normalize_sql(sql));
+  }
+  CHECK(fingerprint_sql("select 1 -- one\n") == fingerprint_sql("SELECT 2"));
+  CHECK(fingerprint_sql("SELECT x FROM t WHERE a = $1") == fingerprint_sql("SELECT x FROM t WHERE a = 'v'"));
 }

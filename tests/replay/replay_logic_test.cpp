@@ -766,6 +766,23 @@ std::vector<std::string> replayed_sql(const Plan& p, size_t i) {
 
 }  // namespace
 
+TEST_CASE("check_speed: names the speed and what is wrong with it, not a flag", "[replay][plan]") {
+  Trace t;
+  t.add(0, 1, trace::SessionBegin{"u", "d", "psql", "", 0, 0});
+  t.add(0, 1, trace::Ready{'I'});
+  t.add(10 * kMs, 1, trace::Query{"select 1"});
+  t.add(11 * kMs, 1, result("SELECT", 1));
+  t.add(11 * kMs, 1, trace::Ready{'I'});
+  t.add(2000 * kMs, 1, trace::SessionEnd{});
+  Workload w = load_memory(t.recs, 0, Window{});
+  CHECK_NOTHROW(check_speed(w, 1.0));
+  CHECK_THROWS_WITH(check_speed(w, 1e-12), "1e-12: the captured 2.000 s would take more than 146 years");
+  CHECK_THROWS_WITH(check_speed(w, 0), "0: must be greater than 0");
+  Options o;
+  o.speed = 1e-12;
+  CHECK_THROWS_WITH(run(w, o), "speed 1e-12: the captured 2.000 s would take more than 146 years");
+}
+
 TEST_CASE("plan: a window that starts inside a captured transaction joins the session at its next idle point",
           "[replay][plan]") {
   Trace t;

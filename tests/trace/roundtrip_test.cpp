@@ -148,15 +148,15 @@ TEST_CASE("header keeps the clock origin and realtime offset", "[trace]") {
   CHECK(r.stats().terminated);
 
   // Taken from the clocks when not given.
-  Nanos before = monotonic_now();
+  Nanos before = tierlab::now_ns();
   auto now_bytes = write_memory({}, WriterOptions{});
   Reader r2(memory_source(now_bytes));
   CHECK(r2.header().start_mono_ns >= before);
-  CHECK(r2.header().start_mono_ns <= monotonic_now());
+  CHECK(r2.header().start_mono_ns <= tierlab::now_ns());
   timespec rt;
   clock_gettime(CLOCK_REALTIME, &rt);
   Nanos real = Nanos{rt.tv_sec} * 1000000000 + rt.tv_nsec;
-  CHECK(std::llabs(real - (monotonic_now() + r2.header().realtime_offset_ns)) < 1000000000);
+  CHECK(std::llabs(real - (tierlab::now_ns() + r2.header().realtime_offset_ns)) < 1000000000);
 }
 
 TEST_CASE("a file trace round trips and is created mode 0600", "[trace]") {
