@@ -416,9 +416,9 @@ TEST_CASE("loop: wait_until wakes at its absolute deadline, to well under a mill
   INFO((uring ? "io_uring" : "epoll"));
   auto loop = make(uring);
   LoopEvent evs[4];
-  // Not before the deadline, and (the median of 21 waits of 200 us) late
-  // by much less than the millisecond a wait in whole milliseconds would
-  // round it up to.
+  // Not before the deadline, and (the best of 21 waits of 200 us: a busy
+  // machine delays some wake-ups, never all of them) late by much less than
+  // the millisecond a wait in whole milliseconds would round every one up to.
   std::vector<int64_t> late;
   for (int i = 0; i < 21; ++i) {
     const int64_t deadline = clock_ns(CLOCK_MONOTONIC) + 200'000;
@@ -429,8 +429,8 @@ TEST_CASE("loop: wait_until wakes at its absolute deadline, to well under a mill
     late.push_back(now - deadline);
   }
   std::sort(late.begin(), late.end());
-  INFO("median lateness " << late[10] << " ns");
-  CHECK(late[10] < 500'000);
+  INFO("least lateness " << late[0] << " ns, median " << late[10] << " ns");
+  CHECK(late[0] < 500'000);
   // A deadline already passed: at once. None: only an event ends it.
   const int64_t t0 = clock_ns(CLOCK_MONOTONIC);
   CHECK(loop->wait_until(evs, 4, t0 - 1'000'000) == 0);
