@@ -641,15 +641,7 @@ BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& 
     process();
   };
 
-  for (;;) {
-    trace::Nanos now = now_ns();
-    if (now >= end || (stop && stop->load())) break;
-    inst.wait(int(std::min<trace::Nanos>(100, (end - now) / 1'000'000 + 1)));
-    drain();
-  }
-  inst.disable_all();
-  drain();
-  drain();  // second pass: carried completions get their last chance
+  inst.pump(end, stop, drain);  // its last passes: carried completions get their last chance
   st.orphans += filtering ? 0 : carry.size();
   carry.clear();
 

@@ -68,7 +68,6 @@ struct PendingHash {
   size_t operator()(const Pending& p) const { return tid_hash(p.tid); }
 };
 
-trace::Nanos mono_now() { return clock_ns(CLOCK_MONOTONIC); }
 
 // The names of open files, once per (pid, fd).
 class FileNames {
@@ -176,7 +175,7 @@ FileIoCaptureStats capture_file_io(const FileIoCaptureOptions& opts, trace::Writ
   }
 
   if (opts.process_tree > 0)
-    out.write(mono_now(), 0,
+    out.write(now_ns(), 0,
               trace::Meta{"capture.file_io.processes", "tree of " + std::to_string(opts.process_tree)});
   for (const auto& e : events) inst.enable(e);
   inst.start();
@@ -190,7 +189,7 @@ FileIoCaptureStats capture_file_io(const FileIoCaptureOptions& opts, trace::Writ
   batch.reserve(1 << 16);
   carry.reserve(1 << 16);
   std::vector<uint8_t> buf(inst.page_size());
-  const trace::Nanos start = mono_now();
+  const trace::Nanos start = now_ns();
   const trace::Nanos end = opts.duration_ns ? start + opts.duration_ns : INT64_MAX;
 
   auto on_event = [&](uint64_t ts, const uint8_t* data, size_t len) {
@@ -309,18 +308,10 @@ FileIoCaptureStats capture_file_io(const FileIoCaptureOptions& opts, trace::Writ
     process();
   };
 
-  for (;;) {
-    trace::Nanos now = mono_now();
-    if (now >= end || (stop && stop->load())) break;
-    inst.wait(int(std::min<trace::Nanos>(100, (end - now) / 1'000'000 + 1)));
-    drain();
-  }
-  inst.disable_all();
-  drain();
-  drain();  // second pass: carried exits get their last chance
+  inst.pump(end, stop, drain);  // its last passes: carried exits get their last chance
   st.unpaired += carry.size() + pending.size();
   st.lost += inst.lost();
-  if (st.lost) out.write(mono_now(), 0, trace::Loss{trace::LossKind::EventsLost, st.lost});
+  if (st.lost) out.write(now_ns(), 0, trace::Loss{trace::LossKind::EventsLost, st.lost});
   return st;
 }
 

@@ -10,6 +10,10 @@
 // CLOCK_MONOTONIC, the clock of every other trace record.
 #pragma once
 
+#include "common/clock.h"
+
+#include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -99,6 +103,12 @@ class Instance {
   size_t page_size() const { return page_; }
   // Events the kernel dropped or overwrote, from every CPU's stats.
   uint64_t lost() const;
+  // A recorder's loop: waits on the rings (at most 100 ms at a time) and
+  // calls drain() after each wait until `end` (CLOCK_MONOTONIC) or *stop;
+  // then disables the events and drains twice, so that what the last pass
+  // carried over (an event whose pair came later) gets its last chance.
+  template <class Drain>
+  void pump(Nanos end, const std::atomic<bool>* stop, Drain&& drain);
 
  private:
   std::string path_;
@@ -160,6 +170,19 @@ void PageDecoder::decode(const uint8_t* p, size_t n, F&& on_event) const {
 }
 
 int read_ring(int fd, uint8_t* buf, size_t n);  // read(2) of one page; <= 0: none
+
+template <class Drain>
+void Instance::pump(Nanos end, const std::atomic<bool>* stop, Drain&& drain) {
+  for (;;) {
+    const Nanos now = now_ns();
+    if (now >= end || (stop && stop->load())) break;
+    wait(int(std::min<Nanos>(100, (end - now) / 1'000'000 + 1)));
+    drain();
+  }
+  disable_all();
+  drain();
+  drain();
+}
 
 template <class F>
 bool Instance::read_ready(std::vector<uint8_t>& buf, F&& on_page) {
