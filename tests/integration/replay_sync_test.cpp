@@ -71,7 +71,7 @@ std::string write_ddl_trace(const TempDir& dir) {
 
 }  // namespace
 
-TEST_CASE("--sync commit: DML sessions wait for the DDL session's CREATE, --sync none lets them overtake it",
+TEST_CASE("replay --sync commit: DML sessions wait for the DDL session's CREATE, --sync none lets them overtake it",
           "[replay][pg][sync]") {
   auto& pg = tierlab::test::shared_server();
   TempDir dir;
@@ -110,7 +110,7 @@ TEST_CASE("--sync commit: DML sessions wait for the DDL session's CREATE, --sync
   CHECK(pg.sql("SELECT count(*) FROM sync_ddl") == "0");
 }
 
-TEST_CASE("--sync commit: rows one session inserted are there for a later session's select, as captured",
+TEST_CASE("replay --sync commit: rows one session inserted are there for a later session's select, as captured",
           "[replay][pg][sync]") {
   auto& pg = tierlab::test::shared_server();
   pg.sql("CREATE TABLE IF NOT EXISTS sync_rows(a int)");
@@ -155,7 +155,7 @@ TEST_CASE("--sync commit: rows one session inserted are there for a later sessio
   }
 }
 
-TEST_CASE("--sync commit: a sequence hands out its values in the captured order", "[replay][pg][sync]") {
+TEST_CASE("replay --sync commit: a sequence hands out its values in the captured order", "[replay][pg][sync]") {
   auto& pg = tierlab::test::shared_server();
   pg.sql("CREATE SEQUENCE IF NOT EXISTS sync_seq");
   pg.sql("CREATE TABLE IF NOT EXISTS sync_seqlog(who text, v bigint)");
@@ -199,7 +199,7 @@ TEST_CASE("--sync commit: a sequence hands out its values in the captured order"
   }
 }
 
-TEST_CASE("--sync commit: a failed predecessor is not waited for, a slow one up to --sync-timeout",
+TEST_CASE("replay --sync commit: a failed predecessor is not waited for, a slow one up to --sync-timeout",
           "[replay][pg][sync]") {
   auto& pg = tierlab::test::shared_server();
   pg.sql("CREATE TABLE IF NOT EXISTS sync_wait(a int)");
