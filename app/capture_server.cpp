@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
+#include <string_view>
 
 namespace tierlab::app {
 
@@ -25,7 +26,31 @@ std::string conninfo_for(const std::string& upstream) {
   return "host='" + host + "' port='" + port + "' dbname=postgres connect_timeout=5 application_name=tierlab_sampler";
 }
 
-PgSampler::PgSampler(const std::string& conninfo) : conn_(PQconnectdb(conninfo.c_str())) {
+namespace {
+
+// The counters' connection as root: PostgreSQL refuses to run as root, so
+// a role named root is rare, and libpq's default user (the OS user) would
+// cost the capture its settings, the server's pid, CPU samples and file
+// I/O. Without a user in the conninfo or PGUSER, root connects as postgres.
+std::string with_default_user(const std::string& conninfo) {
+  if (::geteuid() != 0 || std::getenv("PGUSER")) return conninfo;
+  if (conninfo.rfind("postgres://", 0) == 0 || conninfo.rfind("postgresql://", 0) == 0) return conninfo;  // a URI names its user
+  char* err = nullptr;
+  PQconninfoOption* opts = PQconninfoParse(conninfo.c_str(), &err);
+  if (!opts) {
+    PQfreemem(err);
+    return conninfo;  // PQconnectdb says what is wrong with it
+  }
+  bool has_user = false;
+  for (PQconninfoOption* o = opts; o->keyword; ++o)
+    if (std::string_view(o->keyword) == "user" && o->val && *o->val) has_user = true;
+  PQconninfoFree(opts);
+  return has_user ? conninfo : conninfo + " user=postgres";
+}
+
+}  // namespace
+
+PgSampler::PgSampler(const std::string& conninfo) : conn_(PQconnectdb(with_default_user(conninfo).c_str())) {
   if (PQstatus(conn_) != CONNECTION_OK) {
     error_ = PQerrorMessage(conn_);
     while (!error_.empty() && (error_.back() == '\n' || error_.back() == ' ')) error_.pop_back();

@@ -105,6 +105,21 @@ TEST_CASE("capture sniff records the server's durability settings", "[integratio
   check_durability_settings(settings_of(trace));
 }
 
+TEST_CASE("run as root without --conninfo, a capture asks the server as postgres, not as root",
+          "[integration][capture][durability]") {
+  test::require_root("capture sniff on lo, as root");
+  auto& pg = test::shared_server();
+  TempDir dir;
+  const std::string trace = dir.file("sniff-root.tlt");
+  // As the README has it: --host and --port only.
+  auto cap = test::run_tierlab({"capture", "sniff", "--interface", "lo", "--port", std::to_string(pg.port()),
+                                "--host", "127.0.0.1", "--out", trace, "--duration", "1s"});
+  INFO(cap.out << cap.err);
+  REQUIRE(cap.status == 0);
+  CHECK(cap.err.find("role \"root\"") == std::string::npos);
+  check_durability_settings(settings_of(trace));
+}
+
 TEST_CASE("capture run records the durability settings, and profile and project say first that fsync was off",
           "[integration][capture][durability]") {
   auto& pg = test::shared_server();
