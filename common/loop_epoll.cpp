@@ -159,8 +159,14 @@ class EpollLoop final : public LoopCommon {
     return wait_ns(evs, max, timeout_ns, timeout_ns > 0 ? clock_ns(CLOCK_MONOTONIC) + timeout_ns : -1);
   }
   int wait_until(LoopEvent* evs, int max, int64_t deadline_ns) override {
-    return wait_ns(evs, max, deadline_ns < 0 ? -1 : std::max<int64_t>(0, deadline_ns - clock_ns(CLOCK_MONOTONIC)),
-                   deadline_ns);
+    // A round can end with nothing for the caller before the deadline (an
+    // event the loop handled itself): wait again for the time still left.
+    for (;;) {
+      const int n = wait_ns(
+          evs, max, deadline_ns < 0 ? -1 : std::max<int64_t>(0, deadline_ns - clock_ns(CLOCK_MONOTONIC)),
+          deadline_ns);
+      if (n != 0 || deadline_ns < 0 || interrupted_ || clock_ns(CLOCK_MONOTONIC) >= deadline_ns) return n;
+    }
   }
 
   int wait_ns(LoopEvent* evs, int max, int64_t timeout_ns, int64_t deadline_ns) {
@@ -191,7 +197,8 @@ class EpollLoop final : public LoopCommon {
     }
     epoll_event ee[kMaxEvents];
     int got = epoll_in(ee, std::min(max, kMaxEvents), timeout_ns, deadline_ns);
-    if (got < 0) return errno == EINTR ? 0 : -errno;
+    interrupted_ = got < 0 && errno == EINTR;
+    if (got < 0) return interrupted_ ? 0 : -errno;
     for (int i = 0; i < got; ++i) {
       const uint64_t d = ee[i].data.u64;
       const uint32_t idx = static_cast<uint32_t>(d >> kKindBits);
@@ -227,6 +234,7 @@ class EpollLoop final : public LoopCommon {
   std::vector<uint32_t> dirty_;
   int tfd_ = -1;            // the deadline's timerfd, where epoll_pwait2 is missing
   bool tfd_armed_ = false;
+  bool interrupted_ = false;  // the last wait ended on a signal
 
   // epoll_wait with a timeout to the nanosecond.
   int epoll_in(epoll_event* ee, int max, int64_t timeout_ns, int64_t deadline_ns) {

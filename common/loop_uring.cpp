@@ -188,7 +188,14 @@ class UringLoop final : public LoopCommon {
   }
 
   int wait_until(LoopEvent* evs, int max, int64_t deadline_ns) override {
-    return wait(evs, max, deadline_ns < 0 ? -1 : std::max<int64_t>(0, deadline_ns - clock_ns(CLOCK_MONOTONIC)));
+    // A round can end with nothing for the caller before the deadline (the
+    // completions of sends, which the loop reaps itself): wait again for the
+    // time still left.
+    for (;;) {
+      const int n =
+          wait(evs, max, deadline_ns < 0 ? -1 : std::max<int64_t>(0, deadline_ns - clock_ns(CLOCK_MONOTONIC)));
+      if (n != 0 || deadline_ns < 0 || interrupted_ || clock_ns(CLOCK_MONOTONIC) >= deadline_ns) return n;
+    }
   }
 
   int wait(LoopEvent* evs, int max, int64_t timeout_ns) override {
@@ -217,6 +224,7 @@ class UringLoop final : public LoopCommon {
       rc = io_uring_submit_and_wait_timeout(ring_->get(), &cqe, 1 + sends, &ts, nullptr);
     }
     sends_ = 0;
+    interrupted_ = rc == -EINTR;
     if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) return rc;
     return reap(evs, max);
   }
@@ -247,6 +255,7 @@ class UringLoop final : public LoopCommon {
   bool enabled_ = false;
   int errno_ = 0;
   unsigned sends_ = 0;  // sends queued in this round
+  bool interrupted_ = false;  // the last wait ended on a signal
 
   static uint64_t ud(uint64_t index, Op op) { return index << kOpBits | op; }
 
