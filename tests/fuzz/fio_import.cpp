@@ -8,56 +8,32 @@
 
 #include <sstream>
 
-namespace {
-
-using namespace tierlab;
-
-std::vector<std::string> block_ios(std::vector<uint8_t> bytes, uint64_t* n = nullptr) {
-  trace::Reader r(trace::memory_source(std::move(bytes), "imported.tlt"));
-  std::vector<std::string> out;
-  trace::Record rec;
-  while (r.next(rec))
-    if (rec.kind() == trace::Kind::BlockIo) out.push_back(fuzz::dump(rec));
-  if (n) *n = out.size();
-  return out;
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace tierlab;
   std::istringstream in(std::string(reinterpret_cast<const char*>(data), size));
-  auto sink = std::make_unique<trace::MemorySink>();
-  auto* mem = sink.get();
-  trace::WriterOptions wo;
-  wo.start_mono_ns = 0;
-  wo.realtime_offset_ns = 0;
-  trace::Writer w(std::move(sink), wo);
+  fuzz::MemoryTrace t;
   capture::ImportStats st;
   try {
-    st = capture::import_fio_iolog(in, "fuzz.log", w);
+    st = capture::import_fio_iolog(in, "fuzz.log", t.writer());
   } catch (const InputError&) {
     return 0;
   }
-  w.close();
-  uint64_t n = 0;
-  auto first = block_ios(mem->bytes(), &n);
-  fuzz::check(n == st.ios, "one BlockIo per I/O line", std::to_string(n) + " vs " + std::to_string(st.ios));
+  const auto first = t.close_and_dump(trace::Kind::BlockIo);
+  fuzz::check(first.size() == st.ios, "one BlockIo per I/O line",
+              std::to_string(first.size()) + " vs " + std::to_string(st.ios));
 
   // Export as version 3 and import that again.
-  trace::Reader r(trace::memory_source(mem->bytes(), "imported.tlt"));
+  trace::Reader r(trace::memory_source(t.bytes(), "imported.tlt"));
   std::ostringstream v3;
   capture::write_fio_iolog_v3(r, v3);
   std::istringstream in2(v3.str());
-  auto sink2 = std::make_unique<trace::MemorySink>();
-  auto* mem2 = sink2.get();
-  trace::Writer w2(std::move(sink2), wo);
+  fuzz::MemoryTrace t2;
   try {
-    capture::import_fio_iolog(in2, "exported.log", w2);
+    capture::import_fio_iolog(in2, "exported.log", t2.writer());
   } catch (const InputError& e) {
     fuzz::fail("an exported iolog does not import", e.what() + std::string("\n") + v3.str());
   }
-  w2.close();
-  auto second = block_ios(mem2->bytes());
+  const auto second = t2.close_and_dump(trace::Kind::BlockIo);
   fuzz::check(first.size() == second.size(), "export and import keep every I/O",
               std::to_string(first.size()) + " vs " + std::to_string(second.size()));
   return 0;

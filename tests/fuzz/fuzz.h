@@ -89,6 +89,40 @@ size_t trace_roundtrip(const std::vector<uint8_t>& bytes, F&& each);
 
 #include <memory>
 
+namespace tierlab::fuzz {
+
+// What an importer writes: a trace in memory whose clock starts at zero.
+class MemoryTrace {
+ public:
+  MemoryTrace() : MemoryTrace(std::make_unique<trace::MemorySink>()) {}
+  trace::Writer& writer() { return w_; }
+  // Closes the trace; the dump() of each of its records of `kind`.
+  std::vector<std::string> close_and_dump(trace::Kind kind) {
+    w_.close();
+    trace::Reader r(trace::memory_source(mem_->bytes(), "imported.tlt"));
+    std::vector<std::string> out;
+    trace::Record rec;
+    while (r.next(rec))
+      if (rec.kind() == kind) out.push_back(dump(rec));
+    return out;
+  }
+  // The closed trace's bytes.
+  const std::vector<uint8_t>& bytes() const { return mem_->bytes(); }
+
+ private:
+  explicit MemoryTrace(std::unique_ptr<trace::MemorySink> sink) : mem_(sink.get()), w_(std::move(sink), options()) {}
+  static trace::WriterOptions options() {
+    trace::WriterOptions wo;
+    wo.start_mono_ns = 0;
+    wo.realtime_offset_ns = 0;
+    return wo;
+  }
+  trace::MemorySink* mem_;  // owned by w_
+  trace::Writer w_;
+};
+
+}  // namespace tierlab::fuzz
+
 template <class F>
 size_t tierlab::fuzz::trace_roundtrip(const std::vector<uint8_t>& bytes, F&& each) {
   std::vector<std::string> first;

@@ -2,16 +2,15 @@
 // that project --memory below the captured memory changes the projection:
 // a throwaway PostgreSQL with a small shared_buffers, pgbench reading more
 // than it holds through the capture proxy.
+#include "support/background.h"
 #include "support/support.h"
 #include "trace/reader.h"
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <signal.h>
+
 
 #include <chrono>
 #include <string>
@@ -20,21 +19,6 @@
 
 using namespace tierlab;
 using tierlab::test::TempDir;
-
-namespace {
-
-bool listening(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
-
-}  // namespace
 
 TEST_CASE("capture run records the server's file I/O, and project --memory below the capture's uses it",
           "[integration][capture][file_io]") {
@@ -54,23 +38,25 @@ TEST_CASE("capture run records the server's file I/O, and project --memory below
 
   const int port = pgtmp::free_port();
   const std::string trace_path = dir.file("run.tlt");
-  std::vector<std::string> args = {"capture", "run", "--listen", "127.0.0.1:" + std::to_string(port),
-                                   "--upstream", pg.host() + ":" + std::to_string(pg.port()),
-                                   "--conninfo", pg.conninfo(), "--device", pg.data_dir(),
-                                   "--out", trace_path, "--duration", "7s", "--sample-interval", "500ms"};
-  test::RunResult cap;
-  std::thread t([&] { cap = test::run_tierlab(args); });
-  for (int i = 0; i < 100 && !listening(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // A fixed number of transactions, not a duration: a slow machine gives the
+  // same page references (every page read again), and the capture stops on
+  // SIGINT once they are done.
+  test::Background cap({TIERLAB_BINARY, "capture", "run", "--listen", "127.0.0.1:" + std::to_string(port),
+                        "--upstream", pg.host() + ":" + std::to_string(pg.port()), "--conninfo", pg.conninfo(),
+                        "--device", pg.data_dir(), "--out", trace_path, "--duration", "120s",
+                        "--sample-interval", "500ms"},
+                       dir.file("run.out"));
+  REQUIRE(cap.wait_for("listening on"));
   const std::string p = std::to_string(port);
-  int rc = pg.run_tool("pgbench", {"-n", "-S", "-h", "127.0.0.1", "-p", p, "-c", "4", "-j", "2", "-T", "3"}, &out);
-  int rc2 = pg.run_tool("pgbench", {"-n", "-h", "127.0.0.1", "-p", p, "-c", "2", "-T", "2"}, &out);
-  t.join();
-  INFO(cap.out << cap.err << out);
+  int rc = pg.run_tool("pgbench", {"-n", "-S", "-h", "127.0.0.1", "-p", p, "-c", "4", "-j", "2", "-t", "2500"}, &out);
+  int rc2 = pg.run_tool("pgbench", {"-n", "-h", "127.0.0.1", "-p", p, "-c", "2", "-t", "100"}, &out);
+  const int cap_status = cap.stop(SIGINT);
+  INFO(cap.out() << cap.err() << out);
   REQUIRE(rc == 0);
   REQUIRE(rc2 == 0);
-  REQUIRE(cap.status == 0);
-  CHECK(cap.out.find("file I/O: ") != std::string::npos);
-  CHECK(cap.err.find("file I/O not recorded") == std::string::npos);
+  REQUIRE(cap_status == 0);
+  CHECK(cap.out().find("file I/O: ") != std::string::npos);
+  CHECK(cap.err().find("file I/O not recorded") == std::string::npos);
 
   // Reads of the database's relation files, 8 KiB pages at page offsets;
   // syncs of the WAL.
@@ -118,13 +104,14 @@ TEST_CASE("capture run records the server's file I/O, and project --memory below
   std::vector<std::string> args2 = {"capture", "run", "--listen", "127.0.0.1:" + std::to_string(port2), "--upstream",
                                     pg.host() + ":" + std::to_string(pg.port()), "--conninfo", pg.conninfo(),
                                     "--out", plain, "--duration", "2s", "--no-file-io"};
-  std::thread t2([&] { cap = test::run_tierlab(args2); });
-  for (int i = 0; i < 100 && !listening(port2); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  test::RunResult plain_cap;
+  std::thread t2([&] { plain_cap = test::run_tierlab(args2); });
+  REQUIRE(tierlab::test::wait_listening(port2));
   rc = pg.run_tool("pgbench", {"-n", "-S", "-h", "127.0.0.1", "-p", std::to_string(port2), "-T", "1"}, &out);
   t2.join();
   REQUIRE(rc == 0);
-  REQUIRE(cap.status == 0);
-  CHECK(cap.out.find("file I/O: ") == std::string::npos);
+  REQUIRE(plain_cap.status == 0);
+  CHECK(plain_cap.out.find("file I/O: ") == std::string::npos);
   uint64_t file_ios = 0;
   auto r2 = trace::open_reader(plain);
   for (trace::Record rec; r2->next(rec);) file_ios += std::holds_alternative<trace::FileIo>(rec.body);

@@ -7,10 +7,6 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <map>
@@ -22,17 +18,6 @@ using namespace tierlab;
 using tierlab::test::TempDir;
 
 namespace {
-
-bool listening(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
 
 std::map<std::string, std::string> settings_of(const std::string& path) {
   std::map<std::string, std::string> out;
@@ -69,7 +54,7 @@ TEST_CASE("capture proxy records the server's durability settings", "[integratio
                              pg.host() + ":" + std::to_string(pg.port()), "--conninfo", pg.conninfo(), "--out",
                              trace, "--duration", "2s"});
   });
-  for (int i = 0; i < 100 && !listening(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(tierlab::test::wait_listening(port));
   std::string out;
   pg.run_tool("psql", {"-h", "127.0.0.1", "-p", std::to_string(port), "-Atc", "select 1"}, &out);
   t.join();
@@ -138,7 +123,7 @@ TEST_CASE("capture run records the durability settings, and profile and project 
   }
   test::RunResult cap;
   std::thread t([&] { cap = test::run_tierlab(args); });
-  for (int i = 0; i < 100 && !listening(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(tierlab::test::wait_listening(port));
   int rc = pg.run_tool("pgbench", {"-n", "-h", "127.0.0.1", "-p", std::to_string(port), "-c", "2", "-T", "1"}, &out);
   t.join();
   INFO(cap.out << cap.err << out);

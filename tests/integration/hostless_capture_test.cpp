@@ -7,9 +7,6 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,17 +22,6 @@ using namespace tierlab;
 using tierlab::test::TempDir;
 
 namespace {
-
-bool listening(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
 
 size_t occurrences(const std::string& text, const std::string& needle) {
   size_t n = 0;
@@ -78,7 +64,7 @@ test::RunResult hostless_capture(pgtmp::Server& pg, const std::string& trace, in
                                    "--sample-interval", "200ms"};
   test::RunResult capture;
   std::thread t([&] { capture = test::run_tierlab(args); });
-  for (int i = 0; i < 100 && !listening(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(tierlab::test::wait_listening(port));
   int rc = pg.run_tool("pgbench", {"-n", "-h", "127.0.0.1", "-p", std::to_string(port), "-c", "4", "-j", "2",
                                    "-T", std::to_string(seconds)},
                        &out);
@@ -286,7 +272,7 @@ TEST_CASE("capture run --hostless: a server that goes away stops the counters wi
                                  pg.conninfo(), "--out", dir.file("gone.tlt"), "--duration", "4s",
                                  "--sample-interval", "100ms"});
   });
-  for (int i = 0; i < 100 && !listening(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(tierlab::test::wait_listening(port));
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   pg.stop(true);
   t.join();

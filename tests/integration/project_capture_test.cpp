@@ -6,9 +6,6 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,17 +18,6 @@ using namespace tierlab;
 using tierlab::test::TempDir;
 
 namespace {
-
-bool listening(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-  ::close(fd);
-  return ok;
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -61,7 +47,7 @@ TEST_CASE("project: capture run records transactions, samples and block I/O, pro
   }
   test::RunResult capture;
   std::thread t([&] { capture = test::run_tierlab(args); });
-  for (int i = 0; i < 100 && !listening(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(tierlab::test::wait_listening(port));
   int rc = pg.run_tool("pgbench", {"-n", "-h", "127.0.0.1", "-p", std::to_string(port), "-c", "4", "-j", "2",
                                    "-T", "4"},
                        &out);

@@ -78,4 +78,8 @@ std::string shell_output(const std::string& cmd);
 // Peak resident set of this process so far (VmHWM), in bytes.
 uint64_t peak_rss();
 
+// Waits up to five seconds for a listener on 127.0.0.1:port (a tierlab
+// subcommand started in the background); true once a connect succeeds.
+bool wait_listening(int port);
+
 }  // namespace tierlab::test
