@@ -76,3 +76,67 @@ settle_server() {
   psql -X -q -h 127.0.0.1 -p "$1" -U postgres -d postgres -v ON_ERROR_STOP=1 \
     -c "VACUUM pgbench_branches, pgbench_tellers" -c "TRUNCATE pgbench_history" -c "CHECKPOINT" >/dev/null
 }
+
+# --- a PostgreSQL on an emulated or a plain loop device ----------------------
+# For emulate-overhead and emulate-vs-throttle. They use the caller's
+# TIERLAB (the binary), PGBIN (PostgreSQL binaries), work (a scratch
+# directory holding mnt/ and run/, run/ owned by postgres), port, and
+# pg_cgroups (the cgroup v1 directories the server joins, space separated);
+# they set emu_pid and dev (start_emulator) and pg_data (pg_start), which the
+# caller's cleanup uses.
+
+# start_emulator IMAGE TIER TIERS_FILE: `tierlab iosim emulate` in the
+# background, once its device is ready.
+start_emulator() {
+  "$TIERLAB" iosim emulate --tier "$2" --tiers-file "$3" --image "$1" >"$work/dev" 2>"$work/err" &
+  emu_pid=$!
+  for _ in $(seq 100); do grep -q 'detaches it' "$work/err" && break; sleep 0.1; done
+  dev=$(head -1 "$work/dev")
+  [ -b "$dev" ] || { cat "$work/err" >&2; exit 1; }
+}
+stop_emulator() {
+  kill -TERM "$emu_pid"; wait "$emu_pid" || true; emu_pid=
+}
+
+# pg_start / pg_stop: the server on $work/mnt/data, inside $pg_cgroups.
+pg_start() {
+  local opts="-p $port -k $work/run -c listen_addresses='' -c shared_buffers=32MB" join="" g
+  for g in $pg_cgroups; do join="$join echo \$\$ >$g/cgroup.procs &&"; done
+  sh -c "$join exec runuser -u postgres -- $PGBIN/pg_ctl -D $work/mnt/data -w -l $work/run/log -o \"$opts\" start" >/dev/null
+  pg_data=$work/mnt/data
+}
+pg_stop() {
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$work/mnt/data" -w -m fast stop >/dev/null
+  pg_data=
+}
+
+# pg_image IMAGE SCALE: ext4 holding a data directory with pgbench's tables
+# at SCALE, made once (IMAGE.ready marks it done).
+pg_image() {
+  [ -f "$1.ready" ] && return
+  echo "== writing $1: ext4, pgbench -i -s $2"
+  rm -f "$1"
+  truncate -s $(($2 * 40 + 512))M "$1"
+  local loop
+  loop=$(losetup --find --show --direct-io=on "$1")
+  mkfs.ext4 -q -F "$loop"
+  mount "$loop" "$work/mnt"
+  mkdir "$work/mnt/data"; chown postgres "$work/mnt/data"
+  runuser -u postgres -- "$PGBIN/initdb" -D "$work/mnt/data" -A trust -U postgres >/dev/null
+  pg_start
+  "$PGBIN/pgbench" -h "$work/run" -p "$port" -U postgres -i -q -s "$2" postgres 2>/dev/null
+  pg_stop
+  umount "$work/mnt"; losetup -d "$loop"
+  touch "$1.ready"
+}
+
+# pg_select_tps DEVICE SECONDS CLIENTS: TPS of pgbench -S on the data on
+# DEVICE (mounted for the run, so its page cache starts cold).
+pg_select_tps() {
+  mount "$1" "$work/mnt"
+  pg_start
+  "$PGBIN/pgbench" -h "$work/run" -p "$port" -U postgres -n -S -T "$2" -c "$3" -j 2 postgres 2>/dev/null |
+    sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
+  pg_stop
+  umount "$work/mnt"
+}

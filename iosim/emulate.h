@@ -17,14 +17,15 @@
 //   ... emu.take_interval() every second ...
 //   emu.detach_loop();                  // at SIGINT/SIGTERM
 //   while (!emu.loop_detached()) ...;   // a user may still have it mounted
-//   emu.shutdown();                     // unmounts, joins the workers
+//   emu.shutdown();                     // stops serving, unmounts
 //
-// Workers do a request's backing I/O and hand its reply to one reply
-// thread, which sends it at its time: requests in flight are not bounded by
-// the workers. The workers and the reply thread run with PR_SET_IO_FLUSHER,
-// the process's memory is locked (mlockall) and every buffer is
-// preallocated, so serving a request never waits on writeback of the device
-// being served.
+// One thread serves the device: it reads requests from /dev/fuse, puts
+// their backing I/O in an io_uring and sends each reply at its time, so the
+// requests in flight are bounded by the kernel's FUSE queue and the
+// emulator's buffers, not by threads (iosim/emulate_serve.cpp). It runs
+// with PR_SET_IO_FLUSHER, the process's memory is locked (mlockall) and
+// every buffer is preallocated, so serving a request never waits on
+// writeback of the device being served.
 // The destructor cleans up whatever was set up (loop device, mount, mount
 // point), also when the constructor fails half-way.
 #pragma once
@@ -44,7 +45,6 @@ struct EmulateOptions {
   std::string image;   // the backing file
   uint64_t size = 0;   // grow or create the image to this many bytes; 0 = its size
   uint64_t seed = 1;   // the shaper's latency draws
-  uint32_t workers = 64;  // FUSE worker threads: the most backing I/Os (and large reads held) at once
 };
 
 // What the emulator served between two take_interval() calls (or since the
@@ -108,7 +108,8 @@ class Emulator {
   uint32_t block_size() const;            // the loop device's logical block size
   const models::Tier& tier() const;
   // What a reader of the device waits beyond the emulator's own time for a
-  // request (the loop device, the FUSE queue, a worker's wake-up), measured
+  // request (the loop device, the FUSE queue, the serving thread's
+  // wake-up), measured
   // at start with reads held as a tier holds them. Replies leave this much
   // before the tier's completion time, so a reader sees the tier's latency;
   // a tier faster than this (plus the disk's time) runs at the machine's
@@ -130,7 +131,7 @@ class Emulator {
   void detach_loop();
   // True once the loop device no longer serves the image.
   bool loop_detached() const;
-  // Unmounts the FUSE file system and stops its workers; a loop device still
+  // Stops serving and unmounts the FUSE file system; a loop device still
   // attached then fails its I/O (EIO or ENOTCONN). Idempotent.
   void shutdown();
 
