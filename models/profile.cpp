@@ -84,12 +84,18 @@ struct TxIo {
 // to: the one open, and the last kRecentTx that ended (a block I/O record
 // is written when the request completes, after the transaction that
 // issued it may have ended).
+// I/O of a backend between its transactions, issued after the last one
+// ended, may be of the next one (recorded before that one's first message:
+// the capture's sources interleave slightly out of order): up to
+// kEarlyIo of them wait for it to open.
 constexpr size_t kRecentTx = 256;
+constexpr size_t kEarlyIo = 64;
 struct Backend {
   bool open = false;
   Nanos start = 0;
   TxIo pending;               // the open one's, applied to its template when it ends
   std::deque<TxRec> recent;   // ended, oldest first
+  std::vector<std::pair<Nanos, TxIo>> early;  // (issue time, what it gives) waiting for the next
 };
 
 struct IoRec {
@@ -276,13 +282,22 @@ struct ProfileBuilder::Impl {
     if (b.open) discard(b);
     b.open = true;
     b.start = ts;
+    for (const auto& [at, d] : b.early) {
+      if (at >= ts) b.pending.add(d);
+      else count_unattributed(d);
+    }
+    b.early.clear();
+  }
+
+  void count_unattributed(const TxIo& d) {
+    unattributed += static_cast<double>(d.ios);
+    unattributed_flushes += static_cast<double>(d.block_flushes);
   }
 
   // The open transaction of `b` is not counted (no statement, or it ended
   // outside the window): the I/O given to it is nobody's.
   void discard(Backend& b) {
-    unattributed += static_cast<double>(b.pending.ios);
-    unattributed_flushes += static_cast<double>(b.pending.block_flushes);
+    count_unattributed(b.pending);
     b.pending = TxIo{};
     b.open = false;
   }
@@ -389,8 +404,11 @@ struct ProfileBuilder::Impl {
       it->did_flush = it->did_flush || d.did_flush;
       return;
     }
-    unattributed += static_cast<double>(d.ios);
-    unattributed_flushes += static_cast<double>(d.block_flushes);
+    if (!b.open && (b.recent.empty() || io.ts > b.recent.back().end) && b.early.size() < kEarlyIo) {
+      b.early.emplace_back(io.ts, d);
+      return;
+    }
+    count_unattributed(d);
   }
 
   uint64_t file_key(std::string_view file) {
@@ -580,6 +598,8 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
     for (const TxRec& t : b.recent) ended(t);
     b.recent.clear();
     if (b.open) discard(b);
+    for (const auto& [at, d] : b.early) count_unattributed(d);
+    b.early.clear();
   }
   const double reads = attributed.reads, read_bytes = attributed.read_bytes;
   const double writes = attributed.writes, write_bytes = attributed.write_bytes;

@@ -104,3 +104,43 @@ TEST_CASE("profile: memory does not grow with the trace's transactions and I/O",
   CHECK(p.quiet_transactions == 0);
   CHECK(p.background_writes_per_s == Approx(1000).epsilon(0.01));
 }
+
+TEST_CASE("profile: a backend's I/O recorded before or after its transaction's messages is still its", "[profile]") {
+  // Transactions of 1 ms every 2 ms on backend 100; each reads one block
+  // 0.5 ms in, recorded before the transaction's Query (every third), after
+  // its ReadyForQuery (every third) or between them; and one read every
+  // 10th gap, in no transaction. Backend 101's transactions of 0.2 ms end
+  // 0.6 ms into each of 100's, recorded first: the transactions' span
+  // already holds a read recorded before its transaction began.
+  constexpr Nanos kMs = 1'000'000;
+  models::ProfileBuilder b;
+  b.add({0, 1, trace::SessionBegin{"u", "db", "app", "", 100, 0}});
+  b.add({0, 2, trace::SessionBegin{"u", "db", "app", "", 101, 0}});
+  auto read = [&](Nanos issue, uint64_t i) {
+    b.add({issue, 0, trace::BlockIo{issue + kMs / 10, 0x00fe00000, i * 8192, 8192, trace::IoOp::Read, 0, 100, 0}});
+  };
+  constexpr int kTx = 300;
+  for (int i = 0; i < kTx; ++i) {
+    const Nanos t = kMs + 2 * kMs * i;
+    b.add({t + kMs * 4 / 10, 2, trace::Query{"SELECT v FROM b"}});
+    b.add({t + kMs * 6 / 10, 2, trace::Result{"SELECT", true, 1}});
+    b.add({t + kMs * 6 / 10, 2, trace::Ready{'I'}});
+    if (i % 3 == 0) read(t + kMs / 2, static_cast<uint64_t>(i));
+    b.add({t, 1, trace::Query{"SELECT v FROM a"}});
+    if (i % 3 == 1) read(t + kMs / 2, static_cast<uint64_t>(i));
+    b.add({t + kMs, 1, trace::Result{"SELECT", true, 1}});
+    b.add({t + kMs, 1, trace::Ready{'I'}});
+    if (i % 3 == 2) read(t + kMs / 2, static_cast<uint64_t>(i));
+    if (i % 10 == 5) read(t + kMs + kMs / 2, 100'000 + static_cast<uint64_t>(i));
+  }
+  models::Profile p = b.finish("synthetic");
+  CHECK(p.transactions == 2 * kTx);
+  REQUIRE(p.templates.size() == 2);
+  for (const auto& t : p.templates) {
+    INFO(t.text);
+    CHECK(t.reads_per_tx == Approx(t.text == "select v from a" ? 1.0 : 0.0));
+  }
+  CHECK(p.reads_per_tx == Approx(0.5));
+  CHECK(p.unattributed_backend_ios == kTx / 10);
+  CHECK(p.quiet_transactions == kTx);
+}
