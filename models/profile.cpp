@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <map>
 #include <ostream>
@@ -51,10 +52,50 @@ struct Counter {
   bool seen = false;
 };
 
+// A backend's transaction that ended, while I/O may still be attributed to it.
 struct TxRec {
   Nanos start = 0, end = 0;
   uint32_t tmpl = 0;
-  bool did_io = false;  // a device I/O was attributed to it
+  bool did_io = false;     // a block read or write was attributed to it
+  bool did_flush = false;  // a block flush was
+};
+
+// What the I/O attributed to one transaction gives it.
+struct TxIo {
+  double reads = 0, read_bytes = 0, writes = 0, write_bytes = 0, file_flushes = 0, queued_ns = 0;
+  uint64_t ios = 0;            // I/O attributed but block flushes
+  uint64_t block_flushes = 0;
+  bool did_io = false, did_flush = false;
+  void add(const TxIo& o) {
+    reads += o.reads;
+    read_bytes += o.read_bytes;
+    writes += o.writes;
+    write_bytes += o.write_bytes;
+    file_flushes += o.file_flushes;
+    queued_ns += o.queued_ns;
+    ios += o.ios;
+    block_flushes += o.block_flushes;
+    did_io = did_io || o.did_io;
+    did_flush = did_flush || o.did_flush;
+  }
+};
+
+// The transactions of one backend (pid) that I/O may still be attributed
+// to: the one open, and the last kRecentTx that ended (a block I/O record
+// is written when the request completes, after the transaction that
+// issued it may have ended).
+// I/O of a backend between its transactions, issued after the last one
+// ended, may be of the next one (recorded before that one's first message:
+// the capture's sources interleave slightly out of order): up to
+// kEarlyIo of them wait for it to open.
+constexpr size_t kRecentTx = 256;
+constexpr size_t kEarlyIo = 64;
+struct Backend {
+  bool open = false;
+  Nanos start = 0;
+  TxIo pending;               // the open one's, applied to its template when it ends
+  std::deque<TxRec> recent;   // ended, oldest first
+  std::vector<std::pair<Nanos, TxIo>> early;  // (issue time, what it gives) waiting for the next
 };
 
 struct IoRec {
@@ -102,13 +143,37 @@ struct ProfileBuilder::Impl {
   std::unordered_map<uint64_t, Session> sessions;
   std::vector<Template> templates;
   std::unordered_map<uint64_t, uint32_t> template_index;
-  std::vector<std::pair<int32_t, TxRec>> txs;  // (backend pid, tx)
+  // Transactions are counted as they end; none is held.
+  uint64_t tx_count = 0;
+  Nanos tx_first = std::numeric_limits<Nanos>::max();  // first start and last end of those counted
+  Nanos tx_last = std::numeric_limits<Nanos>::min();
+  MsCounts tx_ends;
   Histogram tx_latency;
   double think_sum_s = 0;
   uint64_t think_n = 0;
   uint64_t statements = 0, errors = 0;
-  std::vector<IoRec> ios;
+  // Device I/O, folded in as it is read (io_seen, place, span_io). What
+  // counts only inside the transactions' span [tx_first, tx_last] is
+  // counted at once when the span seen so far holds it (the final one can
+  // only be wider); an I/O outside it waits in head (before tx_first) or
+  // tail (after tx_last) until the span grows over it, and is left out at
+  // the end: only I/O issued before the first transaction or after the
+  // latest end seen is held.
   bool any_file_flush = false;
+  std::unordered_map<int32_t, Backend> backends;  // sessions' backend pids
+  std::vector<IoRec> head, tail;
+  Histogram rd, wr, fl, qrd, qwr;
+  uint64_t block_records = 0;
+  MsCounts cap_reads, cap_writes;  // block reads and writes by issue time, for detect_cap
+  TxIo attributed;                 // to transactions that ended
+  double block_flushes = 0;        // in the span: the flushes when no fdatasync is recorded
+  double other_reads = 0, bg_writes = 0, bg_write_bytes = 0, all_reads = 0, all_writes = 0;
+  double srv_writes = 0, srv_write_bytes = 0;
+  double unattributed = 0, unattributed_flushes = 0;
+  // Transactions of backends without device I/O: [0] not counting block
+  // flushes (fdatasync recorded), [1] counting them as I/O too.
+  uint64_t quiet[2] = {0, 0};
+  double quiet_ns[2] = {0, 0};
   StackDistances file_stack, block_stack;
   std::unordered_map<std::string, uint64_t> file_ids;
   std::map<std::string, Counter> counters;
@@ -120,6 +185,7 @@ struct ProfileBuilder::Impl {
     if (!s.in_tx) {
       s.in_tx = true;
       s.tx_start = ts;
+      open_tx(s, ts);
       s.nstmt = 0;
       s.fp = 1469598103934665603ull;
       s.text.clear();
@@ -142,6 +208,13 @@ struct ProfileBuilder::Impl {
   void end_transaction(Session& s, Nanos ts) {
     s.in_tx = false;
     s.last_idle = ts;
+    Backend* be = nullptr;
+    if (s.pid != 0) {
+      be = &backends[s.pid];
+      if (be->open && (s.nstmt == 0 || !in_window(ts))) discard(*be);
+      if (!be->open) be = nullptr;  // an idle point after one without statements: nothing pending
+      else be->open = false;
+    }
     if (s.nstmt == 0 || !in_window(ts)) return;
     s.had_tx = true;
     auto [it, fresh] = template_index.try_emplace(s.fp, static_cast<uint32_t>(templates.size()));
@@ -157,7 +230,185 @@ struct ProfileBuilder::Impl {
     double lat = static_cast<double>(ts - s.tx_start) / kNs;
     t.latency_sum_s += lat;
     tx_latency.record(ts - s.tx_start);
-    txs.push_back({s.pid, TxRec{s.tx_start, ts, it->second}});
+    const bool first = tx_count++ == 0;
+    tx_ends.add(ts);
+    if (s.pid != 0) {
+      Backend& b = backends[s.pid];
+      TxRec rec{s.tx_start, ts, it->second};
+      if (be && be->start == s.tx_start) {
+        const TxIo& d = be->pending;
+        attributed.add(d);
+        t.reads += d.reads;
+        t.writes += d.writes;
+        rec.did_io = d.did_io;
+        rec.did_flush = d.did_flush;
+        be->pending = TxIo{};
+      } else if (be) {
+        discard(*be);
+      }
+      b.recent.push_back(rec);
+      if (b.recent.size() > kRecentTx) {
+        ended(b.recent.front());
+        b.recent.pop_front();
+      }
+    }
+    const bool first_moved = first || s.tx_start < tx_first, last_moved = first || ts > tx_last;
+    tx_first = std::min(tx_first, s.tx_start);
+    tx_last = std::max(tx_last, ts);
+    if (first_moved) {
+      // I/O before the span: what it now holds counts, what lies after it waits in tail.
+      size_t keep = 0;
+      for (size_t i = 0; i < head.size(); ++i) {
+        if (head[i].ts < tx_first) head[keep++] = head[i];
+        else if (head[i].ts > tx_last) tail.push_back(head[i]);
+        else span_io(head[i]);
+      }
+      head.resize(keep);
+    }
+    if (last_moved) {
+      size_t keep = 0;
+      for (size_t i = 0; i < tail.size(); ++i) {
+        if (tail[i].ts > tx_last) tail[keep++] = tail[i];
+        else span_io(tail[i]);
+      }
+      tail.resize(keep);
+    }
+  }
+
+  // A backend's transaction opens: I/O of its pid from `ts` on is its.
+  void open_tx(const Session& s, Nanos ts) {
+    if (s.pid == 0) return;
+    Backend& b = backends[s.pid];
+    if (b.open) discard(b);
+    b.open = true;
+    b.start = ts;
+    for (const auto& [at, d] : b.early) {
+      if (at >= ts) b.pending.add(d);
+      else count_unattributed(d);
+    }
+    b.early.clear();
+  }
+
+  void count_unattributed(const TxIo& d) {
+    unattributed += static_cast<double>(d.ios);
+    unattributed_flushes += static_cast<double>(d.block_flushes);
+  }
+
+  // The open transaction of `b` is not counted (no statement, or it ended
+  // outside the window): the I/O given to it is nobody's.
+  void discard(Backend& b) {
+    count_unattributed(b.pending);
+    b.pending = TxIo{};
+    b.open = false;
+  }
+
+  // A transaction no I/O can be attributed to any more: quiet or not.
+  void ended(const TxRec& t) {
+    if (t.did_io) return;
+    const double ns = static_cast<double>(t.end - t.start);
+    ++quiet[0];
+    quiet_ns[0] += ns;
+    if (t.did_flush) return;
+    ++quiet[1];
+    quiet_ns[1] += ns;
+  }
+
+  // What counts of an I/O whatever the span: latencies, queue times, the
+  // per-millisecond rates detect_cap looks at.
+  void io_seen(const IoRec& io) {
+    if (!io.file) ++block_records;
+    const bool completed = io.complete > io.ts;
+    if (!io.file && completed) {
+      Nanos lat = io.complete - io.ts;
+      if (io.op == trace::IoOp::Read) rd.record(lat);
+      else if (io.op == trace::IoOp::Write) wr.record(lat);
+      else if (io.op == trace::IoOp::Flush) fl.record(lat);
+    } else if (io.file && io.op == trace::IoOp::Flush && completed) {
+      fl.record(io.complete - io.ts);
+    }
+    const bool has_queued = !io.file && io.queued > 0 && io.queued <= io.ts;
+    if (has_queued && io.op == trace::IoOp::Read) qrd.record(io.ts - io.queued);
+    if (has_queued && io.op == trace::IoOp::Write) qwr.record(io.ts - io.queued);
+    if (!io.file && io.op == trace::IoOp::Read) cap_reads.add(io.ts);
+    if (!io.file && io.op == trace::IoOp::Write) cap_writes.add(io.ts);
+  }
+
+  // Counts an I/O in the span now, or holds it until the span holds it.
+  void place(const IoRec& io) {
+    io_seen(io);
+    if (tx_count > 0 && io.ts >= tx_first && io.ts <= tx_last) span_io(io);
+    else if (tx_count == 0 || io.ts < tx_first) head.push_back(io);
+    else tail.push_back(io);
+  }
+
+  // An I/O inside the transactions' span: the device's rates, and the
+  // transaction of its backend it belongs to.
+  void span_io(const IoRec& io) {
+    if (!io.file) {
+      if (io.op == trace::IoOp::Read) ++all_reads;
+      if (io.op == trace::IoOp::Write) ++all_writes;
+    }
+    const bool backend = backends.count(io.pid) > 0;
+    const bool block_flush = !io.file && io.op == trace::IoOp::Flush;
+    // A commit's flush reaches the device from whoever the file system has
+    // do it (ext4: the journal thread), so block flushes count whatever
+    // their pid (when no fdatasync is recorded: any_file_flush, known at
+    // the end); fdatasync calls, when recorded, only the backends'.
+    if (block_flush) ++block_flushes;
+    if (!backend) {
+      if (io.file || block_flush) return;
+      if (io.op == trace::IoOp::Read) ++other_reads;
+      if (io.op == trace::IoOp::Write) {
+        ++bg_writes;
+        bg_write_bytes += io.length;
+        if (server_pids.count(io.pid)) {
+          ++srv_writes;
+          srv_write_bytes += io.length;
+        }
+      }
+      return;
+    }
+    TxIo d;
+    const bool has_queued = !io.file && io.queued > 0 && io.queued <= io.ts;
+    if (block_flush) {
+      d.block_flushes = 1;
+      d.did_flush = true;
+    } else {
+      d.ios = 1;
+      if (!io.file) d.did_io = true;
+      if (io.file && io.op == trace::IoOp::Flush) d.file_flushes = 1;
+      if (!io.file && io.op == trace::IoOp::Read) {
+        d.reads = 1;
+        d.read_bytes = io.length;
+        if (has_queued) d.queued_ns = static_cast<double>(io.ts - io.queued);
+      }
+      if (!io.file && io.op == trace::IoOp::Write) {
+        d.writes = 1;
+        d.write_bytes = io.length;
+        if (has_queued) d.queued_ns = static_cast<double>(io.ts - io.queued);
+      }
+    }
+    // A backend's I/O: inside which of its transactions?
+    Backend& b = backends[io.pid];
+    if (b.open && io.ts >= b.start) {
+      b.pending.add(d);
+      return;
+    }
+    for (auto it = b.recent.rbegin(); it != b.recent.rend(); ++it) {
+      if (it->start > io.ts) continue;
+      if (io.ts > it->end) break;
+      attributed.add(d);
+      templates[it->tmpl].reads += d.reads;
+      templates[it->tmpl].writes += d.writes;
+      it->did_io = it->did_io || d.did_io;
+      it->did_flush = it->did_flush || d.did_flush;
+      return;
+    }
+    if (!b.open && (b.recent.empty() || io.ts > b.recent.back().end) && b.early.size() < kEarlyIo) {
+      b.early.emplace_back(io.ts, d);
+      return;
+    }
+    count_unattributed(d);
   }
 
   uint64_t file_key(std::string_view file) {
@@ -183,6 +434,7 @@ struct ProfileBuilder::Impl {
           if constexpr (std::is_same_v<T, SessionBegin>) {
             auto& s = sessions[r.session];
             s.pid = b.backend_pid;
+            if (s.pid != 0) backends.try_emplace(s.pid);
             s.begin = r.ts;
             s.last_seen = r.ts;
           } else if constexpr (std::is_same_v<T, SessionEnd>) {
@@ -212,7 +464,7 @@ struct ProfileBuilder::Impl {
             auto& s = touch(r);
             if (b.status == 'I') end_transaction(s, r.ts);
           } else if constexpr (std::is_same_v<T, BlockIo>) {
-            ios.push_back(IoRec{r.ts, b.complete_ns, b.pid, b.length, b.op, false, b.queued_ns});
+            place(IoRec{r.ts, b.complete_ns, b.pid, b.length, b.op, false, b.queued_ns});
             if (b.op == IoOp::Read && b.length > 0) {
               uint64_t first = b.offset / opts.page_bytes;
               uint64_t last = (b.offset + b.length - 1) / opts.page_bytes;
@@ -222,7 +474,7 @@ struct ProfileBuilder::Impl {
           } else if constexpr (std::is_same_v<T, FileIo>) {
             if (b.op == IoOp::Flush) {
               any_file_flush = true;
-              ios.push_back(IoRec{r.ts, r.ts + b.latency_ns, b.pid, 0, IoOp::Flush, true});
+              place(IoRec{r.ts, r.ts + b.latency_ns, b.pid, 0, IoOp::Flush, true});
             } else if (b.op == IoOp::Read && b.length > 0) {
               uint64_t id = file_key(b.file) * 0x9e3779b97f4a7c15ull;
               uint64_t first = b.offset / opts.page_bytes;
@@ -254,6 +506,7 @@ struct ProfileBuilder::Impl {
   void begin_without_statement(Session& s, Nanos ts) {
     s.in_tx = true;
     s.tx_start = ts;
+    open_tx(s, ts);
     s.nstmt = 0;
     s.fp = 1469598103934665603ull;
     s.text.clear();
@@ -285,17 +538,13 @@ Profile ProfileBuilder::finish(const std::string& source) { return impl_->finish
 Profile ProfileBuilder::Impl::finish(const std::string& source) {
   Profile p;
   p.source = source;
-  if (txs.empty())
+  if (tx_count == 0)
     throw InputError(source + ": no completed transaction (no idle ReadyForQuery after a statement)");
-  Nanos w0 = std::numeric_limits<Nanos>::max(), w1 = std::numeric_limits<Nanos>::min();
-  for (const auto& [pid, t] : txs) {
-    w0 = std::min(w0, t.start);
-    w1 = std::max(w1, t.end);
-  }
+  const Nanos w0 = tx_first, w1 = tx_last;
   p.first_ns = w0;
   p.last_ns = w1;
   p.duration_s = std::max(1e-9, static_cast<double>(w1 - w0) / kNs);
-  p.transactions = txs.size();
+  p.transactions = tx_count;
   p.statements = statements;
   p.errors = errors;
   p.tps = static_cast<double>(p.transactions) / p.duration_s;
@@ -338,107 +587,25 @@ Profile ProfileBuilder::Impl::finish(const std::string& source) {
             [](const TemplateStats& a, const TemplateStats& b) { return a.count > b.count; });
   samples(p, w0, w1);
   memory(p);
-  std::vector<Nanos> ends;
-  ends.reserve(txs.size());
-  for (const auto& [pid, t] : txs) ends.push_back(t.end);
-  std::sort(ends.begin(), ends.end());
-  profile_from_counters(p, counter_series, meta, ends);
+  profile_from_counters(p, counter_series, meta, tx_ends);
   return p;
 }
 
 void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
-  // Transaction windows per backend pid, sorted by start.
-  std::unordered_map<int32_t, std::vector<TxRec>> windows;
-  for (const auto& [pid, t] : txs)
-    if (pid != 0) windows[pid].push_back(t);
-  for (auto& [pid, v] : windows)
-    std::sort(v.begin(), v.end(), [](const TxRec& a, const TxRec& b) { return a.start < b.start; });
-  std::unordered_set<int32_t> backends;
-  for (const auto& [id, s] : sessions)
-    if (s.pid != 0) backends.insert(s.pid);
-
-  Histogram rd, wr, fl, qrd, qwr;
-  double queued = 0;  // queue time of the I/Os attributed to transactions, ns
-  double reads = 0, read_bytes = 0, writes = 0, write_bytes = 0, flushes = 0;
-  double other_reads = 0, bg_writes = 0, bg_write_bytes = 0, all_reads = 0, all_writes = 0;
-  double srv_writes = 0, srv_write_bytes = 0;
-  double unattributed = 0;
-  uint64_t block_records = 0;
-  for (const auto& io : ios) {
-    if (!io.file) ++block_records;
-    bool completed = io.complete > io.ts;
-    if (!io.file && completed) {
-      Nanos lat = io.complete - io.ts;
-      if (io.op == trace::IoOp::Read) rd.record(lat);
-      else if (io.op == trace::IoOp::Write) wr.record(lat);
-      else if (io.op == trace::IoOp::Flush) fl.record(lat);
-    } else if (io.file && io.op == trace::IoOp::Flush && io.complete > io.ts) {
-      fl.record(io.complete - io.ts);
-    }
-    const bool has_queued = !io.file && io.queued > 0 && io.queued <= io.ts;
-    if (has_queued && io.op == trace::IoOp::Read) qrd.record(io.ts - io.queued);
-    if (has_queued && io.op == trace::IoOp::Write) qwr.record(io.ts - io.queued);
-    if (io.ts < w0 || io.ts > w1) continue;
-    if (!io.file) {
-      if (io.op == trace::IoOp::Read) ++all_reads;
-      if (io.op == trace::IoOp::Write) ++all_writes;
-    }
-    bool backend = backends.count(io.pid) > 0;
-    // A commit's flush reaches the device from whoever the file system has
-    // do it (ext4: the journal thread), so block flushes count whatever
-    // their pid; fdatasync calls, when recorded, only the backends'.
-    if (!io.file && !any_file_flush && io.op == trace::IoOp::Flush) {
-      ++flushes;
-      continue;
-    }
-    if (!backend) {
-      if (io.file) continue;
-      if (io.op == trace::IoOp::Read) ++other_reads;
-      if (io.op == trace::IoOp::Write) {
-        ++bg_writes;
-        bg_write_bytes += io.length;
-        if (server_pids.count(io.pid)) {
-          ++srv_writes;
-          srv_write_bytes += io.length;
-        }
-      }
-      continue;
-    }
-    // A backend's I/O: inside which of its transactions?
-    TxRec* tx = nullptr;
-    if (auto w = windows.find(io.pid); w != windows.end()) {
-      auto& v = w->second;
-      auto it = std::upper_bound(v.begin(), v.end(), io.ts,
-                                 [](Nanos t, const TxRec& r) { return t < r.start; });
-      if (it != v.begin() && io.ts <= std::prev(it)->end) tx = &*std::prev(it);
-    }
-    if (!tx) {
-      if (!(io.file && !any_file_flush)) ++unattributed;
-      continue;
-    }
-    if (!io.file) tx->did_io = true;
-    switch (io.op) {
-      case trace::IoOp::Read:
-        if (io.file) break;
-        ++reads;
-        read_bytes += io.length;
-        templates[tx->tmpl].reads += 1;
-        if (has_queued) queued += static_cast<double>(io.ts - io.queued);
-        break;
-      case trace::IoOp::Write:
-        if (io.file) break;
-        if (has_queued) queued += static_cast<double>(io.ts - io.queued);
-        ++writes;
-        write_bytes += io.length;
-        templates[tx->tmpl].writes += 1;
-        break;
-      case trace::IoOp::Flush:
-        if (io.file) ++flushes;
-        break;
-      default:
-        break;
-    }
+  // The transactions still open to late I/O are done with, and so is the
+  // I/O of backends' transactions that never ended.
+  for (auto& [pid, b] : backends) {
+    for (const TxRec& t : b.recent) ended(t);
+    b.recent.clear();
+    if (b.open) discard(b);
+    for (const auto& [at, d] : b.early) count_unattributed(d);
+    b.early.clear();
   }
+  const double reads = attributed.reads, read_bytes = attributed.read_bytes;
+  const double writes = attributed.writes, write_bytes = attributed.write_bytes;
+  const double queued = attributed.queued_ns;  // queue time of the I/Os attributed to transactions, ns
+  const double flushes = any_file_flush ? attributed.file_flushes : block_flushes;
+  const double unattributed_all = unattributed + (any_file_flush ? unattributed_flushes : 0);
   p.has_block_io = block_records > 0;
   double n = static_cast<double>(p.transactions);
   p.reads_per_tx = reads / n;
@@ -446,7 +613,7 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
   p.sync_writes_per_tx = writes / n;
   p.write_bytes_per_tx = write_bytes / n;
   p.flushes_per_tx = flushes / n;
-  p.unattributed_backend_ios = unattributed;
+  p.unattributed_backend_ios = unattributed_all;
   p.other_reads_per_s = other_reads / p.duration_s;
   p.background_writes_per_s = bg_writes / p.duration_s;
   p.background_write_bytes_per_s = bg_write_bytes / p.duration_s;
@@ -462,14 +629,10 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
   p.queued_read = summarise(qrd);
   p.queued_write = summarise(qwr);
   p.queued_s_per_tx = queued / kNs / n;
-  double quiet_ns = 0;
-  for (const auto& [pid, v] : windows)
-    for (const auto& t : v)
-      if (!t.did_io) {
-        ++p.quiet_transactions;
-        quiet_ns += static_cast<double>(t.end - t.start);
-      }
-  p.quiet_latency_s = p.quiet_transactions ? quiet_ns / kNs / static_cast<double>(p.quiet_transactions) : 0;
+  // With fdatasync recorded, a block flush in a transaction is I/O of it too.
+  p.quiet_transactions = quiet[any_file_flush ? 1 : 0];
+  const double quiet_ns_all = quiet_ns[any_file_flush ? 1 : 0];
+  p.quiet_latency_s = p.quiet_transactions ? quiet_ns_all / kNs / static_cast<double>(p.quiet_transactions) : 0;
   detect_cap(p, w0, w1);
   if (!p.has_block_io)
     p.notes.push_back("no block I/O in the trace: device reads and writes per transaction unknown");
@@ -491,9 +654,8 @@ void ProfileBuilder::Impl::detect_cap(Profile& p, Nanos w0, Nanos w1) const {
     const LatencySummary& dev = op == trace::IoOp::Read ? p.native_read : p.native_write;
     if (q.count == 0 || q.mean_s < std::max(1e-4, dev.mean_s)) continue;
     std::vector<double> bins(static_cast<size_t>(whole), 0.0);
-    for (const auto& io : ios)
-      if (!io.file && io.op == op && io.ts >= w0 && (io.ts - w0) / kS < whole)
-        bins[static_cast<size_t>((io.ts - w0) / kS)] += 1;
+    const MsCounts& c = op == trace::IoOp::Read ? cap_reads : cap_writes;
+    for (int64_t i = 0; i < whole; ++i) bins[static_cast<size_t>(i)] = c.in(w0 + i * kS, w0 + (i + 1) * kS);
     double mean = 0;
     for (double b : bins) mean += b;
     mean /= static_cast<double>(whole);
@@ -509,15 +671,8 @@ void ProfileBuilder::Impl::detect_cap(Profile& p, Nanos w0, Nanos w1) const {
 }
 
 void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
-  // Transactions ending inside (a, b].
-  std::vector<Nanos> ends;
-  ends.reserve(txs.size());
-  for (const auto& [pid, t] : txs) ends.push_back(t.end);
-  std::sort(ends.begin(), ends.end());
-  auto tx_between = [&](Nanos a, Nanos b) {
-    return static_cast<double>(std::upper_bound(ends.begin(), ends.end(), b) -
-                               std::upper_bound(ends.begin(), ends.end(), a));
-  };
+  // Transactions ending inside (a, b], to the millisecond.
+  auto tx_between = [&](Nanos a, Nanos b) { return tx_ends.between(a, b); };
   (void)w0;
   (void)w1;
   double cpu_ns = 0;

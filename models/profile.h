@@ -197,7 +197,14 @@ struct ProfileOptions {
 };
 
 // Builds a profile from records in trace order (roughly: sources may
-// interleave slightly out of order, which the builder tolerates).
+// interleave slightly out of order, which the builder tolerates), in one
+// pass: it holds state per session, template, backend pid and millisecond
+// of the trace, never per transaction or I/O record (a backend's last 256
+// transactions stay open to I/O recorded after they ended, and up to 64
+// of its I/Os issued since the last one ended wait for the next to begin;
+// I/O issued before the first transaction or after the latest end read
+// waits until a transaction's span holds it). Transactions ending between
+// two counter samples count to the millisecond.
 class ProfileBuilder {
  public:
   explicit ProfileBuilder(ProfileOptions opts = {});

@@ -31,7 +31,7 @@ struct Delta {
 
 class Figures {
  public:
-  Figures(const CounterSeries& c, const std::vector<int64_t>& ends, int64_t w0, int64_t w1, double period_s)
+  Figures(const CounterSeries& c, const MsCounts& ends, int64_t w0, int64_t w1, double period_s)
       : c_(c), ends_(ends), w0_(w0), w1_(w1), period_ns_(static_cast<int64_t>(period_s * kNs)) {}
 
   std::optional<Delta> delta(const std::string& name) const {
@@ -42,10 +42,7 @@ class Figures {
     if (d.t1 <= d.t0 || d.d < 0) return std::nullopt;
     return d;
   }
-  double tx_between(int64_t a, int64_t b) const {
-    return static_cast<double>(std::upper_bound(ends_.begin(), ends_.end(), b) -
-                               std::upper_bound(ends_.begin(), ends_.end(), a));
-  }
+  double tx_between(int64_t a, int64_t b) const { return ends_.between(a, b); }
   // Per transaction, or nullopt (no samples, no transaction between them).
   std::optional<double> per_tx(const std::string& name) const {
     auto d = delta(name);
@@ -94,7 +91,7 @@ class Figures {
 
  private:
   const CounterSeries& c_;
-  const std::vector<int64_t>& ends_;
+  const MsCounts& ends_;
   int64_t w0_, w1_, period_ns_;
 };
 
@@ -120,6 +117,39 @@ LatencySummary latency(double mean_s, double count) {
 
 }  // namespace
 
+void MsCounts::add(int64_t ts_ns, uint32_t n) {
+  const int64_t m = ms(ts_ns);
+  if (bins_.empty()) {
+    base_ = m;
+  } else if (m < base_) {
+    bins_.insert(bins_.begin(), static_cast<size_t>(base_ - m), 0);
+    base_ = m;
+  }
+  const size_t i = static_cast<size_t>(m - base_);
+  if (i >= bins_.size()) bins_.resize(i + 1, 0);
+  bins_[i] += n;
+  total_ += n;
+}
+
+uint64_t MsCounts::sum(int64_t from, int64_t to) const {
+  if (bins_.empty()) return 0;
+  const int64_t end = base_ + static_cast<int64_t>(bins_.size());
+  from = std::max(from, base_);
+  to = std::min(to, end);
+  uint64_t n = 0;
+  for (int64_t m = from; m < to; ++m) n += bins_[static_cast<size_t>(m - base_)];
+  return n;
+}
+
+double MsCounts::between(int64_t a_ns, int64_t b_ns) const {
+  if (b_ns <= a_ns) return 0;
+  return static_cast<double>(sum(ms(a_ns) + 1, ms(b_ns) + 1));
+}
+
+double MsCounts::in(int64_t from_ns, int64_t to_ns) const {
+  return static_cast<double>(sum(ms(from_ns), ms(to_ns)));
+}
+
 void CounterSeries::add(std::string_view name, int64_t ts, double value) {
   if (starts(name, "pg.io.")) {
     // pg.io.BACKEND_TYPE.OBJECT.CONTEXT.COLUMN
@@ -143,7 +173,7 @@ void CounterSeries::add(std::string_view name, int64_t ts, double value) {
 }
 
 void profile_from_counters(Profile& p, const CounterSeries& c, const std::map<std::string, std::string>& meta,
-                           const std::vector<int64_t>& ends) {
+                           const MsCounts& ends) {
   auto src = [&](const std::string& figure, const std::string& from) { p.sources.push_back({figure, from}); };
   if (p.has_cpu)
     src("CPU per transaction", "CPU time of the server's process tree (/proc), sampled by capture run");
