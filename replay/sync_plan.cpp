@@ -38,13 +38,16 @@ bool conflicts(const Entry& a, const Entry& b) {
   return !(x.kind == y.kind && x.kind != AccessKind::Write);
 }
 
+constexpr int kKinds = 5;  // AccessKind's values
+int kind_index(AccessKind k) { return static_cast<int>(k); }
+
 // The earlier uses of one relation, by kind; each list in commit order.
 struct RelUses {
-  std::vector<Entry> writes, reads, appends, schema;   // whole relation
-  std::vector<Entry> key_reads, key_writes;            // by key, all keys
+  std::vector<Entry> whole[kKinds];  // of the whole relation
+  std::vector<Entry> keyed[kKinds];  // by a key, all keys
 };
 struct KeyUses {
-  std::vector<Entry> reads, writes;
+  std::vector<Entry> by_kind[kKinds];
 };
 
 class Rule {
@@ -114,7 +117,7 @@ void Rule::prepare(const std::vector<SyncTxn>& txns) {
       Use u;
       u.rel = rel_id.at(a.relation);
       u.kind = a.kind;
-      if (a.kind == AccessKind::Read || a.kind == AccessKind::Write)
+      if (a.kind == AccessKind::Read || a.kind == AccessKind::Write || a.kind == AccessKind::Add)
         for (const Equality& e : a.keys)
           if (e.column == key_column[u.rel]) {
             std::string k = std::to_string(u.rel) + '\0' + e.value;
@@ -176,32 +179,44 @@ SyncNeed Rule::need(size_t t, const SyncTxn& txn) {
     if (!ok) break;
     me.use = u;
     const RelUses& r = rels_[u.rel];
-    const bool whole = u.key == kWhole;
-    ok = scan(r.writes, me, false);
-    if (u.kind == AccessKind::Schema) continue;
-    if (ok && u.kind != AccessKind::Read) ok = scan(r.reads, me, false);
-    if (ok && u.kind != AccessKind::Append) ok = scan(r.appends, me, false);
-    if (ok && whole && u.kind == AccessKind::Write) ok = scan(r.schema, me, false);
-    if (whole) {
-      if (ok && u.kind != AccessKind::Read) ok = scan(r.key_reads, me, true);
-      if (ok) ok = scan(r.key_writes, me, true);
-    } else {
-      auto k = keys_.find(uint64_t{u.rel} << 32 | u.key);
-      if (k != keys_.end()) {
-        if (ok && u.kind == AccessKind::Write) ok = scan(k->second.reads, me, false);
-        if (ok) ok = scan(k->second.writes, me, false);
-      }
+    // Each list whose kind conflicts with this use: those of the whole
+    // relation, and those of its key (a use of the whole relation: of
+    // every key).
+    const KeyUses* k = nullptr;
+    if (u.key != kWhole) {
+      auto it = keys_.find(uint64_t{u.rel} << 32 | u.key);
+      if (it != keys_.end()) k = &it->second;
+    }
+    // Writes first: they cover the most of what comes after.
+    static constexpr AccessKind kOrder[] = {AccessKind::Write, AccessKind::Read, AccessKind::Append, AccessKind::Add,
+                                            AccessKind::Schema};
+    for (AccessKind kk : kOrder) {
+      if (!ok) break;
+      const int kind = kind_index(kk);
+      Entry rep;
+      rep.use = Use{u.rel, kWhole, static_cast<AccessKind>(kind)};
+      if (conflicts(me, rep)) ok = scan(r.whole[kind], me, false);
+      rep.use.key = u.key == kWhole ? 0 : u.key;
+      if (!ok || !conflicts(me, rep)) continue;
+      if (u.key == kWhole) ok = scan(r.keyed[kind], me, true);
+      else if (k) ok = scan(k->by_kind[kind], me, false);
     }
     if (u.kind == AccessKind::Append)
       for (uint32_t other : appended_)
-        if (ok && other != u.rel) ok = scan(rels_[other].appends, me, false);
+        if (ok && other != u.rel) ok = scan(rels_[other].whole[kind_index(AccessKind::Append)], me, false);
   }
   if (!ok) {
     all_[t] = true;
     n.prefix = before(txn.begin);
     return n;
   }
-  for (const Entry& p : picks_) n.deps.push_back(p.commit);
+  // A pick that a later pick covers (waited for it) need not be waited for.
+  for (size_t i = 0; i < picks_.size(); ++i) {
+    bool redundant = false;
+    for (size_t j = 0; j < picks_.size() && !redundant; ++j)
+      redundant = j != i && picks_[i].end < picks_[j].begin && (picks_[j].all || conflicts(picks_[j], picks_[i]));
+    if (!redundant) n.deps.push_back(picks_[i].commit);
+  }
   std::sort(n.deps.begin(), n.deps.end());
   n.deps.erase(std::unique(n.deps.begin(), n.deps.end()), n.deps.end());
   return n;
@@ -221,21 +236,14 @@ void Rule::commit(size_t t, const SyncTxn& txn, Nanos end) {
   for (const Use& u : uses_[t]) {
     e.use = u;
     RelUses& r = rels_[u.rel];
+    const int kind = kind_index(u.kind);
     if (u.key == kWhole) {
-      switch (u.kind) {
-        case AccessKind::Schema: r.schema.push_back(e); break;
-        case AccessKind::Read: r.reads.push_back(e); break;
-        case AccessKind::Append:
-          if (r.appends.empty()) appended_.push_back(u.rel);
-          r.appends.push_back(e);
-          break;
-        case AccessKind::Write: r.writes.push_back(e); break;
-      }
+      if (u.kind == AccessKind::Append && r.whole[kind].empty()) appended_.push_back(u.rel);
+      r.whole[kind].push_back(e);
       continue;
     }
-    KeyUses& k = keys_[uint64_t{u.rel} << 32 | u.key];
-    (u.kind == AccessKind::Read ? k.reads : k.writes).push_back(e);
-    (u.kind == AccessKind::Read ? r.key_reads : r.key_writes).push_back(e);
+    keys_[uint64_t{u.rel} << 32 | u.key].by_kind[kind].push_back(e);
+    r.keyed[kind].push_back(e);
   }
 }
 

@@ -418,11 +418,25 @@ void StatementReader::read_update_delete(bool update) {
     // A key the SET assigns moves the row: no key.
     const size_t set = find_top("set", 0, i);
     const size_t stop = std::min({find_top("where", 0, i), find_top("from", 0, i), find_top("returning", 0, i)});
-    for (size_t k = set == SIZE_MAX ? size() : set + 1; k < std::min(stop, size()); ++k) {
+    const size_t last = std::min(stop, size());
+    for (size_t k = set == SIZE_MAX ? size() : set + 1; k < last; ++k) {
       if (v_[k].depth == 0 && punct(k, '(') && (punct(k - 1, ',') || word(k - 1, "set"))) keys.clear();
       if (v_[k].depth != 0 || !(v_[k].t == Tok::Word || v_[k].t == Tok::Quoted) || !punct(k + 1, '=')) continue;
       std::erase_if(keys, [&](const Equality& e) { return e.column == v_[k].text; });
     }
+    // Increments only: c = c + x, c = c - x, x one literal or parameter
+    // (a cast allowed), separated by commas.
+    bool add = set != SIZE_MAX && !joined && !has_top("returning", 0, i);
+    for (size_t k = set + 1; add && k < last;) {
+      const bool name = v_[k].t == Tok::Word || v_[k].t == Tok::Quoted;
+      add = name && k + 4 < last + 1 && punct(k + 1, '=') && v_[k + 2].t == v_[k].t && v_[k + 2].text == v_[k].text &&
+            (punct(k + 3, '+') || punct(k + 3, '-')) && k + 4 < last &&
+            (v_[k + 4].t == Tok::Param || v_[k + 4].t == Tok::Number || v_[k + 4].t == Tok::String);
+      k += 5;
+      while (add && k + 2 < last && punct(k, ':') && punct(k + 1, ':') && v_[k + 2].t == Tok::Word) k += 3;
+      if (add && k < last) add = punct(k, ',') && ++k < last;
+    }
+    if (add) out_.rels[at].kind = AccessKind::Add;
   }
   sources(i, AccessKind::Read, 0, target);
   out_.rels[at].keys = std::move(keys);

@@ -20,14 +20,18 @@
 namespace tierlab::replay::detail {
 
 // How a statement uses a relation. Two uses of one relation conflict (the
-// order between them changes what one of them sees) unless both are Read,
-// both Append, or one is Schema and the other not a whole-relation Write.
+// order between them changes what one of them sees, or what they leave)
+// unless both are Read, both Append, both Add, or one is Schema and the
+// other not a whole-relation Write.
 enum class AccessKind : uint8_t {
   Schema,  // only its definition: a Parse (prepared, not executed)
   Read,    // SELECT, COPY TO, the other relations of a DML statement
   Append,  // INSERT (without ON CONFLICT or RETURNING), COPY FROM: adds rows
   Write,   // UPDATE, DELETE, DDL, TRUNCATE, LOCK, SELECT FOR UPDATE, a
            // sequence's nextval/setval, INSERT ... ON CONFLICT or RETURNING
+  Add,     // UPDATE whose every SET is `c = c + x` or `c = c - x` (x a
+           // literal or parameter), without FROM or RETURNING: increments,
+           // which leave the same rows and counts in either order
 };
 
 // `column = value` at the top level of a WHERE (ANDed, no OR): the rows the

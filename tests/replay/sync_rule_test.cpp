@@ -22,7 +22,7 @@ namespace {
 std::string show(const SqlAccess& a) {
   std::string out = a.unknown ? "unknown" : "";
   for (const RelAccess& r : a.rels) {
-    static const char* const kKind[] = {"schema", "read", "append", "write"};
+    static const char* const kKind[] = {"schema", "read", "append", "write", "add"};
     if (!out.empty()) out += "; ";
     out += std::string(kKind[static_cast<int>(r.kind)]) + " " + r.relation;
     for (const Equality& e : r.keys) out += " " + e.column + "=" + e.value;
@@ -41,9 +41,15 @@ constexpr Nanos kMs = 1000000;
 TEST_CASE("sync sql: pgbench's statements touch their relations, by row where the WHERE names one",
           "[replay][sync]") {
   CHECK(show("UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2;", {"-17", "4711"}) ==
-        "write pgbench_accounts aid=4711");
+        "add pgbench_accounts aid=4711");
   CHECK(show("SELECT abalance FROM pgbench_accounts WHERE aid = $1", {"0042"}) == "read pgbench_accounts aid=42");
-  CHECK(show("UPDATE pgbench_branches SET bbalance = bbalance + 5 WHERE bid = 3") == "write pgbench_branches bid=3");
+  CHECK(show("UPDATE pgbench_branches SET bbalance = bbalance + 5 WHERE bid = 3") == "add pgbench_branches bid=3");
+  // Increments (Add) only when every SET adds a constant to its own column.
+  CHECK(show("UPDATE t SET a = a + 1, \"B\" = \"B\" - $1::int WHERE k = 1", {"2"}) == "add t k=1");
+  CHECK(show("UPDATE t SET a = a + b WHERE k = 1") == "write t k=1");
+  CHECK(show("UPDATE t SET a = a + 1 WHERE k = 1 RETURNING a") == "write t k=1");
+  CHECK(show("UPDATE t SET a = 1 + a WHERE k = 1") == "write t k=1");
+  CHECK(show("UPDATE t SET a = a * 2 WHERE k = 1") == "write t k=1");
   CHECK(show("INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP)",
              {"1", "2", "3", "4"}) == "append pgbench_history");
   CHECK(show("BEGIN").empty());
@@ -130,18 +136,18 @@ std::string tpcb(int aid, int tid, int bid) {
 
 TEST_CASE("sync rule: a transaction waits only for earlier commits that touched its rows or relations",
           "[replay][sync]") {
-  SECTION("tpcb-like: other rows do not wait, the same branch waits for its last commit only") {
+  SECTION("tpcb-like: increments and history inserts do not order; a read of the row waits for its increments") {
     // Commits 0-3 (ends 10, 20, 30, 40 ms), each begun after the one before
-    // committed; 0, 1 and 3 on branch 1, 2 on branch 2.
+    // committed; 0, 1 and 3 on branch 1, 2 on branch 2 and account 1.
     std::vector<SyncTxn> t = {txn(1, 0, {tpcb(1, 1, 1)}), txn(11, 1, {tpcb(2, 2, 1)}),
-                              txn(21, 2, {tpcb(3, 3, 2)}), txn(31, 3, {tpcb(4, 4, 1)}),
-                              txn(41, kNoCommit, {tpcb(5, 5, 3)})};
+                              txn(21, 2, {tpcb(1, 3, 2)}), txn(31, 3, {tpcb(4, 4, 1)}),
+                              txn(41, kNoCommit, {"SELECT bbalance FROM pgbench_branches WHERE bid = 1"})};
     auto n = sync_needs(t, ends({10, 20, 30, 40}));
     CHECK(n[0].deps.empty());
-    CHECK(n[1].deps == std::vector<uint32_t>{0});
-    CHECK(n[2].deps.empty());                      // branch 2, other rows: the history inserts do not order
-    CHECK(n[3].deps == std::vector<uint32_t>{1});  // 1 waited for 0 already
-    CHECK(n[4].deps.empty());
+    CHECK(n[1].deps.empty());
+    CHECK(n[2].deps == std::vector<uint32_t>{0});  // account 1: its balance read back
+    CHECK(n[3].deps.empty());
+    CHECK(n[4].deps == std::vector<uint32_t>{0, 1, 3});
     for (const SyncNeed& x : n) CHECK(x.prefix == 0);
   }
   SECTION("two writers of one row that overlapped at capture: a later one waits for both") {
