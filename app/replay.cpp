@@ -162,7 +162,8 @@ void run_replay(const ReplayOptions& o) {
   opts.direct = o.wire == "direct";
   opts.io = o.io;
   opts.log_path = o.log;
-  opts.sync = o.sync == "commit";
+  opts.sync = o.sync != "none";
+  opts.sync_all = o.sync == "all";
   opts.sync_timeout_ns = parse_duration("--sync-timeout", o.sync_timeout);
   if (!o.start_at.empty()) {
     const int64_t now = clock_ns(CLOCK_REALTIME);
@@ -317,13 +318,16 @@ void setup_replay(CLI::App& parent) {
       ->check(CLI::IsMember({"auto", "io_uring", "epoll"}))
       ->capture_default_str();
   cmd->add_option("--sync", o->sync,
-                  "commit: a transaction, autocommit statement or session start waits until every "
-                  "transaction that committed before it at capture (and changed data or schema) has "
-                  "committed in the replay; none: sessions race, keeping only their own order")
-      ->check(CLI::IsMember({"commit", "none"}))
+                  "commit: a transaction or autocommit statement waits until every transaction that "
+                  "committed before it began at capture, changed data or schema, and touched a relation "
+                  "(or row key) it touches in a way where order matters, has committed in the replay; "
+                  "all: it, and a session's start, wait for every such transaction, whatever it touched "
+                  "(for links the SQL text does not show: triggers, views, functions); none: sessions "
+                  "race, keeping only their own order")
+      ->check(CLI::IsMember({"commit", "all", "none"}))
       ->capture_default_str();
   cmd->add_option("--sync-timeout", o->sync_timeout,
-                  "with --sync commit: a wait for other sessions' commits longer than this (30s, 500ms; "
+                  "with --sync commit or all: a wait for other sessions' commits longer than this (30s, 500ms; "
                   "0: no limit) goes on and is counted")
       ->type_name("DURATION")
       ->capture_default_str();

@@ -170,7 +170,7 @@ json report_json(const replay::Report& r, double max_rate) {
                   {"offset_ns", r.start_offset_ns},
                   {"offset_max_ns", r.start_offset_max_ns},
                   {"clock", r.clock}};
-  j["sync"] = {{"mode", r.sync ? "commit" : "none"},
+  j["sync"] = {{"mode", !r.sync ? "none" : r.sync_all ? "all" : "commit"},
                {"timeout_s", r.sync_timeout_s},
                {"commit_points", r.commit_points},
                {"units_waited", r.sync_waits},
@@ -249,7 +249,9 @@ replay::Report report_from_json(const json& j, const std::string& name, double* 
   if (max_rate) *max_rate = f.num(div, "max_rate", "divergence.max_rate");
   r.unsupported = f.u64("unsupported");
   const json& sync = f.at(j, "sync", "sync");
-  r.sync = f.str(sync, "mode", "sync.mode") == "commit";
+  const std::string mode = f.str(sync, "mode", "sync.mode");
+  r.sync = mode == "commit" || mode == "all";
+  r.sync_all = mode == "all";
   r.sync_timeout_s = f.num(sync, "timeout_s", "sync.timeout_s");
   r.commit_points = f.u64(sync, "commit_points", "sync.commit_points");
   r.sync_timeouts = f.u64(sync, "timeouts", "sync.timeouts");

@@ -328,6 +328,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
     commit_order.emplace(plan.commits, threads);
     sh.order = &*commit_order;
     sh.sync_timeout = opts.sync_timeout_ns;
+    sh.sync_all = opts.sync_all;
   }
   std::vector<std::unique_ptr<Worker>> workers;
   for (int t = 0; t < threads; ++t) workers.push_back(std::make_unique<Worker>(sh, t, per[t], live[t]));
@@ -427,6 +428,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   r.speed = opts.speed;
   r.max_speed = opts.max_speed;
   r.sync = opts.sync;
+  r.sync_all = opts.sync && opts.sync_all;
   r.sync_timeout_s = static_cast<double>(opts.sync_timeout_ns) / 1e9;
   r.threads = threads;
   r.cpu_latency_held = cpu_latency.held();

@@ -17,6 +17,8 @@
 #include "replay/plan.h"
 
 #include "common/error.h"
+#include "replay/sync_plan.h"
+#include "replay/sync_sql.h"
 #include "replay/wire.h"
 
 #include <algorithm>
@@ -522,6 +524,7 @@ struct PlanBuilder::Impl {
     auto it = sb.prepared.find(std::string(b.statement));
     if (it != sb.prepared.end()) {
       sb.bind_fp = it->second.fp;
+      op.sql = it->second.sql;
     } else {
       sb.bind_fp = fp_for_text("EXECUTE " + std::string(b.statement) +
                                " /* prepared before the capture */");
@@ -646,13 +649,62 @@ struct PlanBuilder::Impl {
   template <typename T>
   void on(SessionBuild&, Nanos, const T&) {}  // storage records, meta, loss
 
+  // What unit `ui` touches (replay/sync_sql.h): its SQL, with the
+  // parameters an Execute binds; a Parse only names relations (Schema). A
+  // unit with an error at capture counts as unknown: the error may come of
+  // another session's work (a duplicate key, a missing row), whatever the
+  // text says.
+  detail::SqlAccess unit_access(uint32_t ui, uint32_t captured) const {
+    const Plan& p = *plan;
+    const Unit& u = p.units[ui];
+    detail::SqlAccess out;
+    if (ui < captured && unit_tmp[ui].errors > 0) {
+      out.unknown = true;
+      return out;
+    }
+    auto merge = [&](detail::SqlAccess a) {
+      out.unknown = out.unknown || a.unknown;
+      for (detail::RelAccess& r : a.rels) out.rels.push_back(std::move(r));
+    };
+    if (u.kind != UnitKind::Extended) {
+      merge(detail::read_access(u.sql ? u.sql : ""));
+      return out;
+    }
+    uint32_t executes = 0;
+    std::vector<detail::ParamValue> params;
+    for (uint32_t i = 0; i < u.n_ops; ++i) {
+      const Op& op = p.ops[u.first_op + i];
+      if (op.kind == OpKind::Prepare) {
+        merge(detail::read_access(op.sql, {}, true));
+      } else if (op.kind == OpKind::Execute) {
+        ++executes;
+        if (!op.sql) {  // prepared before the capture: its text is not known
+          out.unknown = true;
+          continue;
+        }
+        params.clear();
+        for (int k = 0; k < op.nparams; ++k) {
+          const char* v = p.param_values[op.params + k];
+          if (!v || p.param_formats[op.params + k] != 0) params.emplace_back(std::nullopt);
+          else params.emplace_back(std::string_view(v, p.param_lengths[op.params + k]));
+        }
+        merge(detail::read_access(op.sql, params));
+      }
+    }
+    // An Execute that resumes a portal (no op): what it runs is not known.
+    if (u.n_stmts > executes) out.unknown = true;
+    return out;
+  }
+
   // Numbers the commit points of the units replayed in capture order (by
   // ReadyForQuery time), and gives each unit that starts a transaction (the
-  // session's first, or one after a ReadyForQuery that said idle) and each
-  // session's start the count of commit points whose ReadyForQuery came
-  // before it was sent (before the session started). `start`: the
-  // sessions' ranges in Plan::session_units; units below `captured` were
-  // captured (the others re-prepare, and change nothing).
+  // session's first, or one after a ReadyForQuery that said idle) what it
+  // waits for: under --sync all the count of commit points whose
+  // ReadyForQuery came before it was sent (and each session's start the
+  // count before it started); under --sync commit those of them it could
+  // conflict with (replay/sync_plan.h). `start`: the sessions' ranges in
+  // Plan::session_units; units below `captured` were captured (the others
+  // re-prepare, and change nothing).
   void order_commits(const std::vector<uint32_t>& start, uint32_t captured) {
     Plan& p = *plan;
     std::vector<std::pair<Nanos, uint32_t>> points;  // ReadyForQuery time, unit
@@ -676,14 +728,37 @@ struct PlanBuilder::Impl {
     auto before = [&](Nanos t) {
       return static_cast<uint32_t>(std::lower_bound(at.begin(), at.end(), t) - at.begin());
     };
+    // The transactions: from a unit that starts one to the unit whose
+    // ReadyForQuery says idle (or the session's last).
+    std::vector<detail::SyncTxn> txns;
+    std::vector<uint32_t> first;  // per transaction: its first unit
     for (size_t i = 0; i + 1 < start.size(); ++i) {
-      p.sessions[i].sync_need = before(p.sessions[i].begin);
+      p.sessions[i].sync_all = before(p.sessions[i].begin);
       bool idle = true;  // the next unit starts a transaction
       for (uint32_t k = start[i]; k < start[i + 1]; ++k) {
-        Unit& u = p.units[p.session_units[k]];
-        u.sync_need = idle ? before(u.ts) : 0;
+        const uint32_t ui = p.session_units[k];
+        Unit& u = p.units[ui];
+        if (idle) {
+          u.sync_all = before(u.ts);
+          txns.emplace_back();
+          txns.back().begin = u.ts;
+          first.push_back(ui);
+        }
+        detail::SqlAccess a = unit_access(ui, captured);
+        detail::SyncTxn& t = txns.back();
+        t.unknown = t.unknown || a.unknown;
+        for (detail::RelAccess& r : a.rels) t.rels.push_back(std::move(r));
+        if (u.commit != kNoCommit) t.commit = u.commit;
         idle = u.ready == 'I' || u.ready == 0;
       }
+    }
+    const std::vector<detail::SyncNeed> needs = detail::sync_needs(txns, at);
+    for (size_t t = 0; t < txns.size(); ++t) {
+      Unit& u = p.units[first[t]];
+      u.sync_need = needs[t].prefix;
+      u.sync_dep = static_cast<uint32_t>(p.sync_deps.size());
+      u.n_sync_deps = static_cast<uint32_t>(needs[t].deps.size());
+      p.sync_deps.insert(p.sync_deps.end(), needs[t].deps.begin(), needs[t].deps.end());
     }
     p.commits = static_cast<uint32_t>(points.size());
     p.summary.commit_points = points.size();

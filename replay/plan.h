@@ -65,7 +65,9 @@ struct Op {
   int result_format = 0;
   int nparams = 0;
   const char* name = "";        // statement name ("" = unnamed)
-  const char* sql = nullptr;    // Prepare: text; Deallocate: "DEALLOCATE ..."
+  // Prepare: text; Deallocate: "DEALLOCATE ..."; Execute: the prepared
+  // statement's text (nullptr: prepared before the capture).
+  const char* sql = nullptr;
   uint32_t types = 0;           // Prepare: offset in Plan::types
   uint32_t params = 0;          // Execute: offset in Plan::param_*
   uint32_t stmt = UINT32_MAX;   // Execute: index in Plan::stmts
@@ -101,13 +103,19 @@ struct Unit {
   uint32_t libpq_unsupported = 0;  // messages of it libpq cannot send
   uint32_t copy_wire_len = 0;
   const char* copy_wire = nullptr;
-  // Commit order (replay --sync commit; see Plan::commits): the unit's
-  // place among the commit points, or kNoCommit when it is none; and how
-  // many commit points must have completed in the replay before it is
-  // sent (0 for a unit inside a transaction: only a transaction's first
-  // unit, or an autocommit statement, waits).
+  // Commit order (replay --sync; see Plan::commits): the unit's place
+  // among the commit points, or kNoCommit when it is none. What must have
+  // completed in the replay before it is sent (only a transaction's first
+  // unit, or an autocommit statement, waits; a unit inside a transaction
+  // waits for nothing): with --sync commit, the first sync_need commit
+  // points and the n_sync_deps listed from Plan::sync_deps[sync_dep] (the
+  // earlier commits it could conflict with: replay/sync_plan.h); with
+  // --sync all, the first sync_all (every commit point that completed at
+  // capture before it was sent).
   uint32_t commit = UINT32_MAX;
   uint32_t sync_need = 0;
+  uint32_t sync_dep = 0, n_sync_deps = 0;
+  uint32_t sync_all = 0;
 };
 
 inline constexpr uint32_t kNoCommit = UINT32_MAX;
@@ -130,10 +138,11 @@ struct Session {
   uint32_t first_unit = 0;   // into Plan::session_units
   uint32_t n_units = 0;
   uint64_t captured_transactions = 0;
-  // Commit points of other sessions (replay --sync commit) that had
-  // completed at capture when the session started: its connection opens
-  // once as many have completed in the replay.
-  uint32_t sync_need = 0;
+  // Commit points (replay --sync all) that had completed at capture when
+  // the session started: its connection opens once as many have completed
+  // in the replay. (--sync commit: a connection waits for nothing; its
+  // first unit waits for what it needs.)
+  uint32_t sync_all = 0;
 };
 
 struct Plan {
@@ -155,6 +164,7 @@ struct Plan {
   // that ends a transaction, or is an autocommit statement, in which a
   // statement changed state (changes_state). Only units replayed count.
   uint32_t commits = 0;
+  std::vector<uint32_t> sync_deps;      // commit points units wait for (Unit::sync_dep)
   WorkloadSummary summary;
 };
 

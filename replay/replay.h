@@ -177,13 +177,16 @@ struct Options {
   // epoll. The environment variable TIERLAB_REPLAY_IO, when set,
   // overrides it (tests run on either loop).
   std::string io = "auto";
-  // --sync commit (true): a transaction, an autocommit statement or a
-  // session's start waits until every commit point (Plan::commits) whose
-  // ReadyForQuery came before it was sent at capture has completed in the
+  // --sync commit (true): a transaction or an autocommit statement waits
+  // until every commit point (Plan::commits) that completed at capture
+  // before it was sent, and that could conflict with it (touched a
+  // relation or row it touches: replay/sync_plan.h), has completed in the
   // replay, so work that followed another session's commit at capture
-  // never overtakes it. false (--sync none): sessions only keep their own
-  // order and the schedule.
+  // never overtakes it. With sync_all (--sync all) it, and a session's
+  // start, wait for every such commit point, whatever it touched. false
+  // (--sync none): sessions only keep their own order and the schedule.
   bool sync = true;
+  bool sync_all = false;
   // A wait for commits longer than this goes on anyway (counted in
   // Report::sync_timeouts); 0: no limit. A commit whose session failed or
   // ended before it counts as done at once and is never waited for.
@@ -296,6 +299,7 @@ struct Report {
   // waited; their total, p99 and longest) and those that went on after
   // Options::sync_timeout_ns.
   bool sync = false;
+  bool sync_all = false;  // --sync all
   double sync_timeout_s = 0;
   uint64_t commit_points = 0;
   uint64_t sync_waits = 0;

@@ -350,6 +350,7 @@ Report merge_reports(const std::vector<Report>& reports, const std::vector<std::
     m.sync_wait_hist.merge(r.sync_wait_hist);
     if (i == 0) {
       m.sync = r.sync;
+      m.sync_all = r.sync_all;
       m.sync_timeout_s = r.sync_timeout_s;
     }
     m.commit_points += r.commit_points;
@@ -483,7 +484,7 @@ void print_report(std::ostream& out, const Report& r) {
         << "/" << fmt("%.3f", r.lag_max_ms) << " ms (in tierlab p99/max = " << fmt("%.3f", r.own_lag_p99_ms)
         << "/" << fmt("%.3f", r.own_lag_max_ms) << " ms; the rest waited for the target's previous answer)\n";
   if (r.sync)
-    out << "commit order: kept (--sync commit), " << r.commit_points << " commit points; " << r.sync_waits
+    out << "commit order: kept (--sync " << (r.sync_all ? "all" : "commit") << "), " << r.commit_points << " commit points; " << r.sync_waits
         << " units waited for other sessions' commits, " << fmt("%.3f", r.sync_wait_s) << " s in all (p99/max = "
         << fmt("%.3f", r.sync_wait_p99_ms) << "/" << fmt("%.3f", r.sync_wait_max_ms) << " ms)"
         << (r.sync_timeouts ? ", " + std::to_string(r.sync_timeouts) + " went on after --sync-timeout" : "")

@@ -12,8 +12,12 @@
 namespace tierlab::replay::detail {
 
 CommitOrder::CommitOrder(uint32_t commits, int workers)
-    : n_(commits), flags_(std::make_unique<std::atomic<uint8_t>[]>(commits)), waiters_(workers) {
-  for (uint32_t i = 0; i < commits; ++i) flags_[i].store(0, std::memory_order_relaxed);
+    : n_(commits), flags_(std::make_unique<std::atomic<uint8_t>[]>(commits)),
+      watchers_(std::make_unique<std::atomic<uint64_t>[]>(commits)), waiters_(workers) {
+  for (uint32_t i = 0; i < commits; ++i) {
+    flags_[i].store(0, std::memory_order_relaxed);
+    watchers_[i].store(0, std::memory_order_relaxed);
+  }
   for (Waiter& w : waiters_) {
     w.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (w.fd < 0) {
@@ -41,17 +45,33 @@ uint64_t CommitOrder::complete(uint32_t i) {
   return p;
 }
 
+bool CommitOrder::watch(uint32_t i, int w) {
+  if (i >= n_) return true;
+  watchers_[i].fetch_or(uint64_t{1} << (w % 64), std::memory_order_seq_cst);
+  return flags_[i].load(std::memory_order_seq_cst) != 0;
+}
+
+void CommitOrder::signal_one(int w) {
+  Waiter& o = waiters_[w];
+  if (o.signalled.exchange(true, std::memory_order_seq_cst)) return;
+  const uint64_t one = 1;
+  // Cannot fail but for an overflow of the counter, which the reader
+  // prevents by reading it; a short write is impossible on an eventfd.
+  [[maybe_unused]] ssize_t r = ::write(o.fd, &one, sizeof one);
+}
+
 void CommitOrder::wake(uint64_t prefix, int self) {
   for (int w = 0; w < static_cast<int>(waiters_.size()); ++w) {
     if (w == self) continue;
-    Waiter& o = waiters_[w];
-    if (o.need.load(std::memory_order_seq_cst) > prefix) continue;
-    if (o.signalled.exchange(true, std::memory_order_seq_cst)) continue;
-    const uint64_t one = 1;
-    // Cannot fail but for an overflow of the counter, which the reader
-    // prevents by reading it; a short write is impossible on an eventfd.
-    [[maybe_unused]] ssize_t r = ::write(o.fd, &one, sizeof one);
+    if (waiters_[w].need.load(std::memory_order_seq_cst) > prefix) continue;
+    signal_one(w);
   }
+}
+
+void CommitOrder::signal(uint64_t mask, int self) {
+  if (mask == 0) return;
+  for (int w = 0; w < static_cast<int>(waiters_.size()); ++w)
+    if (w != self && (mask >> (w % 64) & 1)) signal_one(w);
 }
 
 }  // namespace tierlab::replay::detail

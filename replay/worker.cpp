@@ -11,6 +11,8 @@ Worker::Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live
       live_(live), log_(sh.log_fd, &sh.log_lock) {
   for (size_t i = 0; i < sessions.size(); ++i) slots_[i].session = sessions[i];
   held_.reserve(sessions.size());
+  watching_.reserve(sessions.size());
+  woken_.reserve(sessions.size());
   opened_.reserve(sessions.size());
   started_ = !sh.sched.max_speed || sh.initial == 0;
   // The sessions' own buffers take the answers (recv_into); the loop's
@@ -157,17 +159,13 @@ void Worker::finish_slot(uint32_t slot, Nanos now) {
   if (sh_.order) {
     // The session's commit points still to come never will: done now, so
     // that no one waits for them.
-    parked_.cancel(slot);
+    unpark(slot);
+    s.sync_waiting = false;
     const Session& ps = session_of(s);
-    uint64_t prefix = 0;
-    bool any = false;
     for (uint32_t k = s.next; k < ps.n_units; ++k) {
       const uint32_t c = plan_.units[plan_.session_units[ps.first_unit + k]].commit;
-      if (c == kNoCommit) continue;
-      prefix = std::max(prefix, sh_.order->complete(c));
-      any = true;
+      if (c != kNoCommit) commit_done(c);
     }
-    if (any) sync_moved(prefix);
     publish_need();
   }
   --active_;
@@ -223,7 +221,7 @@ void Worker::connect(uint32_t slot, Nanos now) {
   // completed; but at max speed those that start at once (gate 0) connect
   // together, before anything is sent, and their first units wait instead.
   const bool initial = sh_.sched.max_speed && sh_.gate[s.session] == 0;
-  if (!initial && !sync_ready(slot, session_of(s).sync_need, now)) return;
+  if (!initial && sh_.sync_all && !sync_ready(slot, session_of(s).sync_all, nullptr, 0, now)) return;
   move(s, Event::Due);
   sh_.connector->open(index_, slot, s.session);
 }
@@ -279,7 +277,7 @@ void Worker::schedule_next(uint32_t slot, Nanos now) {
 
 void Worker::on_timer(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
-  if (parked_.armed(slot)) return sync_resume(slot, now, true);  // --sync-timeout
+  if (parked(slot)) return sync_timed_out(slot, now);  // --sync-timeout
   if (s.state == State::Pending) return connect(slot, now);
   if (s.state != State::Idle) return;  // still busy: sends when done
   const Session& ps = session_of(s);
@@ -288,23 +286,67 @@ void Worker::on_timer(uint32_t slot, Nanos now) {
     return finish_slot(slot, now);
   }
   const uint32_t unit = plan_.session_units[ps.first_unit + s.next];
-  if (!sync_ready(slot, plan_.units[unit].sync_need, now)) return;
+  const Unit& u = plan_.units[unit];
+  const bool go = sh_.sync_all ? sync_ready(slot, u.sync_all, nullptr, 0, now)
+                               : sync_ready(slot, u.sync_need, plan_.sync_deps.data() + u.sync_dep, u.n_sync_deps, now);
+  if (!go) return;
   s.unit = unit;
   send_unit(slot, now);
 }
 
-bool Worker::sync_ready(uint32_t slot, uint32_t need, Nanos now) {
+bool Worker::sync_ready(uint32_t slot, uint32_t need, const uint32_t* deps, uint32_t n, Nanos now) {
   Slot& s = slots_[slot];
   if (s.sync_pass) {
     s.sync_pass = false;
     return true;
   }
-  if (!sh_.order || need <= sh_.order->done()) return true;
-  s.sync_from = now;
-  parked_.set(slot, need);
-  if (sh_.sync_timeout > 0) timers_.set(slot, now + sh_.sync_timeout);
+  if (!sh_.order) return true;
+  bool go = true;
+  if (need > sh_.order->done()) {
+    parked_.set(slot, need);
+    go = false;
+  } else {
+    // Invariant (replay/sync.h): watched, then read; a completion after
+    // the read signals this worker.
+    for (; s.sync_cursor < n; ++s.sync_cursor) {
+      const uint32_t c = deps[s.sync_cursor];
+      if (sh_.order->is_done(c) || sh_.order->watch(c, index_)) continue;
+      s.sync_watch = c;
+      s.watch_pos = static_cast<uint32_t>(watching_.size());
+      watching_.push_back(slot);
+      go = false;
+      break;
+    }
+  }
+  if (go) {
+    s.sync_cursor = 0;
+    if (s.sync_waiting) {
+      s.sync_waiting = false;
+      timers_.cancel(slot);
+      stats_.sync_wait.record(now - s.sync_from);
+      s.sync_at = now;
+    }
+    return true;
+  }
+  if (!s.sync_waiting) {
+    s.sync_waiting = true;
+    s.sync_from = now;
+    if (sh_.sync_timeout > 0) timers_.set(slot, now + sh_.sync_timeout);
+  }
   publish_need();
   return false;
+}
+
+void Worker::unpark(uint32_t slot) {
+  Slot& s = slots_[slot];
+  parked_.cancel(slot);
+  if (s.sync_watch == kNone) return;
+  const uint32_t last = watching_.back();
+  watching_[s.watch_pos] = last;
+  slots_[last].watch_pos = s.watch_pos;
+  watching_.pop_back();
+  s.sync_watch = kNone;
+  s.watch_pos = kNone;
 }
 
 void Worker::publish_need() {
@@ -318,21 +360,46 @@ void Worker::publish_need() {
 void Worker::sync_wake(Nanos now) {
   sync_check_ = false;
   const uint64_t done = sh_.order->done();
-  while (!parked_.empty() && static_cast<uint64_t>(parked_.top_due()) <= done)
-    sync_resume(parked_.top(), now, false);
+  woken_.clear();
+  while (!parked_.empty() && static_cast<uint64_t>(parked_.top_due()) <= done) {
+    woken_.push_back(parked_.top());
+    parked_.cancel(parked_.top());
+  }
+  for (size_t i = 0; i < watching_.size();) {
+    const uint32_t slot = watching_[i];
+    if (!sh_.order->is_done(slots_[slot].sync_watch)) {
+      ++i;
+      continue;
+    }
+    woken_.push_back(slot);
+    unpark(slot);  // moves the last one to i
+  }
+  // Each looks again: goes on, or waits for what it needs next.
+  for (uint32_t slot : woken_)
+    if (slots_[slot].sync_waiting) on_timer(slot, now);
   publish_need();
 }
 
-void Worker::sync_resume(uint32_t slot, Nanos now, bool timed_out) {
+void Worker::sync_timed_out(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
-  parked_.cancel(slot);
-  timers_.cancel(slot);
+  unpark(slot);
   stats_.sync_wait.record(now - s.sync_from);
-  if (timed_out) ++stats_.sync_timeouts;
+  ++stats_.sync_timeouts;
+  s.sync_waiting = false;
+  s.sync_cursor = 0;
   s.sync_pass = true;
   s.sync_at = now;
   on_timer(slot, now);
   s.sync_pass = false;  // used, or the slot ended meanwhile
+  publish_need();
+}
+
+void Worker::commit_done(uint32_t c) {
+  const uint64_t prefix = sh_.order->complete(c);
+  const uint64_t watchers = sh_.order->take_watchers(c);
+  sh_.order->signal(watchers, index_);
+  if (watchers >> (index_ % 64) & 1) sync_check_ = true;
+  sync_moved(prefix);
 }
 
 void Worker::sync_moved(uint64_t prefix) {
@@ -474,7 +541,7 @@ void Worker::unit_done(uint32_t slot, Nanos now) {
     std::memcpy(l.sqlstate, s.unit_state, sizeof l.sqlstate);
     log_.add(l);
   }
-  if (sh_.order && u.commit != kNoCommit) sync_moved(sh_.order->complete(u.commit));
+  if (sh_.order && u.commit != kNoCommit) commit_done(u.commit);
   move(s, Event::UnitDone);
   s.free_at = now;
   ++s.next;

@@ -95,8 +95,9 @@ struct Shared {
   Nanos unix_offset = 0;              // CLOCK_REALTIME - CLOCK_MONOTONIC, for the log
   Connector* connector = nullptr;     // opens and closes the sessions' connections
   std::atomic<bool> stop{false};      // stop every session now (SIGINT, SIGTERM)
-  // --sync commit with commit points to keep: their order; nullptr else.
+  // --sync commit or all with commit points to keep: their order; nullptr else.
   CommitOrder* order = nullptr;
+  bool sync_all = false;              // --sync all: every commit before, not the listed ones
   Nanos sync_timeout = 0;             // a wait longer than this goes on; 0: no limit
 };
 
@@ -135,12 +136,18 @@ struct Slot {
   uint32_t skip = 0;                 // bytes of a message still to discard
   uint32_t in_off = 0, in_len = 0;
   std::unique_ptr<char[]> in;        // kInBuf bytes, from connect; a receive into it is armed while connected
-  // --sync commit: when the slot began waiting for other sessions'
-  // commits, when it was let go (0: it did not wait since its last send),
-  // and whether the next check lets it through (it was let go).
+  // --sync: whether the slot is waiting for other sessions' commits, since
+  // when, when it was let go (0: it did not wait since its last send), and
+  // whether the next check lets it through (its wait timed out); the next
+  // of its unit's listed commits to look at, and the one it watches
+  // (kNone: none) at `watch_pos` in Worker::watching_.
+  bool sync_waiting = false;
   Nanos sync_from = 0;
   Nanos sync_at = 0;
   bool sync_pass = false;
+  uint32_t sync_cursor = 0;
+  uint32_t sync_watch = kNone;
+  uint32_t watch_pos = kNone;
 };
 
 class Worker {
@@ -208,17 +215,25 @@ class Worker {
 
   // --- commit order (--sync commit; replay/sync.h) ---------------------------
 
-  // True when `need` commit points have completed in the replay (or the
-  // slot was just let go); else the slot waits (parked_, and a timer for
+  // True when the first `need` commit points and the `n` listed at `deps`
+  // have completed in the replay (or the slot's wait timed out), and the
+  // slot's wait, if it waited, is counted; else the slot waits (parked_
+  // for the prefix, or watching_ a listed commit, and a timer for
   // Shared::sync_timeout) and false.
-  bool sync_ready(uint32_t slot, uint32_t need, Nanos now);
+  bool sync_ready(uint32_t slot, uint32_t need, const uint32_t* deps, uint32_t n, Nanos now);
+  // The slot waits no more for the prefix or a listed commit.
+  void unpark(uint32_t slot);
+  bool parked(uint32_t slot) const { return parked_.armed(slot) || slots_[slot].sync_watch != kNone; }
   // Publishes the least need waiting (Waiter::need) and asks for a check
   // when it is already met.
   void publish_need();
-  // Lets go every waiting slot whose need has been met.
+  // Looks again at every waiting slot whose prefix or watched commit has
+  // completed (it goes on, or waits for the next thing it needs).
   void sync_wake(Nanos now);
-  // Lets one slot go on (its wait is counted) and acts as its timer would.
-  void sync_resume(uint32_t slot, Nanos now, bool timed_out);
+  // A wait timed out (--sync-timeout): the slot goes on, counted.
+  void sync_timed_out(uint32_t slot, Nanos now);
+  // Commit point c completed here: marks it and wakes who waits for it.
+  void commit_done(uint32_t c);
   // Commit points done: the prefix moved to `prefix`; wakes who needs it.
   void sync_moved(uint64_t prefix);
 
@@ -297,6 +312,9 @@ class Worker {
   // --sync commit: slots waiting for other sessions' commits, by the count
   // they need; sync_check_: the count may have moved (look before waiting).
   TimerHeap parked_;
+  // Slots watching a listed commit (Slot::sync_watch); those of them found
+  // completed in one look (sync_wake).
+  std::vector<uint32_t> watching_, woken_;
   bool sync_check_ = false;
   Stats stats_;
   Live& live_;

@@ -214,8 +214,9 @@ TEST_CASE("replay --sync commit: a failed predecessor is not waited for, a slow 
       b.begin(1 * kMs, 2, "postgres", "sync_no_such_database");
       b.query(100 * kMs, 2, "INSERT INTO sync_wait VALUES (1)", "INSERT", true, 1);
       b.end(200 * kMs, 2);
+      // A read of the table waits for the insert (another insert would not).
       b.begin(2 * kMs, 3, "postgres");
-      b.query(300 * kMs, 3, "INSERT INTO sync_wait VALUES (2)", "INSERT", true, 1);
+      b.query(300 * kMs, 3, "SELECT count(*) FROM sync_wait", "SELECT", true, 1);
       b.end(400 * kMs, 3);
       b.close();
     }
@@ -241,7 +242,7 @@ TEST_CASE("replay --sync commit: a failed predecessor is not waited for, a slow 
       b.query(4 * kMs, 1, "COMMIT", "COMMIT", false, 0);
       b.end(10 * kMs, 1);
       b.begin(1 * kMs, 2, "postgres");
-      b.query(20 * kMs, 2, "INSERT INTO sync_wait VALUES (4)", "INSERT", true, 1);
+      b.query(20 * kMs, 2, "SELECT count(*) FROM sync_wait", "SELECT", true, 1);
       b.end(30 * kMs, 2);
       b.close();
     }
@@ -257,6 +258,69 @@ TEST_CASE("replay --sync commit: a failed predecessor is not waited for, a slow 
     r = replay::run(load_file(path), o);
     CHECK(r.sync_timeouts == 0);
     CHECK(r.sync_wait_max_ms >= 1500);
+  }
+}
+
+TEST_CASE("replay --sync commit: work on other rows and tables does not wait, work on the same row does; --sync all waits for all",
+          "[replay][pg][sync]") {
+  auto& pg = tierlab::test::shared_server();
+  pg.sql("DROP TABLE IF EXISTS sync_rowkey");
+  pg.sql("CREATE TABLE sync_rowkey(k int PRIMARY KEY, v int, t timestamptz)");
+  pg.sql("CREATE TABLE IF NOT EXISTS sync_other(t timestamptz)");
+  TempDir dir;
+  std::string path = dir.file("rowkey.tlt");
+  {
+    TraceBuilder b(path);
+    // Session 1: busy 0.3 s, then sets row 1 at 400 ms.
+    b.begin(0, 1, "postgres");
+    b.query(1 * kMs, 1, "SELECT pg_sleep(0.3)", "SELECT", true, 1, 300 * kMs);
+    b.query(400 * kMs, 1, "UPDATE sync_rowkey SET v = 1, t = clock_timestamp() WHERE k = 1", "UPDATE", true, 1);
+    b.query(1500 * kMs, 1, "SELECT 1", "SELECT", true, 1);
+    b.end(1600 * kMs, 1);
+    // Session 2, after that commit: row 2 and another table, in a
+    // transaction; then row 1, which it must find set.
+    b.begin(2 * kMs, 2, "postgres");
+    b.query(3 * kMs, 2, "SELECT 1", "SELECT", true, 1);
+    b.query(500 * kMs, 2, "BEGIN", "BEGIN", false, 0, kMs, 'T');
+    b.query(501 * kMs, 2, "UPDATE sync_rowkey SET v = 2 WHERE k = 2", "UPDATE", true, 1, kMs, 'T');
+    b.query(502 * kMs, 2, "INSERT INTO sync_other VALUES (clock_timestamp())", "INSERT", true, 1, kMs, 'T');
+    b.query(503 * kMs, 2, "COMMIT", "COMMIT", false, 0);
+    b.query(510 * kMs, 2, "SELECT v FROM sync_rowkey WHERE k = 1 AND v = 1", "SELECT", true, 1);
+    b.end(600 * kMs, 2);
+    b.close();
+  }
+  const replay::Workload w = load_file(path);
+  auto reset = [&] {
+    pg.sql("DELETE FROM sync_rowkey");
+    pg.sql("DELETE FROM sync_other");
+    pg.sql("INSERT INTO sync_rowkey VALUES (1, 0), (2, 0)");
+  };
+  // Whether session 2's transaction committed before session 1's update.
+  auto overtook = [&] {
+    return pg.sql("SELECT (SELECT max(t) FROM sync_other) < (SELECT t FROM sync_rowkey WHERE k = 1)") == "t";
+  };
+  for (bool max_speed : {true, false}) {
+    INFO((max_speed ? "max speed" : "speed 4"));
+    reset();
+    replay::Report r = replay::run(w, opts_for(pg, true, max_speed));
+    INFO(r.first_session_error);
+    CHECK(r.errors == 0);
+    CHECK(r.divergence_row_count == 0);  // row 1 was set when read
+    CHECK(r.sync_waits == 1);            // the read of row 1 only
+    CHECK(r.sync_wait_max_ms > 100);
+    CHECK_FALSE(r.sync_all);
+    CHECK(overtook());                   // row 2 and sync_other did not wait
+    // --sync all: the transaction waits for the update of row 1.
+    reset();
+    replay::Options o = opts_for(pg, true, max_speed);
+    o.sync_all = true;
+    r = replay::run(w, o);
+    CHECK(r.errors == 0);
+    CHECK(r.divergence_row_count == 0);
+    CHECK(r.sync_all);
+    CHECK(r.sync_waits >= 1);
+    CHECK(r.sync_wait_max_ms > 100);
+    CHECK_FALSE(overtook());
   }
 }
 

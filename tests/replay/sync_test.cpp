@@ -39,6 +39,10 @@ const Unit& unit(const Plan& p, uint32_t session, uint32_t k) {
   return p.units[p.session_units[p.sessions[session].first_unit + k]];
 }
 
+std::vector<uint32_t> deps(const Plan& p, const Unit& u) {
+  return std::vector<uint32_t>(p.sync_deps.begin() + u.sync_dep, p.sync_deps.begin() + u.sync_dep + u.n_sync_deps);
+}
+
 }  // namespace
 
 TEST_CASE("changes_state: writes, DDL, sequences and NOTIFY change state, reads and transaction control do not",
@@ -128,21 +132,72 @@ TEST_CASE("plan: commit points in capture order, and what each transaction's fir
   CHECK(unit(plan, 0, 3).commit == kNoCommit);  // read-only COMMIT
   CHECK(unit(plan, 0, 5).commit == kNoCommit);  // INSERT inside the transaction
   CHECK(unit(plan, 0, 6).commit == 1);
-  CHECK(unit(plan, 0, 0).sync_need == 0);
-  CHECK(unit(plan, 0, 1).sync_need == 1);  // BEGIN at 20 ms: after the CREATE
-  CHECK(unit(plan, 0, 2).sync_need == 0);  // inside a transaction: no wait
-  // Session 2 (index 1).
-  CHECK(plan.sessions[1].sync_need == 1);
-  CHECK(unit(plan, 1, 0).sync_need == 1);
-  CHECK(unit(plan, 1, 1).sync_need == 1);
-  CHECK(unit(plan, 1, 2).sync_need == 0);
-  CHECK(unit(plan, 1, 3).sync_need == 0);
-  CHECK(unit(plan, 1, 4).sync_need == 2);
+  // --sync all: every commit point before the unit was sent.
+  CHECK(unit(plan, 0, 0).sync_all == 0);
+  CHECK(unit(plan, 0, 1).sync_all == 1);  // BEGIN at 20 ms: after the CREATE
+  CHECK(unit(plan, 0, 2).sync_all == 0);  // inside a transaction: no wait
+  CHECK(plan.sessions[1].sync_all == 1);
+  CHECK(unit(plan, 1, 0).sync_all == 1);
+  CHECK(unit(plan, 1, 1).sync_all == 1);
+  CHECK(unit(plan, 1, 2).sync_all == 0);
+  CHECK(unit(plan, 1, 3).sync_all == 0);
+  CHECK(unit(plan, 1, 4).sync_all == 2);
   CHECK(unit(plan, 1, 4).commit == 2);
+  // --sync commit: of those, the ones that touched what the unit touches.
+  // Every use of t after the CREATE waits for it; the nextval of s, for
+  // nothing (neither it nor the INSERT's commit touched s).
+  CHECK(deps(plan, unit(plan, 0, 0)) == std::vector<uint32_t>{});
+  CHECK(deps(plan, unit(plan, 0, 1)) == std::vector<uint32_t>{0});
+  CHECK(deps(plan, unit(plan, 0, 4)) == std::vector<uint32_t>{0});
+  CHECK(deps(plan, unit(plan, 1, 0)) == std::vector<uint32_t>{0});
+  CHECK(deps(plan, unit(plan, 1, 1)) == std::vector<uint32_t>{0});  // the INSERT committed after it began
+  CHECK(deps(plan, unit(plan, 1, 4)) == std::vector<uint32_t>{});
+  for (uint32_t k = 0; k < 5; ++k) CHECK(unit(plan, 1, k).sync_need == 0);
   // Session 3 (index 2): started before any commit; its failed INSERT is
-  // no commit point.
-  CHECK(plan.sessions[2].sync_need == 0);
+  // no commit point (and, failed, waits for every commit before it: none).
+  CHECK(plan.sessions[2].sync_all == 0);
   CHECK(unit(plan, 2, 0).commit == kNoCommit);
+  CHECK(unit(plan, 2, 0).sync_need == 0);
+}
+
+TEST_CASE("plan: a statement that failed at capture waits for every commit before it; Execute binds its parameters",
+          "[replay][sync]") {
+  Builder t;
+  t.add(0, 1, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  t.add(0, 1, trace::Ready{'I'});
+  t.query(10 * kMs, 1, "UPDATE a SET v = 1 WHERE k = 1", "UPDATE 1");  // commit 0
+  t.query(20 * kMs, 1, "UPDATE b SET v = 1 WHERE k = 1", "UPDATE 1");  // commit 1
+  t.add(100 * kMs, 1, trace::SessionEnd{});
+  t.add(0, 2, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  t.add(0, 2, trace::Ready{'I'});
+  // A duplicate key on a: it waits for both commits, though the text names a only.
+  t.add(30 * kMs, 2, trace::Query{"INSERT INTO a VALUES (1)"});
+  t.add(31 * kMs, 2, trace::Error{"23505", "ERROR", "duplicate key"});
+  t.add(31 * kMs, 2, trace::Ready{'I'});
+  // Prepared and executed with k = 1, then with k = 2: the first waits
+  // for the UPDATE of b's row 1, the second for nothing.
+  static const trace::Param one[] = {{0, false, "1"}};
+  static const trace::Param two[] = {{0, false, "2"}};
+  t.add(40 * kMs, 2, trace::Parse{"s", "SELECT v FROM b WHERE k = $1", {}});
+  t.add(40 * kMs, 2, trace::Bind{"", "s", one, {}});
+  t.add(40 * kMs, 2, trace::Execute{"", 0});
+  t.add(40 * kMs, 2, trace::Sync{});
+  t.add(41 * kMs, 2, trace::Result{"SELECT 1", true, 1});
+  t.add(41 * kMs, 2, trace::Ready{'I'});
+  t.add(50 * kMs, 2, trace::Bind{"", "s", two, {}});
+  t.add(50 * kMs, 2, trace::Execute{"", 0});
+  t.add(50 * kMs, 2, trace::Sync{});
+  t.add(51 * kMs, 2, trace::Result{"SELECT 0", true, 0});
+  t.add(51 * kMs, 2, trace::Ready{'I'});
+  t.add(100 * kMs, 2, trace::SessionEnd{});
+  auto p = t.b.finish();
+  const Plan& plan = *p;
+  REQUIRE(plan.commits == 2);
+  CHECK(unit(plan, 1, 0).sync_need == 2);
+  CHECK(deps(plan, unit(plan, 1, 0)).empty());
+  CHECK(unit(plan, 1, 1).sync_need == 0);
+  CHECK(deps(plan, unit(plan, 1, 1)) == std::vector<uint32_t>{1});
+  CHECK(deps(plan, unit(plan, 1, 2)).empty());
 }
 
 TEST_CASE("commit order: the done prefix grows only over completed commits, in any completion order",
