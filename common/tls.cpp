@@ -165,7 +165,9 @@ std::unique_ptr<TlsContext> TlsContext::client(const TlsClientOptions& o) {
   std::unique_ptr<TlsContext> t(new TlsContext);
   t->ctx_ = new_ctx(false);
   ERR_clear_error();
-  const bool verify = o.mode == SslMode::VerifyCa || o.mode == SslMode::VerifyFull;
+  // As libpq: a root certificate given makes allow, prefer and require
+  // verify the chain too (require then acts as verify-ca).
+  const bool verify = o.mode == SslMode::VerifyCa || o.mode == SslMode::VerifyFull || !o.root_cert.empty();
   if (!o.root_cert.empty()) {
     if (SSL_CTX_load_verify_locations(t->ctx_, o.root_cert.c_str(), nullptr) != 1)
       throw InputError(o.root_cert + ": not a readable PEM file of CA certificates (" + ssl_errors() + ")");

@@ -82,7 +82,7 @@ const char* sslmode_name(SslMode m);
 
 struct TlsClientOptions {
   SslMode mode = SslMode::Prefer;
-  std::string root_cert;  // CA certificates (PEM) for verify-ca/verify-full
+  std::string root_cert;  // CA certificates (PEM): the chain is verified when given
   std::string cert, key;  // a client certificate and its key (PEM), or ""
 };
 
@@ -98,7 +98,8 @@ class TlsContext {
   // valid a year, CN "tierlab capture proxy").
   static std::unique_ptr<TlsContext> server_self_signed();
   // The client side, verifying as o.mode says (verify-ca, verify-full need
-  // o.root_cert).
+  // o.root_cert). As libpq, a root certificate given with allow, prefer or
+  // require verifies the chain too (require acts as verify-ca).
   static std::unique_ptr<TlsContext> client(const TlsClientOptions& o);
 
   bool is_server() const { return server_; }

@@ -55,6 +55,16 @@ bool handshake(TlsStage& c, TlsStage& s, uint32_t chunk = 1u << 20) {
   return c.established() && s.established() && junk.empty();
 }
 
+// A handshake between new stages of `server` and `client` (naming `host`):
+// "" when it ends, else why the client failed.
+std::string handshake_error(const TlsContext& server, const TlsContext& client, const std::string& host) {
+  TlsStage c, s;
+  REQUIRE(s.start(server));
+  REQUIRE(c.start(client, host));
+  if (handshake(c, s)) return "";
+  return std::string(c.error()).empty() ? "failed" : c.error();
+}
+
 // A certificate for `name` signed by itself, as PEM files in dir.
 void make_cert(const test::TempDir& dir, const std::string& name) {
   std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 -subj /CN=" +
@@ -129,7 +139,19 @@ TEST_CASE("tls: verify-full accepts the right host name and refuses a wrong one"
     CHECK_FALSE(handshake(c, s));
     CHECK(std::string(c.error()).find("certificate verify failed") != std::string::npos);
   }
+  // require with a root certificate verifies the chain, as libpq does
+  // (verify-ca in effect): the self-signed server not under that root is
+  // refused, the one signed by it passes whatever its name.
+  o.mode = SslMode::Require;
+  auto require_ctx = TlsContext::client(o);
+  CHECK(handshake_error(*self, *require_ctx, "db.example.test").find("certificate verify failed") !=
+        std::string::npos);
+  CHECK(handshake_error(*server_ctx, *require_ctx, "other.example.test").empty());
+  // Without one, require takes any certificate.
   o.root_cert.clear();
+  auto any_ctx = TlsContext::client(o);
+  CHECK(handshake_error(*self, *any_ctx, "db.example.test").empty());
+  o.mode = SslMode::VerifyCa;
   CHECK_THROWS_WITH(TlsContext::client(o), Catch::Contains("needs a root certificate"));
   CHECK_THROWS_WITH(TlsContext::server(dir.file("nope.pem"), dir.file("key.pem")), Catch::Contains("nope.pem"));
   CHECK_THROWS_WITH(TlsContext::server(dir.file("cert.pem"), dir.file("cert.pem")), Catch::Contains("cert.pem"));

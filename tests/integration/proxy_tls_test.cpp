@@ -306,6 +306,22 @@ TEST_CASE("proxy tls: verify-full takes the right host name and refuses a wrong 
     CHECK(lines_with(err, "session ") == 1);
   }
   {
+    // require with a root certificate verifies the chain, as libpq does:
+    // a root the server's certificate is not under is refused.
+    TempDir dir3;
+    REQUIRE(test::shell_output("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+                               "-subj /CN=other -keyout " + dir3.file("other.key") + " -out " +
+                               dir3.file("other.crt") + " 2>/dev/null && echo ok") == "ok");
+    ProxyProcess px(dir3, srv.upstream("127.0.0.1"),
+                    {"--upstream-sslmode", "require", "--upstream-sslrootcert", dir3.file("other.crt")});
+    std::string out;
+    int rc = pg.run_tool("psql", {"-X", "-At", "-d", via(px, "channel_binding=disable"), "-c", "select 1"}, &out);
+    INFO(out);
+    CHECK(rc != 0);
+    CHECK(out.find("certificate verify failed") != std::string::npos);
+    CHECK(lines_with(px.err(), "certificate verify failed") == 1);
+  }
+  {
     // sslmode require against a server that does not do TLS on this port
     // (its unix socket: never TLS) goes on in plaintext as libpq does; and
     // a bad root certificate file is one line, exit 2.
