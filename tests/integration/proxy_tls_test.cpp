@@ -566,8 +566,8 @@ TEST_CASE("proxy tls: a capture through TLS replays directly over TLS against th
   CHECK(r.status == 1);
   CHECK(test::count_lines(r.err) == 1);
   CHECK(r.err.find("replay: cannot connect to ") != std::string::npos);
-  CHECK(r.err.find("server certificate for \"localhost\" does not match host name \"127.0.0.1\"") !=
-        std::string::npos);
+  CHECK(r.err.find("server certificate for \"localhost\"") != std::string::npos);
+  CHECK(r.err.find("does not match host name \"127.0.0.1\"") != std::string::npos);
   // sslmode=disable: the server's refusal of a plaintext client, in one line.
   replay_json(dir, px.trace_path(), srv.conninfo("sslmode=disable"), {}, &r);
   CHECK(r.status == 1);
