@@ -38,7 +38,8 @@ inline void add_proxy_tls_flags(CLI::App& cmd, ProxyTlsFlags& f, const std::stri
                   ->check(CLI::IsMember({"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}))
                   ->capture_default_str());
   v.push_back(cmd.add_option("--upstream-sslrootcert", f.upstream_sslrootcert,
-                             prefix + "CA certificates (PEM) to verify the server with (verify-ca, verify-full)"));
+                             prefix + "CA certificates (PEM) to verify the server with (needed by verify-ca and "
+                                      "verify-full; with require, as libpq, it makes require verify the chain)"));
   v.push_back(cmd.add_option("--upstream-sslcert", f.upstream_sslcert,
                              prefix + "a client certificate (PEM) for the server's cert authentication"));
   v.push_back(cmd.add_option("--upstream-sslkey", f.upstream_sslkey, prefix + "the key (PEM) of --upstream-sslcert"));

@@ -251,10 +251,10 @@ void setup_replay(CLI::App& parent) {
       "SIGINT or SIGTERM stops the replay: the report and --json cover what ran (exit 128 + signal).\n"
       "Exit status 1, after the report and --json: sessions failed, or statements failed that\n"
       "succeeded at capture (divergence) in a share of the statements above --max-divergence.\n"
-      "libpq opens every connection; on a plaintext one tierlab then sends each captured request\n"
+      "libpq opens every connection (TLS as --db says); tierlab then sends each captured request\n"
       "itself, a Query or the extended-protocol messages up to a Sync as the client sent them\n"
       "(statement and portal names, row limits, formats), and reads the answers. --wire libpq\n"
-      "leaves that to libpq, as TLS and GSS sessions always do: libpq's calls in pipeline mode,\n"
+      "leaves that to libpq, as GSS-encrypted sessions always do: libpq's calls in pipeline mode,\n"
       "the unnamed portal, one result format, a named Close as DEALLOCATE, and Executes that\n"
       "resume a portal counted as not replayable. COPY FROM STDIN sends the captured data,\n"
       "whether a Query or an Execute started it.");

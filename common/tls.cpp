@@ -165,7 +165,9 @@ std::unique_ptr<TlsContext> TlsContext::client(const TlsClientOptions& o) {
   std::unique_ptr<TlsContext> t(new TlsContext);
   t->ctx_ = new_ctx(false);
   ERR_clear_error();
-  const bool verify = o.mode == SslMode::VerifyCa || o.mode == SslMode::VerifyFull;
+  // As libpq: a root certificate given makes allow, prefer and require
+  // verify the chain too (require then acts as verify-ca).
+  const bool verify = o.mode == SslMode::VerifyCa || o.mode == SslMode::VerifyFull || !o.root_cert.empty();
   if (!o.root_cert.empty()) {
     if (SSL_CTX_load_verify_locations(t->ctx_, o.root_cert.c_str(), nullptr) != 1)
       throw InputError(o.root_cert + ": not a readable PEM file of CA certificates (" + ssl_errors() + ")");
@@ -197,7 +199,16 @@ std::unique_ptr<TlsContext> TlsContext::client(const TlsClientOptions& o) {
 TlsStage::~TlsStage() { reset(); }
 
 void TlsStage::reset() {
-  if (ssl_) SSL_free(ssl_);  // frees both BIOs
+  if (adopted_) {
+    // Each slot holds one reference: the owner's BIOs take theirs back,
+    // the memory BIOs are freed.
+    SSL_set0_rbio(ssl_, own_rbio_);
+    SSL_set0_wbio(ssl_, own_wbio_);
+    own_rbio_ = own_wbio_ = nullptr;
+    adopted_ = false;
+  } else if (ssl_) {
+    SSL_free(ssl_);  // frees both BIOs
+  }
   ssl_ = nullptr;
   rbio_ = wbio_ = nullptr;
   established_ = peer_closed_ = false;
@@ -238,6 +249,33 @@ bool TlsStage::start(const TlsContext& ctx, const std::string& host) {
     }
   }
   return handshake();
+}
+
+bool TlsStage::adopt(SSL* ssl) {
+  reset();
+  ERR_clear_error();
+  if (!ssl || !SSL_is_init_finished(ssl)) return fail("TLS: the connection's handshake has not ended", 0);
+  rbio_ = BIO_new(BIO_s_mem());
+  wbio_ = BIO_new(BIO_s_mem());
+  if (!rbio_ || !wbio_) {
+    if (rbio_) BIO_free(rbio_);
+    if (wbio_) BIO_free(wbio_);
+    rbio_ = wbio_ = nullptr;
+    return fail("cannot take over TLS", 0);
+  }
+  BIO_set_mem_eof_return(rbio_, -1);
+  // The SSL object holds one reference per slot (two when one BIO serves
+  // both, as libpq's does); SSL_set0_* drops the old slot's: keep ours.
+  own_rbio_ = SSL_get_rbio(ssl);
+  own_wbio_ = SSL_get_wbio(ssl);
+  if (own_rbio_) BIO_up_ref(own_rbio_);
+  if (own_wbio_) BIO_up_ref(own_wbio_);
+  SSL_set0_rbio(ssl, rbio_);
+  SSL_set0_wbio(ssl, wbio_);
+  ssl_ = ssl;
+  adopted_ = true;
+  established_ = true;
+  return true;
 }
 
 bool TlsStage::fail(const char* what, int ssl_err) {

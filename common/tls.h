@@ -82,7 +82,7 @@ const char* sslmode_name(SslMode m);
 
 struct TlsClientOptions {
   SslMode mode = SslMode::Prefer;
-  std::string root_cert;  // CA certificates (PEM) for verify-ca/verify-full
+  std::string root_cert;  // CA certificates (PEM): the chain is verified when given
   std::string cert, key;  // a client certificate and its key (PEM), or ""
 };
 
@@ -98,7 +98,8 @@ class TlsContext {
   // valid a year, CN "tierlab capture proxy").
   static std::unique_ptr<TlsContext> server_self_signed();
   // The client side, verifying as o.mode says (verify-ca, verify-full need
-  // o.root_cert).
+  // o.root_cert). As libpq, a root certificate given with allow, prefer or
+  // require verifies the chain too (require acts as verify-ca).
   static std::unique_ptr<TlsContext> client(const TlsClientOptions& o);
 
   bool is_server() const { return server_; }
@@ -128,7 +129,17 @@ class TlsStage final : public Stage {
   // context verifies host names; the ClientHello is queued at once.
   // False when OpenSSL cannot start one (error() says why).
   bool start(const TlsContext& ctx, const std::string& host = "");
-  // Ends the connection's TLS (the SSL object is freed).
+  // Takes over `ssl`, an established connection's TLS that another owner
+  // made and keeps (libpq's, PQsslStruct): its BIOs are set aside for the
+  // stage's memory BIOs, so that the connection goes on over the loop with
+  // the keys, sequence numbers and verification the owner negotiated.
+  // reset() gives the SSL object back with its own BIOs (the owner then
+  // ends the connection its own way, e.g. libpq's Terminate and
+  // close_notify). False when OpenSSL cannot make the BIOs, or `ssl` has
+  // not finished its handshake (error() says why).
+  bool adopt(SSL* ssl);
+  // Ends the connection's TLS: the SSL object is freed, or given back to
+  // its owner when adopted.
   void reset();
   bool active() const { return ssl_ != nullptr; }
 
@@ -156,6 +167,10 @@ class TlsStage final : public Stage {
   bool fail(const char* what, int ssl_err);
 
   SSL* ssl_ = nullptr;
+  // adopt(): the owner's BIOs, one reference each, put back by reset().
+  BIO* own_rbio_ = nullptr;
+  BIO* own_wbio_ = nullptr;
+  bool adopted_ = false;
   BIO* rbio_ = nullptr;  // ciphertext in (owned by ssl_)
   BIO* wbio_ = nullptr;  // ciphertext out (owned by ssl_)
   bool established_ = false;

@@ -492,6 +492,9 @@ struct ProfileBuilder::Impl {
             c.last = b.value;
             counter_series.add(b.name, r.ts, b.value);
           } else if constexpr (std::is_same_v<T, Meta>) {
+            // A session's TLS ("session.ID.tls", one per session of a
+            // proxy capture) is no figure of the profile's: not kept.
+            if (b.key.starts_with("session.") && b.key.ends_with(".tls")) return;
             if (b.key == "server.pid" || b.key == "postmaster_pid")
               server_pids.insert(static_cast<int32_t>(std::strtol(std::string(b.value).c_str(), nullptr, 10)));
             meta[std::string(b.key)] = std::string(b.value);

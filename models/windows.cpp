@@ -103,10 +103,15 @@ Steadiness steadiness(const Profile& whole, const std::vector<Profile>& windows)
   if (std::all_of(windows.begin(), windows.end(), [](const Profile& w) { return w.native_flush.count > 0; }))
     spread("WAL flush latency", " ms", 1e3, [](const Profile& w) { return w.native_flush.mean_s; });
   // Reads per transaction, once there are enough of them to compare (below
-  // 0.05 a window's few reads are noise).
+  // 0.05 a window's few reads are noise): from block I/O, or from a
+  // host-less capture's counters when every window has its own.
   double max_reads = 0;
   for (const auto& w : windows) max_reads = std::max(max_reads, w.reads_per_tx);
-  if (whole.has_block_io && max_reads >= 0.05)
+  const bool reads_known =
+      whole.has_block_io ||
+      (whole.io_from_counters &&
+       std::all_of(windows.begin(), windows.end(), [](const Profile& w) { return w.io_from_counters; }));
+  if (reads_known && max_reads >= 0.05)
     spread("device reads per transaction", "", 1, [](const Profile& w) { return w.reads_per_tx; });
   return s;
 }

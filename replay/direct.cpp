@@ -1,5 +1,9 @@
 // Sessions driven directly: the plan's protocol messages out, the answers
-// read and parsed without libpq (replay/worker.h).
+// read and parsed without libpq (replay/worker.h). On a TLS connection the
+// same, through the session's TlsStage (common/tls.h) holding libpq's SSL
+// object: requests are encrypted into the stage's queue, which goes out a
+// piece at a time, and the ciphertext received is decrypted into the
+// session's buffer before the parser reads it.
 #include "replay/worker.h"
 
 namespace tierlab::replay::detail {
@@ -8,6 +12,14 @@ void Worker::send_direct(uint32_t slot) {
   Slot& s = slots_[slot];
   if (loop_->queued(s.lc) > 0) return;  // its Sent event goes on
   if (s.out_left == 0) return on_sent(slot);
+  if (s.tls_on) {
+    const uint32_t n = std::min(s.out_left, kTlsPiece);
+    if (!s.tls->encrypt(reinterpret_cast<const uint8_t*>(s.out), n)) return fail(slot, now_ns(), s.tls->error());
+    s.out += n;
+    s.out_left -= n;
+    flush_tls(slot);
+    return;
+  }
   // Leaves with the loop's next round (on io_uring in the submission that
   // also waits; on epoll at once); the plan's bytes stay put until sent.
   loop_->send_ext(s.lc, reinterpret_cast<const uint8_t*>(s.out), s.out_left);
@@ -15,9 +27,22 @@ void Worker::send_direct(uint32_t slot) {
   s.out_left = 0;
 }
 
+bool Worker::flush_tls(uint32_t slot) {
+  Slot& s = slots_[slot];
+  SendQueue& q = s.tls->queue();
+  if (q.in_flight()) return true;
+  uint32_t len = 0;
+  const uint8_t* p = q.take(&len);
+  if (!p) return false;
+  loop_->send_ext(s.lc, p, len);
+  return true;
+}
+
 void Worker::on_sent(uint32_t slot) {
   Slot& s = slots_[slot];
+  if (s.tls_on) s.tls->queue().done(loop_->queued(s.lc));
   if (loop_->queued(s.lc) > 0) return;
+  if (s.tls_on && flush_tls(slot)) return;  // ciphertext encrypted behind the piece that went
   if (s.out_left > 0) return send_direct(slot);
   if (!s.done_after_send) return;
   s.done_after_send = false;
@@ -26,15 +51,40 @@ void Worker::on_sent(uint32_t slot) {
 
 void Worker::arm_recv(uint32_t slot) {
   Slot& s = slots_[slot];
+  if (s.tls_on) return loop_->recv_into(s.lc, s.cipher.get(), kInBuf);
   if (s.in_off == s.in_len) s.in_off = s.in_len = 0;
   loop_->recv_into(s.lc, reinterpret_cast<uint8_t*>(s.in.get()) + s.in_len, kInBuf - s.in_len);
 }
 
 void Worker::on_data(uint32_t slot, uint32_t n, Nanos now) {
   Slot& s = slots_[slot];
+  if (s.tls_on) return on_tls_data(slot, n, now);
   PGconn* c = s.conn;
   s.in_len += n;
   if (!parse_direct(slot, now) || s.conn != c || s.state == State::Done) return;
+  arm_recv(slot);
+}
+
+void Worker::on_tls_data(uint32_t slot, uint32_t n, Nanos now) {
+  Slot& s = slots_[slot];
+  PGconn* c = s.conn;
+  const uint8_t* p = s.cipher.get();
+  // Invariant: after parse_direct the buffer has room (a message it waits
+  // for is shorter than kInBuf, or is read from its first kInBuf bytes).
+  for (;;) {
+    if (s.in_off == s.in_len) s.in_off = s.in_len = 0;
+    assert(s.in_len < kInBuf);
+    const int64_t got =
+        s.tls->decrypt(p, n, reinterpret_cast<uint8_t*>(s.in.get()) + s.in_len, kInBuf - s.in_len);
+    p = nullptr;
+    n = 0;
+    flush_tls(slot);  // what TLS answers by itself (a key update, an alert)
+    if (got < 0) return fail(slot, now, s.tls->error());
+    if (got == 0) break;  // one record at a time: none left
+    s.in_len += static_cast<uint32_t>(got);
+    if (!parse_direct(slot, now) || s.conn != c || s.state == State::Done) return;
+  }
+  if (s.tls->peer_closed()) return fail(slot, now, "the server closed the connection unexpectedly");
   arm_recv(slot);
 }
 

@@ -8,14 +8,17 @@
 // libpq opens every connection (authentication, TLS, GSS), on the
 // connection thread (replay/connector.h), which hands each one to its
 // worker through the worker's inbox, an eventfd the worker's loop watches;
-// the same thread closes them. A session on a plaintext connection is then driven
+// the same thread closes them. A session on a plaintext or TLS connection is then driven
 // directly: each unit's request is
 // the plan's protocol messages (a Query, or the extended-protocol messages
 // up to a Sync), written to the socket as they are, and the answers are
 // read into the session's buffer and acted on as they arrive (statement
 // outcomes from CommandComplete and ErrorResponse, the transaction status
-// from ReadyForQuery; rows are skipped unread). A TLS or GSS-encrypted
-// session, or every session with Options::direct off, stays on libpq.
+// from ReadyForQuery; rows are skipped unread). Over TLS the session's
+// TlsStage (common/tls.h) takes over libpq's OpenSSL session, with memory
+// buffers for the socket, and gives it back before libpq closes the
+// connection. A GSS-encrypted session, or every session with
+// Options::direct off, stays on libpq.
 //
 // A directly driven session is a connection of the loop, on a duplicate of
 // libpq's socket: a receive into its buffer is always armed (recv_into),

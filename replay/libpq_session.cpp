@@ -1,5 +1,5 @@
-// Sessions driven through non-blocking libpq (TLS and GSS-encrypted ones,
-// and every session with Options::direct off), and the result bookkeeping the
+// Sessions driven through non-blocking libpq (GSS-encrypted ones, and
+// every session with Options::direct off), and the result bookkeeping the
 // direct sessions share (replay/worker.h).
 #include "replay/worker.h"
 

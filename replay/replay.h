@@ -9,9 +9,9 @@
 // start and closed at its end, on one absolute schedule
 // (replay epoch + (t_capture - t0) / speed), over worker threads that each
 // run many sessions on one event loop (common/loop.h: io_uring where the
-// kernel has it, else epoll) — plaintext sessions driven directly (the plan's protocol messages
-// out, the answers read as they come), TLS and GSS ones through
-// non-blocking libpq.
+// kernel has it, else epoll) — plaintext and TLS sessions driven directly (the plan's protocol
+// messages out, the answers read as they come; TLS through libpq's own
+// OpenSSL session), GSS-encrypted ones through non-blocking libpq.
 //
 // Errors on the target never stop a replay: they are counted by SQLSTATE and
 // compared with the capture (divergence). Setup problems throw: InputError
@@ -163,11 +163,12 @@ struct Options {
   // backends of a target on the same machine do not delay scheduled sends.
   // Needs root or CAP_SYS_NICE; RuntimeError otherwise.
   bool realtime = false;
-  // Sessions on plaintext connections are driven directly once libpq has
-  // connected them: the plan's protocol messages are written to the socket
-  // and the answers read without libpq (no result objects, one read per
-  // answer). false keeps every session on libpq, as TLS and GSS-encrypted
-  // sessions always are.
+  // Sessions on plaintext and TLS connections are driven directly once
+  // libpq has connected them: the plan's protocol messages are written to
+  // the socket (over TLS: encrypted with the session libpq negotiated) and
+  // the answers read without libpq (no result objects, one read per
+  // answer). false keeps every session on libpq, as GSS-encrypted sessions
+  // always are.
   bool direct = true;
   // The workers' event loop: "io_uring" (directly driven sessions send and
   // receive through the ring, one io_uring_enter per round for all of them;

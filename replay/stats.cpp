@@ -449,7 +449,7 @@ void print_report(std::ostream& out, const Report& r) {
   }
   out << "\n";
   out << "sessions driven directly: " << r.sessions_direct << " of " << r.sessions
-      << (r.sessions_direct < r.sessions ? " (the others: through libpq (TLS, GSS encryption, --wire libpq) or not connected)" : "")
+      << (r.sessions_direct < r.sessions ? " (the others: through libpq (GSS encryption, --wire libpq) or not connected)" : "")
       << "\n";
   if (r.start_at_ns) {
     out << "start: --start-at " << format_realtime(r.start_at_ns) << "; ";

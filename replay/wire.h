@@ -3,8 +3,8 @@
 // plan is built, and the SQLSTATE of the server's ErrorResponse (row counts
 // come from trace::split_command_tag, as the capture reads them). libpq
 // still opens every connection (authentication, TLS, GSS); on a plaintext
-// connection the engine then writes the plan's bytes and reads the answers
-// without it.
+// or TLS connection the engine then writes the plan's bytes and reads the
+// answers without it.
 #pragma once
 
 #include "trace/record.h"

@@ -148,6 +148,12 @@ void Worker::finish_slot(uint32_t slot, Nanos now) {
     loop_->close(s.lc);
     s.lc = kNone;
   }
+  if (s.tls_on) {
+    // libpq's SSL object goes back to its socket, for libpq's Terminate
+    // and close_notify.
+    s.tls->reset();
+    s.tls_on = false;
+  }
   if (s.pw != kNone) {
     loop_->poll_close(s.pw);
     s.pw = kNone;
@@ -240,8 +246,21 @@ void Worker::on_inbox() {
 void Worker::connected(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
   if (PQsetnonblocking(s.conn, 1) != 0) return fail(slot, now);
-  s.direct = sh_.opts->direct && !PQsslInUse(s.conn) && !PQgssEncInUse(s.conn);
+  // TLS as libpq negotiated it (sslmode, the root certificate, the host
+  // name, a client certificate, channel binding): its SSL object goes on
+  // in the session's stage. GSS encryption, and TLS of a libpq built on
+  // another library, stay on libpq.
+  SSL* ssl = PQsslInUse(s.conn) ? static_cast<SSL*>(PQsslStruct(s.conn, "OpenSSL")) : nullptr;
+  s.direct = sh_.opts->direct && !PQgssEncInUse(s.conn) && (ssl || !PQsslInUse(s.conn));
   if (s.direct && !s.in) s.in = std::make_unique_for_overwrite<char[]>(kInBuf);  // pages touched as used
+  if (s.direct && ssl) {
+    if (!s.tls) {
+      s.tls = std::make_unique<TlsStage>();
+      s.cipher = std::make_unique_for_overwrite<uint8_t[]>(kInBuf);
+    }
+    if (!s.tls->adopt(ssl)) return fail(slot, now, s.tls->error());
+    s.tls_on = true;
+  }
   if (s.direct) ++stats_.sessions_direct;
   move(s, Event::Connected);
   s.free_at = now;

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/realtime.h"
 #include "common/loop.h"
+#include "common/tls.h"
 #include "replay/connector.h"
 #include "replay/plan.h"
 #include "replay/schedule.h"
@@ -67,6 +68,9 @@ constexpr uint64_t kSyncTag = ~uint64_t{1};
 // (CommandComplete, ErrorResponse, ReadyForQuery, COPY responses) is read
 // from its first kInBuf bytes.
 constexpr uint32_t kInBuf = 16384;
+// A TLS session's requests are encrypted this many plaintext bytes at a
+// time (a COPY's data need not be held encrypted all at once).
+constexpr uint32_t kTlsPiece = 65536;
 constexpr uint32_t kMaxMessage = 1u << 30;
 // CopyDone, for a COPY FROM STDIN the capture holds no data for (it began
 // before the capture); after a COPY started by Execute, a Sync follows (the
@@ -124,10 +128,17 @@ struct Slot {
   Nanos free_at = 0;                 // when the session last became Idle
   uint64_t stmts_since_idle = 0;
   bool txn_failed = false;           // an error since the session was last idle
-  // Driven directly (a plaintext connection, libpq only connected it):
-  // the loop's connection on a duplicate of libpq's socket.
+  // Driven directly (libpq only connected it): the loop's connection on a
+  // duplicate of libpq's socket.
   bool direct = false;
   uint32_t lc = kNone;
+  // A directly driven TLS connection: libpq's SSL object, taken over by the
+  // stage for the session's life (given back before libpq closes it); the
+  // ciphertext is received into `cipher` (kInBuf bytes) and decrypted into
+  // `in`. Both made at the slot's first TLS connect and kept.
+  bool tls_on = false;
+  std::unique_ptr<TlsStage> tls;
+  std::unique_ptr<uint8_t[]> cipher;
   bool aborted = false;              // an ErrorResponse in this unit
   char ready = 'I';                  // status of the last ReadyForQuery
   const char* out = nullptr;         // bytes still to hand to the loop (one piece at a time)
@@ -159,8 +170,10 @@ class Worker {
   ~Worker() {
     // Operations in flight point into the slots' buffers: end them first.
     loop_.reset();
-    for (Slot& s : slots_)
+    for (Slot& s : slots_) {
+      if (s.tls) s.tls->reset();  // libpq's SSL object back to libpq first
       if (s.conn) PQfinish(s.conn);
+    }
   }
 
   void run();
@@ -249,7 +262,17 @@ class Worker {
   void send_direct(uint32_t slot);
 
   // True while bytes of the session's requests have not left.
-  bool sending(const Slot& s) const { return s.out_left > 0 || loop_->queued(s.lc) > 0; }
+  bool sending(const Slot& s) const {
+    return s.out_left > 0 || loop_->queued(s.lc) > 0 || (s.tls_on && s.tls->queue().pending() > 0);
+  }
+
+  // TLS: hands the stage's next piece of ciphertext to the loop unless one
+  // is in flight; true when one is (the Sent event goes on).
+  bool flush_tls(uint32_t slot);
+
+  // TLS: n bytes of ciphertext received: decrypts and acts on every
+  // complete message, then receives again.
+  void on_tls_data(uint32_t slot, uint32_t n, Nanos now);
 
   // A Sent event: the next piece goes, or, all of s.out gone, a unit whose
   // ReadyForQuery came first is done.

@@ -3,9 +3,12 @@
 // openssl tool, and pg_hba allowing only `hostssl ... scram-sha-256` on
 // TCP; real clients (pgbench, psql) connecting to the proxy with TLS.
 #include "support/support.h"
+#include "support/tls_server.h"
+#include "replay/replay.h"
 #include "trace/reader.h"
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -17,6 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -32,7 +36,8 @@ using tierlab::test::TempDir;
 
 namespace {
 
-constexpr const char* kPassword = "sekrit-Pa55-tls";
+constexpr const char* kPassword = test::kTlsPassword;
+using test::TlsServer;
 
 std::string slurp(const std::string& path) {
   std::ifstream f(path);
@@ -40,49 +45,6 @@ std::string slurp(const std::string& path) {
   ss << f.rdbuf();
   return ss.str();
 }
-
-// A server that takes TCP clients only over TLS with scram-sha-256 (the
-// unix socket still trusts, for the test's own setup).
-struct TlsServer {
-  pgtmp::Server pg;
-  std::string cert;  // the server's certificate: CN and SAN DNS:localhost
-
-  TlsServer() : pg(options()) {
-    const std::string dd = pg.data_dir();
-    cert = dd + "/server.crt";
-    std::string cmd = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
-                      "-subj /CN=localhost -addext subjectAltName=DNS:localhost -keyout " +
-                      dd + "/server.key -out " + cert + " 2>/dev/null && echo ok";
-    REQUIRE(test::shell_output(cmd) == "ok");
-    ::chmod((dd + "/server.key").c_str(), 0600);
-    if (::geteuid() == 0) {
-      passwd* pw = ::getpwnam("postgres");
-      REQUIRE(pw);
-      REQUIRE(::chown((dd + "/server.key").c_str(), pw->pw_uid, pw->pw_gid) == 0);
-      REQUIRE(::chown(cert.c_str(), pw->pw_uid, pw->pw_gid) == 0);
-    }
-    {
-      std::ofstream hba(dd + "/pg_hba.conf", std::ios::trunc);
-      hba << "local all all trust\n"
-          << "hostssl all all 127.0.0.1/32 scram-sha-256\n";
-    }
-    pg.sql("alter system set ssl = on");
-    pg.sql("set password_encryption = 'scram-sha-256'; alter role " + pg.superuser() + " password '" +
-           kPassword + "'");
-    pg.sql("select pg_reload_conf()");
-    // The reload is asynchronous: wait until the server says ssl is on.
-    for (int i = 0; i < 100 && pg.sql("show ssl").rfind("on", 0) != 0; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    REQUIRE(pg.sql("show ssl").rfind("on", 0) == 0);
-    setenv("PGPASSWORD", kPassword, 1);
-  }
-  static pgtmp::Options options() {
-    pgtmp::Options o = test::fast_server_options();
-    o.host_auth = "scram-sha-256";
-    return o;
-  }
-  std::string upstream(const std::string& host = "127.0.0.1") const { return host + ":" + std::to_string(pg.port()); }
-};
 
 // `tierlab capture proxy` as a child process.
 class ProxyProcess {
@@ -344,6 +306,22 @@ TEST_CASE("proxy tls: verify-full takes the right host name and refuses a wrong 
     CHECK(lines_with(err, "session ") == 1);
   }
   {
+    // require with a root certificate verifies the chain, as libpq does:
+    // a root the server's certificate is not under is refused.
+    TempDir dir3;
+    REQUIRE(test::shell_output("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+                               "-subj /CN=other -keyout " + dir3.file("other.key") + " -out " +
+                               dir3.file("other.crt") + " 2>/dev/null && echo ok") == "ok");
+    ProxyProcess px(dir3, srv.upstream("127.0.0.1"),
+                    {"--upstream-sslmode", "require", "--upstream-sslrootcert", dir3.file("other.crt")});
+    std::string out;
+    int rc = pg.run_tool("psql", {"-X", "-At", "-d", via(px, "channel_binding=disable"), "-c", "select 1"}, &out);
+    INFO(out);
+    CHECK(rc != 0);
+    CHECK(out.find("certificate verify failed") != std::string::npos);
+    CHECK(lines_with(px.err(), "certificate verify failed") == 1);
+  }
+  {
     // sslmode require against a server that does not do TLS on this port
     // (its unix socket: never TLS) goes on in plaintext as libpq does; and
     // a bad root certificate file is one line, exit 2.
@@ -505,7 +483,25 @@ TEST_CASE("proxy tls: capture run proxies with TLS on both sides", "[proxy][tls]
   CHECK(r.err.find("not both") != std::string::npos);
 }
 
-TEST_CASE("proxy tls: a capture through TLS replays against the TLS-only server, on libpq, saying so", "[proxy][tls]") {
+namespace {
+
+// A replay of `trace` against the TLS-only server with `conninfo`, its
+// --json report read back.
+nlohmann::json replay_json(const TempDir& dir, const std::string& trace, const std::string& conninfo,
+                           std::vector<std::string> extra, test::RunResult* run) {
+  const std::string json = dir.file("replay.json");
+  std::vector<std::string> args = {"replay", trace, "--max-speed", "--json", json, "--db", conninfo};
+  args.insert(args.end(), extra.begin(), extra.end());
+  *run = test::run_tierlab(args);
+  std::ifstream in(json);
+  if (!in) return nlohmann::json::object();
+  return nlohmann::json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("proxy tls: a capture through TLS replays directly over TLS against the TLS-only server, on both loops",
+          "[proxy][tls][replay]") {
   TlsServer srv;
   auto& pg = srv.pg;
   std::string out;
@@ -514,23 +510,69 @@ TEST_CASE("proxy tls: a capture through TLS replays against the TLS-only server,
   ProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", "require"});
   setenv("PGSSLMODE", "require", 1);
   setenv("PGCHANNELBINDING", "disable", 1);
-  int rc = pg.run_tool("pgbench", {"-n", "-M", "extended", "-c", "4", "-j", "2", "-t", "20", "-h", "127.0.0.1", "-p",
-                                   px.port_str()},
-                       &out);
+  for (const char* mode : {"simple", "prepared"}) {
+    int rc = pg.run_tool("pgbench", {"-n", "-M", mode, "-c", "4", "-j", "2", "-t", "20", "-h", "127.0.0.1", "-p",
+                                     px.port_str()},
+                         &out);
+    INFO(out);
+    REQUIRE(rc == 0);
+  }
   unsetenv("PGSSLMODE");
   unsetenv("PGCHANNELBINDING");
-  INFO(out);
-  REQUIRE(rc == 0);
   REQUIRE(px.stop() == 0);
-  // The target takes only TLS: every session goes through libpq (the
-  // directly driven path is for plaintext connections), and the report
-  // says so.
-  auto r = test::run_tierlab({"replay", px.trace_path(), "--max-speed", "--db",
-                              "host=127.0.0.1 port=" + std::to_string(pg.port()) +
-                                  " dbname=postgres sslmode=require channel_binding=disable"});
+  auto rd = trace::open_reader(px.trace_path());
+  const auto sum = trace::summarize(*rd);
+  REQUIRE(sum.sessions == 10);  // two setup connections, 4 clients twice
+  REQUIRE(sum.errors == 0);
+
+  // Every session through the directly driven path, over TLS (the server
+  // takes TCP clients only with hostssl), on each backend of the loop,
+  // with the counts of the capture and no error; libpq's path counts the
+  // same. Channel binding too: libpq negotiates it before the replay takes
+  // the connection over.
+  std::vector<std::pair<std::string, std::vector<std::string>>> runs = {
+      {"sslmode=require", {"--io", "epoll"}},
+      {"sslmode=require channel_binding=require", {"--io", "io_uring"}},
+      {"sslmode=verify-full sslrootcert=" + srv.cert, {"--io", "epoll"}},
+      {"sslmode=prefer", {"--io", "epoll", "--wire", "libpq"}},
+  };
+  for (auto& [ssl, extra] : runs) {
+    const bool uring = extra[1] == "io_uring";
+    if (uring && !replay::uring_unsupported().empty()) {
+      WARN("io_uring loop not run: " << replay::uring_unsupported());
+      continue;
+    }
+    const bool direct = std::find(extra.begin(), extra.end(), "libpq") == extra.end();
+    const std::string host = ssl.find("verify-full") != std::string::npos ? "localhost" : "127.0.0.1";
+    test::RunResult r;
+    auto j = replay_json(dir, px.trace_path(), srv.conninfo(ssl, host), extra, &r);
+    INFO(ssl << " " << extra[1] << ": " << r.out << r.err);
+    CHECK(r.status == 0);
+    REQUIRE(j.contains("statements"));
+    CHECK(j["io"] == extra[1]);
+    CHECK(j["sessions"] == sum.sessions);
+    CHECK(j["sessions_failed"] == 0);
+    CHECK(j["sessions_direct"] == (direct ? sum.sessions : 0));
+    CHECK(j["statements"] == sum.statements);
+    CHECK(j["errors"] == 0);
+    CHECK(j["failed_transactions"] == 0);
+  }
+
+  // verify-full against a name the certificate does not carry: refused
+  // before anything is replayed, in one line naming the target and why.
+  test::RunResult r;
+  replay_json(dir, px.trace_path(), srv.conninfo("sslmode=verify-full sslrootcert=" + srv.cert), {}, &r);
   INFO(r.out << r.err);
-  CHECK(r.status == 0);
-  CHECK(r.out.find("sessions driven directly: 0 of 5 (the others: through libpq (TLS") != std::string::npos);
+  CHECK(r.status == 1);
+  CHECK(test::count_lines(r.err) == 1);
+  CHECK(r.err.find("replay: cannot connect to ") != std::string::npos);
+  CHECK(r.err.find("server certificate for \"localhost\"") != std::string::npos);
+  CHECK(r.err.find("does not match host name \"127.0.0.1\"") != std::string::npos);
+  // sslmode=disable: the server's refusal of a plaintext client, in one line.
+  replay_json(dir, px.trace_path(), srv.conninfo("sslmode=disable"), {}, &r);
+  CHECK(r.status == 1);
+  CHECK(test::count_lines(r.err) == 1);
+  CHECK(r.err.find("no encryption") != std::string::npos);
 }
 
 TEST_CASE("proxy tls: --upstream-sslcert logs the client in with the proxy's certificate (cert authentication)",

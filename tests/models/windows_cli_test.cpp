@@ -1,6 +1,6 @@
 // Windows of a capture through the real binary, on synthetic traces with
-// block I/O: project's intervals, profile's warnings for a capture too short
-// or unsteady to project from.
+// block I/O or (host-less) counters only: project's intervals, profile's
+// warnings for a capture too short or unsteady to project from.
 #include "support/support.h"
 #include "trace/writer.h"
 
@@ -155,4 +155,40 @@ TEST_CASE("project: a profile JSON has no windows and no note about them", "[pro
   CHECK(count_lines(asked.err) == 1);
   CHECK(asked.err.find("--windows") != std::string::npos);
   CHECK(asked.err.find("is a profile, not a trace") != std::string::npos);
+}
+
+TEST_CASE("profile: a host-less capture's reads per transaction are compared across its windows",
+          "[profile][cli][windows][counters]") {
+  // Four sessions each running a SELECT every 4 ms (1,000 tps) for 12 s,
+  // no block I/O: pg_stat_database's blks_read sampled once a second, one
+  // read per transaction for 6 s, then four.
+  namespace tr = tierlab::trace;
+  TempDir dir;
+  const std::string trace = dir.file("hostless.tlt");
+  {
+    auto w = tr::open_writer(trace);
+    w->write(0, 0, tr::Meta{"cpu.count", "2"});
+    for (uint64_t s = 1; s <= 4; ++s) w->write(0, s, tr::SessionBegin{"u", "db", "app", "127.0.0.1:1", 0, 0});
+    double blks = 0;
+    for (int64_t sec = 0; sec <= 12; ++sec) {
+      w->write(sec * kS, 0, tr::Sample{"pg.blks_read", blks});
+      if (sec == 12) break;
+      blks += sec < 6 ? 1000 : 4000;
+      for (int64_t t0 = sec * kS + kS / 1000; t0 < (sec + 1) * kS; t0 += 4000 * kUs)
+        for (uint64_t s = 1; s <= 4; ++s) {
+          const int64_t t = t0 + static_cast<int64_t>(s) * 500 * kUs;
+          w->write(t, s, tr::Query{"SELECT v FROM t WHERE id = 1"});
+          w->write(t + 300 * kUs, s, tr::Ready{'I'});
+        }
+    }
+    for (uint64_t s = 1; s <= 4; ++s) w->write(12 * kS + kS / 1000, s, tr::SessionEnd{});
+    w->close();
+  }
+  auto prof = run_tierlab({"profile", trace});
+  INFO(prof.out << prof.err);
+  REQUIRE(prof.status == 0);
+  CHECK(prof.out.find("device (from counters)") != std::string::npos);
+  CHECK(prof.out.find("steadiness over 4 windows of 3.0 s: ") != std::string::npos);
+  CHECK(prof.out.find(", device reads per transaction ") != std::string::npos);
+  CHECK(prof.out.find("warning: unsteady capture: device reads per transaction") != std::string::npos);
 }
