@@ -296,32 +296,52 @@ constexpr double kPageBytes = 8192;  // the miss-ratio curve's page (PostgreSQL'
 
 // Reads per transaction at `memory` relative to the capture's, and the
 // device reads per transaction that a smaller memory adds (`extra_reads`).
-double memory_factor(const Profile& p, double memory, double capture_memory,
+// With the data `growth` times larger, the cache of `memory` holds what
+// memory / growth holds today: the curve is read there.
+double memory_factor(const Profile& p, double memory, double capture_memory, double growth,
                      std::vector<std::string>& notes, double& extra_reads) {
   extra_reads = 0;
-  if (memory <= 0 || memory == capture_memory) return 1.0;
+  const bool grows = growth != 1.0;
+  if ((memory <= 0 || memory == capture_memory) && !grows) return 1.0;
+  const char* flag = memory > 0 && memory != capture_memory ? "--memory" : "--data-growth";
   if (p.mrc.empty())
-    throw InputError(p.source + ": no page references in the trace, so --memory cannot be projected "
+    throw InputError(p.source + ": no page references in the trace, so " + flag + " cannot be projected "
                      "(record the server's file I/O: `tierlab capture run` as root; or block I/O: "
                      "`tierlab capture run --device` or `tierlab capture block`)");
   if (capture_memory <= 0)
     throw InputError(p.source + ": the trace does not record the capture's memory (meta "
                      "memory.bytes); give --capture-memory");
+  if (memory <= 0) memory = capture_memory;
+  // The memory as today's data sees it.
+  const double reach = memory / growth;
+  if (grows)
+    notes.push_back("data growth " + fmt("%.3g", growth) + "x: the data and its working set taken as " +
+                    fmt("%.3g", growth) + "x larger with the same access pattern (each page's share of the "
+                    "references spread over that many more pages), so " + format_bytes(memory) +
+                    " caches what " + format_bytes(reach) + " caches today: the miss-ratio curve (" +
+                    p.mrc.source + ") is read at " + format_bytes(reach));
   double sb = p.shared_buffers_bytes;
   if (p.mrc.source == "file_io") {
     // The curve is of references below shared_buffers: the OS cache is what
     // is left of memory once shared_buffers is taken (kept as captured).
+    // Below shared_buffers it says nothing: every such reference misses
+    // there, and what shared_buffers itself would miss more is not added.
     double before = p.mrc.at(std::max(0.0, capture_memory - sb));
-    double after = p.mrc.at(std::max(0.0, memory - sb));
+    double after = p.mrc.at(std::max(0.0, reach - sb));
+    if (grows && reach < sb)
+      notes.push_back("with the data " + fmt("%.3g", growth) + "x larger, shared_buffers (" + format_bytes(sb) +
+                      ") reaches less than it does today: the curve starts at shared_buffers, so the reads "
+                      "projected are a lower bound");
     if (after > before) {
       // Less memory: the references the smaller cache misses and the
       // capture's did not become device reads, added to those measured
       // (which may be none: everything the capture read was cached).
       const double refs_per_tx = p.transactions > 0 ? p.mrc.references / static_cast<double>(p.transactions) : 0;
       extra_reads = refs_per_tx * (after - before);
-      notes.push_back("memory " + format_bytes(memory) + ": the OS cache below shared_buffers shrinks from " +
+      notes.push_back("memory " + format_bytes(reach) + (grows ? " (today's data)" : "") +
+                      ": the OS cache below shared_buffers shrinks from " +
                       format_bytes(std::max(0.0, capture_memory - sb)) + " to " +
-                      format_bytes(std::max(0.0, memory - sb)) + "; its miss ratio (file I/O) rises from " +
+                      format_bytes(std::max(0.0, reach - sb)) + "; its miss ratio (file I/O) rises from " +
                       fmt("%.3f", before) + " to " + fmt("%.3f", after) + ", " + fmt("%.3f", extra_reads) +
                       " more device reads per transaction");
       return 1.0;
@@ -335,8 +355,11 @@ double memory_factor(const Profile& p, double memory, double capture_memory,
   // Block-level curve: the reads that already missed the capture's cache.
   // More memory acts as a further LRU cache of the difference in front of
   // them; for less memory the curve has nothing to say.
-  if (memory > capture_memory) return p.mrc.at(memory - capture_memory);
-  notes.push_back("less memory than at capture with only block-level references: reads per "
+  if (reach > capture_memory) return p.mrc.at(reach - capture_memory);
+  if (reach == capture_memory) return 1.0;
+  notes.push_back(std::string(grows ? "the data's growth leaves the cache reaching less than at capture"
+                                    : "less memory than at capture") +
+                  " with only block-level references: reads per "
                   "transaction kept as captured (block I/O shows only the reads that missed the capture's "
                   "cache; projecting a smaller memory needs the server's file reads: record them with "
                   "`tierlab capture run` as root)");
@@ -481,7 +504,11 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.capture_memory_bytes = o.capture_memory_bytes > 0 ? o.capture_memory_bytes : p.memory_bytes;
   out.memory_bytes = o.memory_bytes > 0 ? o.memory_bytes : out.capture_memory_bytes;
   double extra_reads = 0;
-  out.read_factor = memory_factor(p, o.memory_bytes, out.capture_memory_bytes, out.notes, extra_reads);
+  if (!(o.data_growth > 0) || !std::isfinite(o.data_growth))
+    throw InputError("data growth " + fmt("%g", o.data_growth) + ": expected a factor more than 0");
+  out.data_growth = o.data_growth;
+  out.read_factor =
+      memory_factor(p, o.memory_bytes, out.capture_memory_bytes, o.data_growth, out.notes, extra_reads);
 
   Demands d;
   d.cpu_s = p.has_cpu ? p.cpu_s_per_tx : 0.0;
@@ -507,7 +534,10 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.reads_per_tx = d.reads;
   out.sync_writes_per_tx = d.writes;
   out.flushes_per_tx = d.flushes;
-  out.think_time_s = p.think_time_s;
+  // The think time of the tiers' clients (a load multiple shortens it);
+  // "other" is calibrated with the captured one.
+  const double think = o.think_s >= 0 ? o.think_s : p.think_time_s;
+  out.think_time_s = think;
   int n_cap = std::max(1, static_cast<int>(std::lround(p.mean_clients > 0 ? p.mean_clients : p.clients)));
   // Transactions that commit through the flush cycle: those of templates
   // whose backends wrote (the WAL, at commit) at least half as often as one
@@ -623,8 +653,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     phases.push_back(t);
   }
   for (const auto& t : phases) {
-    auto s = solve(d, t, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped,
-                   out.clients_hi);
+    auto s = solve(d, t, out.vcpus, think, out.other_s, o.kernel_writes_uncapped, out.clients_hi);
     const auto& net = s.net;
     // The tightest rate cap bounds throughput.
     double x_cap = std::numeric_limits<double>::infinity();
@@ -653,7 +682,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
           break;
         }
       *x = x_cap;
-      *r = std::max((*below)->response_s, n / x_cap - p.think_time_s);
+      *r = std::max((*below)->response_s, n / x_cap - think);
       return true;
     };
     double x = 0, r = 0;
@@ -707,6 +736,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     if (at_cap) {
       tp.busiest = cap_name;
       tp.busiest_utilisation = 1.0;
+      tp.busiest_is_cap = true;
     } else {
       // The busiest station that serves anything (the CPU without samples,
       // or the storage without device I/O, has no demand: it is no
@@ -718,6 +748,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
         if (pt.utilisation[i] > best) {
           best = tp.busiest_utilisation = pt.utilisation[i];
           tp.busiest = st.name;
+          tp.busiest_is_cap = false;
         }
       }
       for (const auto& c : net.caps)
@@ -725,6 +756,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
           best = c.utilisation(x, cycles);
           tp.busiest = c.name;
           tp.busiest_utilisation = best;
+          tp.busiest_is_cap = true;
         }
     }
     if (at_cap || tp.busiest_utilisation >= kSaturated) {
@@ -989,6 +1021,37 @@ std::string projection_json(const Projection& p, int indent) {
                             {"bottleneck", a.bottleneck.empty() ? nlohmann::json() : nlohmann::json(a.bottleneck)}};
       }
       tj.back()["burst"] = b;
+    }
+  }
+  j["data_growth"] = p.data_growth;
+  if (!p.loads.empty() || !p.load_by.empty()) {
+    j["load_by"] = p.load_by;
+    j["slo_p99_ms"] = p.slo_p99_s > 0 ? nlohmann::json(p.slo_p99_s * 1e3) : nlohmann::json();
+    auto& lj = j["loads"] = nlohmann::json::array();
+    for (const auto& lp : p.loads) {
+      nlohmann::json ts = nlohmann::json::array();
+      for (size_t i = 0; i < lp.tiers.size() && i < p.tiers.size(); ++i) {
+        const auto& t = lp.tiers[i];
+        ts.push_back({{"tier", p.tiers[i].tier},
+                      {"tps", t.tps},
+                      {"latency_avg_ms", t.latency_s * 1e3},
+                      {"latency_p99_ms", t.p99_s * 1e3},
+                      {"read_iops", t.read_iops},
+                      {"write_iops", t.write_iops},
+                      {"bottleneck", t.bottleneck.empty() ? nlohmann::json() : nlohmann::json(t.bottleneck)}});
+      }
+      lj.push_back({{"load", lp.load}, {"clients", lp.clients}, {"think_ms", lp.think_s * 1e3}, {"tiers", ts}});
+    }
+    for (size_t i = 0; i < p.tiers.size(); ++i) {
+      const auto& t = p.tiers[i];
+      if (t.headroom == 0) continue;
+      const bool finite = std::isfinite(t.headroom);
+      j["tiers"][i]["headroom"] = {
+          {"load", finite ? nlohmann::json(t.headroom) : nlohmann::json()},
+          {"by", t.headroom_by},
+          {"tps", finite ? nlohmann::json(t.headroom_tps) : nlohmann::json()},
+          {"iops", finite ? nlohmann::json(t.headroom_iops) : nlohmann::json()},
+          {"latency_p99_ms", finite ? nlohmann::json(t.headroom_p99_s * 1e3) : nlohmann::json()}};
     }
   }
   j["notes"] = p.notes;
