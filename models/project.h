@@ -53,7 +53,7 @@
 //             every --vcpus, so more vCPUs only shorten the CPU's queue.
 //
 // Reads per transaction follow the miss-ratio curve when `memory_bytes`
-// differs from the capture's memory (see project.cpp, memory_factor): with
+// differs from the capture's memory (models/project_memory.h): with
 // a file-level curve (the server's file reads, `capture run` as root), less
 // memory adds the page references the smaller OS cache misses and the
 // capture's did not; more memory, or a block-level curve, scales the reads
@@ -107,7 +107,7 @@ struct ProjectOptions {
   // The data grows this many times with the same access pattern (each
   // page's share of the references spread over that many more pages): a
   // cache of M then holds what M / growth holds today, so the miss-ratio
-  // curve is read at memory / growth (memory_factor in project.cpp).
+  // curve is read at memory / growth (models/project_memory.h).
   double data_growth = 1;
   // The clients' think time on every tier, seconds; < 0: as captured. The
   // calibration of "other" always uses the captured one (models/capacity.h
