@@ -14,6 +14,11 @@ double memory_factor(const Profile& p, double memory, double capture_memory, dou
   const bool grows = growth != 1.0;
   if ((memory <= 0 || memory == capture_memory) && !grows) return 1.0;
   const char* flag = memory > 0 && memory != capture_memory ? "--memory" : "--data-growth";
+  // A profile from `profile synth` has its reads from its own cache model.
+  if (p.mrc.empty() && p.source.rfind("synth: ", 0) == 0)
+    throw InputError(p.source + ": a synthetic profile has no miss-ratio curve, so " + flag +
+                     " cannot be projected from it: give `profile synth` the target's --memory, and for grown "
+                     "data the grown --scale");
   if (p.mrc.empty())
     throw InputError(p.source + ": no page references in the trace, so " + flag + " cannot be projected "
                      "(record the server's file I/O: `tierlab capture run` as root; or block I/O: "

@@ -719,6 +719,16 @@ TEST_CASE("capacity: data growth reads the miss-ratio curve at memory / growth",
   } catch (const InputError& e) {
     CHECK(std::string(e.what()).find("--data-growth cannot be projected") != std::string::npos);
   }
+  // A synthetic profile has no curve: the message points at profile synth's
+  // own flags.
+  p.source = "synth: pgbench select-only scale 100";
+  try {
+    project(p, {read_capped("x", 0.2, 0)}, o);
+    FAIL("a synthetic profile: data growth cannot be projected");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("grown --scale") != std::string::npos);
+    CHECK(std::string(e.what()).find("capture run") == std::string::npos);
+  }
   o.data_growth = 0;
   CHECK_THROWS_AS(project(base_profile(), {read_capped("x", 0.2, 0)}, o), InputError);
 }
