@@ -3,15 +3,21 @@
 #include "app/command.h"
 #include "common/error.h"
 #include "common/units.h"
+#include "models/capacity.h"
 #include "models/profile.h"
 #include "models/project.h"
 #include "models/synth.h"
 #include "models/tiers.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <optional>
+
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 namespace tierlab::app {
 namespace {
@@ -30,7 +36,35 @@ struct ProjectCliOptions {
   std::string json_out;
   std::string html_out;
   std::optional<int> windows;  // unset: as many as fit, up to models::kDefaultWindows
+  std::string loads;           // "1,1.5,2"
+  std::string load_by = "think";
+  std::string data_growth;
+  std::string slo_p99;         // milliseconds
 };
+
+// A positive finite number, for `flag`.
+double parse_positive(const std::string& text, const std::string& flag, const char* what) {
+  std::string s = text;
+  if (!s.empty() && (s.back() == 'x' || s.back() == 'X')) s.pop_back();
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (s.empty() || pos != s.size() || !(v > 0) || !std::isfinite(v) || v > 1e6)
+    throw InputError(flag + ": expected " + what + " more than 0, got '" + text + "'");
+  return v;
+}
+
+// Columns of the terminal stdout is, else $COLUMNS, else 0 (no plot).
+int terminal_width() {
+  winsize ws{};
+  if (::isatty(STDOUT_FILENO) && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
+  if (const char* c = std::getenv("COLUMNS")) return std::atoi(c);
+  return 0;
+}
 
 int parse_count(const std::string& s, const std::string& what) {
   size_t pos = 0;
@@ -76,6 +110,22 @@ void run_project(const ProjectCliOptions& o) {
   if (!o.memory.empty()) po.memory_bytes = memory("--memory", o.memory);
   if (!o.capture_memory.empty()) po.capture_memory_bytes = memory("--capture-memory", o.capture_memory);
   po.kernel_writes_uncapped = o.kernel_uncapped;
+  if (!o.data_growth.empty()) po.data_growth = parse_positive(o.data_growth, "--data-growth", "a factor");
+  models::CapacityOptions cap;
+  if (!o.loads.empty()) {
+    size_t start = 0;
+    while (true) {
+      size_t comma = o.loads.find(',', start);
+      cap.loads.push_back(parse_positive(o.loads.substr(start, comma - start), "--load", "a load multiple"));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (o.load_by != "think" && o.load_by != "clients")
+    throw InputError("--load-by: expected think or clients, got '" + o.load_by + "'");
+  cap.by = o.load_by == "clients" ? models::LoadBy::Clients : models::LoadBy::Think;
+  if (!o.slo_p99.empty()) cap.slo_p99_s = parse_positive(o.slo_p99, "--slo-p99", "milliseconds") / 1e3;
+  const bool capacity = !cap.loads.empty() || cap.slo_p99_s > 0;
 
   // Tiers first: a typo should not wait for a long trace to be read.
   models::Catalog catalog = models::load_catalog(o.tiers_file);
@@ -104,6 +154,14 @@ void run_project(const ProjectCliOptions& o) {
   const bool is_json = o.trace.size() > 5 && o.trace.compare(o.trace.size() - 5, 5, ".json") == 0;
   models::Profile profile = is_json ? models::read_profile_json(o.trace) : models::profile_file(o.trace);
   models::Projection p = models::project(profile, tiers, po);
+  if (capacity) {
+    // A load beyond the clients' limit is the flag's.
+    try {
+      models::add_capacity(p, profile, tiers, po, cap);
+    } catch (const InputError& e) {
+      throw InputError(std::string("--load: ") + e.what());
+    }
+  }
   // A host-less capture's figures come from counters: each says which.
   if (profile.io_from_counters)
     for (const auto& [figure, from] : profile.sources) p.notes.push_back("source of " + figure + ": " + from);
@@ -131,6 +189,7 @@ void run_project(const ProjectCliOptions& o) {
     // device projects every tier's commits alike.
     if (!p.durability_warning.empty()) std::cout << "WARNING: " << p.durability_warning << "\n";
     models::print_projection(std::cout, p);
+    models::print_capacity(std::cout, p, terminal_width());
   }
   std::cout.flush();
   json.write(json_text);  // nothing for ""
@@ -170,6 +229,18 @@ void setup_project(CLI::App& parent) {
                   "split the capture into N windows, project each and print the lowest-highest beside each "
                   "figure (default: up to 4, each with at least 200 transactions and 2 s; 1: no interval)")
       ->check(CLI::Range(1, 1000));
+  sub->add_option("--load", opts->loads,
+                  "project at these multiples of today's arrival rate, e.g. 1,1.5,2,3, and give each tier's "
+                  "headroom: the load at which it saturates");
+  sub->add_option("--load-by", opts->load_by,
+                  "how a load multiple is made: think (the clients think less; more clients once think time is "
+                  "gone) or clients (the client count scaled)")
+      ->default_str("think");
+  sub->add_option("--data-growth", opts->data_growth,
+                  "the data grows this many times, e.g. 2: the cache holds what memory / 2 holds today, and "
+                  "reads follow the trace's miss-ratio curve");
+  sub->add_option("--slo-p99", opts->slo_p99,
+                  "p99 latency target in ms: a tier's headroom ends where its p99 estimate crosses it");
   sub->add_option("--json", opts->json_out, "also write the projection as JSON to this file (- : JSON on stdout only)");
   sub->add_option("--html", opts->html_out,
                   "also write a self-contained HTML report to this file (- : HTML on stdout only)");

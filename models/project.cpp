@@ -5,15 +5,13 @@
 #include "common/units.h"
 #include "models/group_commit.h"
 #include "models/mva.h"
-
-#include <nlohmann/json.hpp>
+#include "models/project_memory.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
-#include <ostream>
 #include <thread>
 
 namespace tierlab::models {
@@ -294,55 +292,6 @@ Solved solve(const Demands& d, const Tier& t, int vcpus, double think_s, double 
 
 constexpr double kPageBytes = 8192;  // the miss-ratio curve's page (PostgreSQL's block)
 
-// Reads per transaction at `memory` relative to the capture's, and the
-// device reads per transaction that a smaller memory adds (`extra_reads`).
-double memory_factor(const Profile& p, double memory, double capture_memory,
-                     std::vector<std::string>& notes, double& extra_reads) {
-  extra_reads = 0;
-  if (memory <= 0 || memory == capture_memory) return 1.0;
-  if (p.mrc.empty())
-    throw InputError(p.source + ": no page references in the trace, so --memory cannot be projected "
-                     "(record the server's file I/O: `tierlab capture run` as root; or block I/O: "
-                     "`tierlab capture run --device` or `tierlab capture block`)");
-  if (capture_memory <= 0)
-    throw InputError(p.source + ": the trace does not record the capture's memory (meta "
-                     "memory.bytes); give --capture-memory");
-  double sb = p.shared_buffers_bytes;
-  if (p.mrc.source == "file_io") {
-    // The curve is of references below shared_buffers: the OS cache is what
-    // is left of memory once shared_buffers is taken (kept as captured).
-    double before = p.mrc.at(std::max(0.0, capture_memory - sb));
-    double after = p.mrc.at(std::max(0.0, memory - sb));
-    if (after > before) {
-      // Less memory: the references the smaller cache misses and the
-      // capture's did not become device reads, added to those measured
-      // (which may be none: everything the capture read was cached).
-      const double refs_per_tx = p.transactions > 0 ? p.mrc.references / static_cast<double>(p.transactions) : 0;
-      extra_reads = refs_per_tx * (after - before);
-      notes.push_back("memory " + format_bytes(memory) + ": the OS cache below shared_buffers shrinks from " +
-                      format_bytes(std::max(0.0, capture_memory - sb)) + " to " +
-                      format_bytes(std::max(0.0, memory - sb)) + "; its miss ratio (file I/O) rises from " +
-                      fmt("%.3f", before) + " to " + fmt("%.3f", after) + ", " + fmt("%.3f", extra_reads) +
-                      " more device reads per transaction");
-      return 1.0;
-    }
-    if (before <= 0) {
-      notes.push_back("the capture's reads all hit in the modelled cache; reads per transaction kept");
-      return 1.0;
-    }
-    return after / before;
-  }
-  // Block-level curve: the reads that already missed the capture's cache.
-  // More memory acts as a further LRU cache of the difference in front of
-  // them; for less memory the curve has nothing to say.
-  if (memory > capture_memory) return p.mrc.at(memory - capture_memory);
-  notes.push_back("less memory than at capture with only block-level references: reads per "
-                  "transaction kept as captured (block I/O shows only the reads that missed the capture's "
-                  "cache; projecting a smaller memory needs the server's file reads: record them with "
-                  "`tierlab capture run` as root)");
-  return 1.0;
-}
-
 // `projected` has a burst tier's burst phase before its baseline (see
 // project()): folds the two into one, the burst's figures with the
 // baseline's after them, and how long the credits last at the burst's rate.
@@ -481,7 +430,11 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.capture_memory_bytes = o.capture_memory_bytes > 0 ? o.capture_memory_bytes : p.memory_bytes;
   out.memory_bytes = o.memory_bytes > 0 ? o.memory_bytes : out.capture_memory_bytes;
   double extra_reads = 0;
-  out.read_factor = memory_factor(p, o.memory_bytes, out.capture_memory_bytes, out.notes, extra_reads);
+  if (!(o.data_growth > 0) || !std::isfinite(o.data_growth))
+    throw InputError("data growth " + fmt("%g", o.data_growth) + ": expected a factor more than 0");
+  out.data_growth = o.data_growth;
+  out.read_factor =
+      memory_factor(p, o.memory_bytes, out.capture_memory_bytes, o.data_growth, out.notes, extra_reads);
 
   Demands d;
   d.cpu_s = p.has_cpu ? p.cpu_s_per_tx : 0.0;
@@ -507,7 +460,10 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.reads_per_tx = d.reads;
   out.sync_writes_per_tx = d.writes;
   out.flushes_per_tx = d.flushes;
-  out.think_time_s = p.think_time_s;
+  // The think time of the tiers' clients (a load multiple shortens it);
+  // "other" is calibrated with the captured one.
+  const double think = o.think_s >= 0 ? o.think_s : p.think_time_s;
+  out.think_time_s = think;
   int n_cap = std::max(1, static_cast<int>(std::lround(p.mean_clients > 0 ? p.mean_clients : p.clients)));
   // Transactions that commit through the flush cycle: those of templates
   // whose backends wrote (the WAL, at commit) at least half as often as one
@@ -623,8 +579,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     phases.push_back(t);
   }
   for (const auto& t : phases) {
-    auto s = solve(d, t, out.vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped,
-                   out.clients_hi);
+    auto s = solve(d, t, out.vcpus, think, out.other_s, o.kernel_writes_uncapped, out.clients_hi);
     const auto& net = s.net;
     // The tightest rate cap bounds throughput.
     double x_cap = std::numeric_limits<double>::infinity();
@@ -653,7 +608,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
           break;
         }
       *x = x_cap;
-      *r = std::max((*below)->response_s, n / x_cap - p.think_time_s);
+      *r = std::max((*below)->response_s, n / x_cap - think);
       return true;
     };
     double x = 0, r = 0;
@@ -707,6 +662,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     if (at_cap) {
       tp.busiest = cap_name;
       tp.busiest_utilisation = 1.0;
+      tp.busiest_is_cap = true;
     } else {
       // The busiest station that serves anything (the CPU without samples,
       // or the storage without device I/O, has no demand: it is no
@@ -718,6 +674,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
         if (pt.utilisation[i] > best) {
           best = tp.busiest_utilisation = pt.utilisation[i];
           tp.busiest = st.name;
+          tp.busiest_is_cap = false;
         }
       }
       for (const auto& c : net.caps)
@@ -725,6 +682,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
           best = c.utilisation(x, cycles);
           tp.busiest = c.name;
           tp.busiest_utilisation = best;
+          tp.busiest_is_cap = true;
         }
     }
     if (at_cap || tp.busiest_utilisation >= kSaturated) {
@@ -746,253 +704,6 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     for (auto& a : t.after_burst) a.ratio = base > 0 ? a.tps / base : 0;
   }
   return out;
-}
-
-std::string capture_tier_line(const Projection& p) {
-  std::string s = "capture's own tier: ";
-  if (p.capture_tier_source == "assumed uncapped")
-    s += "assumed uncapped (no --captured-on or --captured-iops-cap, no cap detected)";
-  else
-    s += p.capture_tier + " (" + p.capture_tier_source + ")";
-  const std::string q = fmt("%.3f ms", p.queued_s_per_tx * 1e3);
-  if (p.capture_capped)
-    s += ", at its cap: the " + q + " per transaction queued before issue is the wait for it, "
-         "replaced on each tier by that tier's own caps";
-  else if (p.queued_s_per_tx > 0)
-    s += "; queued before issue " + q + " per transaction, kept on every tier";
-  return s;
-}
-
-namespace {
-std::string duration_text(double s) {
-  if (!std::isfinite(s)) return "ever";
-  if (s < 120) return fmt("%.0f s", s);
-  if (s < 2 * 3600) return fmt("%.0f min", s / 60);
-  return fmt("%.1f h", s / 3600);
-}
-}  // namespace
-
-std::string busiest_text(const TierProjection& t) {
-  if (t.busiest.empty()) return "-";  // nothing has demand: no utilisation to give
-  return t.busiest + fmt(" %.0f%%", t.busiest_utilisation * 100);
-}
-
-std::string bottleneck_text(const TierProjection& t) {
-  if (t.bottleneck.empty()) return "none";
-  return t.bottleneck + fmt(" %.0f%%", t.bottleneck_utilisation * 100);
-}
-
-std::string time_split_text(const TierProjection& t, bool cpu_modelled) {
-  const double total = t.split.cpu_s + t.split.storage_s + t.split.other_s;
-  if (total <= 0) return "-";
-  std::vector<std::pair<double, const char*>> parts = {{t.split.storage_s, "storage wait"},
-                                                       {t.split.other_s, "other"}};
-  if (cpu_modelled) parts.insert(parts.begin() + 1, {t.split.cpu_s, "cpu"});
-  std::stable_sort(parts.begin(), parts.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  std::string s;
-  for (const auto& [v, name] : parts) {
-    if (!s.empty()) s += ", ";
-    s += std::string(name) + fmt(" %.0f%%", 100 * v / total);
-  }
-  return s;
-}
-
-void print_projection(std::ostream& out, const Projection& p) {
-  out << "trace: " << p.source << "\n";
-  if (!p.same_on_every_tier.empty()) out << p.same_on_every_tier << "\n";
-  out << "per transaction: cpu " << (p.cpu_modelled ? fmt("%.3f ms", p.cpu_s_per_tx * 1e3) : "not sampled (in other)")
-      << ", device reads " << fmt("%.3f", p.reads_per_tx);
-  if (p.read_factor != 1.0) out << " (x" << fmt("%.3f", p.read_factor) << " for memory)";
-  out << ", commit writes " << fmt("%.3f", p.sync_writes_per_tx) << ", WAL flushes "
-      << fmt("%.3f", p.flushes_per_tx) << "; think " << fmt("%.3f ms", p.think_time_s * 1e3)
-      << ", other " << fmt("%.3f ms", p.other_s * 1e3)
-      << (p.other_source == "residual" ? "" : " (" + p.other_source + ")") << "\n";
-  out << "model at capture: " << fmt("%.1f", p.modelled_capture_tps) << " tps (measured "
-      << fmt("%.1f", p.captured_tps) << ")\n";
-  out << capture_tier_line(p) << "\n";
-  if (p.group_commit)
-    out << "group commit: " << fmt("%.0f%%", p.committing_share * 100) << " of transactions commit with a flush, "
-        << fmt("%.2f", p.flushes_per_tx > 0 ? p.committing_share / p.flushes_per_tx : 0)
-        << " per flush at capture, a flush cycle of " << fmt("%.3f ms", p.cycle_s * 1e3)
-        << " (device " << fmt("%.3f ms", p.cycle_device_s * 1e3) << "), "
-        << fmt("%.2f", p.flushes_per_cycle) << " flushes per cycle\n";
-  out << "clients " << p.clients_hi << ", vcpus " << p.vcpus;
-  if (p.capture_vcpus != p.vcpus && p.capture_cores > 0)
-    out << " (" << p.capture_vcpus << " at capture, of which the capture took " << fmt("%.2f", p.capture_cores)
-        << ": projected without it)";
-  else if (p.capture_vcpus != p.vcpus)
-    out << " (" << p.capture_vcpus << " at capture)";
-  else if (p.capture_cores > 0)
-    out << " (the capture took " << fmt("%.2f", p.capture_cores) << " of them: projected without it)";
-  if (p.memory_bytes > 0) out << ", memory " << fmt("%.0f MiB", p.memory_bytes / 1048576.0);
-  out << "\n\n";
-  char line[512];
-  if (p.windows > 0)
-    out << "in brackets: lowest\u2013highest of the capture's " << p.windows << " windows of "
-        << fmt("%.1f s", p.window_s) << " each, projected alone\n";
-  // With windows, tps, ratio and mean latency carry their ranges.
-  const bool w = p.windows > 0;
-  std::snprintf(line, sizeof line, "%-22s %*s %*s %*s %11s %9s %9s %9s  %-22s %s\n", "tier", w ? 24 : 10, "tps",
-                w ? 20 : 8, "ratio", w ? 25 : 11, "lat avg ms", "lat p99 ms", "read/s", "write/s", "flush/tx",
-                "busiest", "bottleneck");
-  out << line;
-  for (const auto& t : p.tiers) {
-    std::string tps = fmt("%.1f", t.tps), ratio = fmt("%.2fx", t.ratio), lat = fmt("%.3f", t.latency_s * 1e3);
-    if (w) {
-      tps += " (" + fmt("%.1f", t.tps_range.lo) + "\u2013" + fmt("%.1f", t.tps_range.hi) + ")";
-      ratio += " (" + fmt("%.2f", t.ratio_range.lo) + "\u2013" + fmt("%.2f", t.ratio_range.hi) + ")";
-      lat += " (" + fmt("%.3f", t.latency_range.lo * 1e3) + "\u2013" + fmt("%.3f", t.latency_range.hi * 1e3) + ")";
-    }
-    // The en dash is 3 bytes and one column.
-    auto pad = [&](const std::string& v, int width) {
-      int cols = static_cast<int>(v.size()) - (w ? 2 : 0);
-      return std::string(static_cast<size_t>(std::max(0, width - cols)), ' ') + v;
-    };
-    std::snprintf(line, sizeof line, "%-22s %s %s %s %11.3f %9.0f %9.0f %9.3f  %-22s %s\n", t.tier.c_str(),
-                  pad(tps, w ? 24 : 10).c_str(), pad(ratio, w ? 20 : 8).c_str(), pad(lat, w ? 25 : 11).c_str(),
-                  t.p99_s * 1e3, t.read_iops, t.write_iops, t.flushes_per_tx, busiest_text(t).c_str(),
-                  bottleneck_text(t).c_str());
-    out << line;
-  }
-  for (const auto& t : p.tiers) {
-    if (t.burst_iops <= 0) continue;
-    out << t.tier << ": burst " << fmt("%.0f", t.burst_iops) << " IOPS ";
-    if (t.after_burst.empty()) {
-      out << "throughout: at the projected " << fmt("%.0f", t.read_iops + t.write_iops)
-          << " IOPS the credits never run out (" << fmt("%.0f", t.baseline_iops) << " IOPS baseline)\n";
-      continue;
-    }
-    const auto& a = t.after_burst.front();
-    out << "for " << duration_text(t.burst_lasts_s) << " at the projected rate ("
-        << fmt("%.0f", t.read_iops + t.write_iops) << " IOPS on " << fmt("%.3g", t.burst_credits)
-        << " credits), then " << fmt("%.0f", t.baseline_iops) << " IOPS baseline: " << fmt("%.1f", a.tps)
-        << " tps (" << fmt("%.2fx", a.ratio) << "), latency " << fmt("%.3f ms", a.latency_s * 1e3)
-        << ", bottleneck " << bottleneck_text(a) << "\n";
-  }
-  out << "\nwhere a transaction's time goes at " << p.clients_hi << " clients (bottleneck: a resource "
-      << fmt("%.0f%%", kSaturated * 100) << " busy or more, or a cap's bound reached):\n";
-  for (const auto& t : p.tiers) {
-    std::snprintf(line, sizeof line, "%-22s ", t.tier.c_str());
-    out << line << time_split_text(t, p.cpu_modelled) << "\n";
-  }
-  if (p.clients_lo < p.clients_hi) {
-    out << "\ntps by clients:\n";
-    std::snprintf(line, sizeof line, "%8s", "clients");
-    out << line;
-    for (const auto& t : p.tiers) {
-      std::snprintf(line, sizeof line, " %14.14s", t.tier.c_str());
-      out << line;
-    }
-    out << "\n";
-    int span = p.clients_hi - p.clients_lo;
-    int step = std::max(1, span / 10);
-    for (int n = p.clients_lo; n <= p.clients_hi; n += step) {
-      std::snprintf(line, sizeof line, "%8d", n);
-      out << line;
-      for (const auto& t : p.tiers) {
-        std::snprintf(line, sizeof line, " %14.1f", t.curve[static_cast<size_t>(n - 1)].tps);
-        out << line;
-      }
-      out << "\n";
-      if (n != p.clients_hi && n + step > p.clients_hi) n = p.clients_hi - step;
-    }
-  }
-  for (const auto& n : p.notes) out << "note: " << n << "\n";
-}
-
-namespace {
-// Shares of the mean response time, as time_split_text gives them.
-nlohmann::json time_share(const TierProjection& t, bool cpu_modelled) {
-  const double total = t.split.cpu_s + t.split.storage_s + t.split.other_s;
-  auto share = [&](double v) { return total > 0 ? nlohmann::json(v / total) : nlohmann::json(); };
-  return {{"cpu", cpu_modelled ? share(t.split.cpu_s) : nlohmann::json()},
-          {"storage", share(t.split.storage_s)},
-          {"other", share(t.split.other_s)}};
-}
-}  // namespace
-
-std::string projection_json(const Projection& p, int indent) {
-  nlohmann::json j;
-  j["source"] = p.source;
-  j["windows"] = {{"count", p.windows}, {"seconds", p.window_s}};
-  j["same_on_every_tier"] = p.same_on_every_tier.empty() ? nlohmann::json() : nlohmann::json(p.same_on_every_tier);
-  j["commit_durability_warning"] = p.durability_warning;
-  j["clients"] = {p.clients_lo, p.clients_hi};
-  j["vcpus"] = p.vcpus;
-  j["capture_vcpus"] = p.capture_vcpus;
-  j["capture_cores"] = p.capture_cores;
-  j["memory_bytes"] = p.memory_bytes;
-  j["capture_memory_bytes"] = p.capture_memory_bytes;
-  j["read_factor"] = p.read_factor;
-  // No CPU samples: the CPU's time is in "other" and its figures are null.
-  const nlohmann::json no_cpu;
-  j["per_transaction"] = {{"cpu_ms", p.cpu_modelled ? nlohmann::json(p.cpu_s_per_tx * 1e3) : no_cpu},
-                          {"device_reads", p.reads_per_tx},
-                          {"sync_writes", p.sync_writes_per_tx},
-                          {"wal_flushes", p.flushes_per_tx},
-                          {"think_ms", p.think_time_s * 1e3},
-                          {"other_ms", p.other_s * 1e3},
-                          {"other_source", p.other_source}};
-  j["capture"] = {{"measured_tps", p.captured_tps}, {"modelled_tps", p.modelled_capture_tps}};
-  j["capture_tier"] = {{"source", p.capture_tier_source},
-                       {"name", p.capture_tier},
-                       {"capped", p.capture_capped},
-                       {"queued_ms_per_tx", p.queued_s_per_tx * 1e3}};
-  if (p.group_commit)
-    j["group_commit"] = {{"committing_share", p.committing_share},
-                         {"cycle_ms", p.cycle_s * 1e3},
-                         {"cycle_device_ms", p.cycle_device_s * 1e3},
-                         {"flushes_per_cycle", p.flushes_per_cycle}};
-  auto& tj = j["tiers"] = nlohmann::json::array();
-  for (const auto& t : p.tiers) {
-    nlohmann::json c = nlohmann::json::array();
-    for (const auto& q : t.curve)
-      if (q.clients >= p.clients_lo) c.push_back({{"clients", q.clients}, {"tps", q.tps}, {"latency_ms", q.latency_s * 1e3}});
-    tj.push_back({{"tier", t.tier},
-                  {"description", t.description},
-                  {"capture_tier_source", t.capture_tier_source},
-                  {"clients", t.clients},
-                  {"tps", t.tps},
-                  {"ratio", t.ratio},
-                  {"latency_avg_ms", t.latency_s * 1e3},
-                  {"latency_p99_ms", t.p99_s * 1e3},
-                  {"read_iops", t.read_iops},
-                  {"write_iops", t.write_iops},
-                  {"bytes_per_s", t.bytes_per_s},
-                  {"wal_flushes_per_tx", t.flushes_per_tx},
-                  {"busiest", t.busiest.empty() ? nlohmann::json() : nlohmann::json(t.busiest)},
-                  {"busiest_utilisation", t.busiest_utilisation},
-                  {"bottleneck", t.bottleneck.empty() ? nlohmann::json() : nlohmann::json(t.bottleneck)},
-                  {"bottleneck_utilisation", t.bottleneck.empty() ? nlohmann::json() : nlohmann::json(t.bottleneck_utilisation)},
-                  {"time_share", time_share(t, p.cpu_modelled)},
-                  {"time_ms", {{"cpu", p.cpu_modelled ? nlohmann::json(t.split.cpu_s * 1e3) : no_cpu},
-                               {"storage", t.split.storage_s * 1e3},
-                               {"other", t.split.other_s * 1e3}, {"think", t.split.think_s * 1e3}}},
-                  {"curve", c}});
-    if (p.windows > 0)
-      tj.back()["windows"] = {{"tps", {t.tps_range.lo, t.tps_range.hi}},
-                              {"ratio", {t.ratio_range.lo, t.ratio_range.hi}},
-                              {"latency_avg_ms", {t.latency_range.lo * 1e3, t.latency_range.hi * 1e3}}};
-    if (t.burst_iops > 0) {
-      nlohmann::json b = {{"burst_iops", t.burst_iops},
-                          {"baseline_iops", t.baseline_iops},
-                          {"credits", t.burst_credits},
-                          {"lasts_s", std::isfinite(t.burst_lasts_s) ? nlohmann::json(t.burst_lasts_s) : nlohmann::json()}};
-      if (!t.after_burst.empty()) {
-        const auto& a = t.after_burst.front();
-        b["after_burst"] = {{"tps", a.tps},
-                            {"ratio", a.ratio},
-                            {"latency_avg_ms", a.latency_s * 1e3},
-                            {"latency_p99_ms", a.p99_s * 1e3},
-                            {"read_iops", a.read_iops},
-                            {"write_iops", a.write_iops},
-                            {"bottleneck", a.bottleneck.empty() ? nlohmann::json() : nlohmann::json(a.bottleneck)}};
-      }
-      tj.back()["burst"] = b;
-    }
-  }
-  j["notes"] = p.notes;
-  return j.dump(indent);
 }
 
 }  // namespace tierlab::models

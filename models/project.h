@@ -53,7 +53,7 @@
 //             every --vcpus, so more vCPUs only shorten the CPU's queue.
 //
 // Reads per transaction follow the miss-ratio curve when `memory_bytes`
-// differs from the capture's memory (see project.cpp, memory_factor): with
+// differs from the capture's memory (models/project_memory.h): with
 // a file-level curve (the server's file reads, `capture run` as root), less
 // memory adds the page references the smaller OS cache misses and the
 // capture's did not; more memory, or a block-level curve, scales the reads
@@ -104,6 +104,15 @@ struct ProjectOptions {
   // decides from the profile's rates; a window of a capture takes the
   // whole capture's verdict (a window whose rate dipped is still capped).
   int capture_at_cap = -1;
+  // The data grows this many times with the same access pattern (each
+  // page's share of the references spread over that many more pages): a
+  // cache of M then holds what M / growth holds today, so the miss-ratio
+  // curve is read at memory / growth (models/project_memory.h).
+  double data_growth = 1;
+  // The clients' think time on every tier, seconds; < 0: as captured. The
+  // calibration of "other" always uses the captured one (models/capacity.h
+  // sets it for a load multiple).
+  double think_s = -1;
 };
 
 // Time of one transaction, by where it goes, seconds.
@@ -142,6 +151,7 @@ struct TierProjection {
   // network has none with any demand (no CPU samples, no device I/O).
   std::string busiest;
   double busiest_utilisation = 0;
+  bool busiest_is_cap = false;  // a rate cap, not a station
   // The busiest resource when it is near saturation (utilisation at least
   // kSaturated, or a cap's bound reached), else "": nothing then limits
   // throughput but the clients' own cycle, and the time split says where a
@@ -162,6 +172,34 @@ struct TierProjection {
   std::vector<TierProjection> after_burst;
   // Over the capture's windows (add_windows): each window projected alone.
   Range tps_range, ratio_range, latency_range;
+  // Headroom (models/capacity.h): the lowest load multiple at which the
+  // tier saturates (a bottleneck, kSaturated busy or a cap's bound reached)
+  // or its p99 crosses the SLO; 0 when not computed, infinity when it does
+  // not within kMaxLoad. `headroom_by` names what saturates; the figures
+  // are the tier's at that load (sustained: a burst tier's baseline once its
+  // credits run out).
+  double headroom = 0;
+  std::string headroom_by;
+  double headroom_tps = 0;
+  double headroom_iops = 0;  // read + write, counted units
+  double headroom_p99_s = 0;
+};
+
+// One tier at one load multiple (models/capacity.h).
+struct LoadTier {
+  double tps = 0;
+  double latency_s = 0;
+  double p99_s = 0;
+  double read_iops = 0, write_iops = 0;
+  std::string bottleneck;  // "" below saturation
+  double bottleneck_utilisation = 0;
+};
+
+struct LoadPoint {
+  double load = 1;     // multiple of today's arrival rate
+  int clients = 0;     // the population projected
+  double think_s = 0;  // and its think time
+  std::vector<LoadTier> tiers;  // as Projection::tiers
 };
 
 struct Projection {
@@ -230,6 +268,13 @@ struct Projection {
   std::vector<std::string> notes;
   // commit_durability_warning() of the profile: "" when commits waited.
   std::string durability_warning;
+  // Capacity (models/capacity.h): the data growth every figure is projected
+  // with, how load multiples were made ("think" or "clients"), the p99
+  // target of the headroom (0: none) and the figures at each load.
+  double data_growth = 1;
+  std::string load_by;
+  double slo_p99_s = 0;
+  std::vector<LoadPoint> loads;
 };
 
 // Throws InputError for unusable input (no tiers, bad client range, a

@@ -1,6 +1,7 @@
 // Projection: the queueing model's figures on hand-built profiles.
 #include "models/project.h"
 
+#include "models/capacity.h"
 #include "models/group_commit.h"
 
 #include "common/error.h"
@@ -59,6 +60,22 @@ Tier fixed_tier(const std::string& name, double read_ms, double iops) {
   t.total_iops = iops;
   return t;
 }
+
+
+// A tier whose only cap is on reads.
+Tier read_capped(const std::string& name, double read_ms, double read_iops) {
+  Tier t = fixed_tier(name, read_ms, 0);
+  t.read_iops = read_iops;
+  return t;
+}
+
+Projection plan(const Profile& p, const std::vector<Tier>& tiers, const ProjectOptions& o, const CapacityOptions& c) {
+  Projection pr = project(p, tiers, o);
+  add_capacity(pr, p, tiers, o, c);
+  return pr;
+}
+
+constexpr double kMiB = 1024.0 * 1024;
 
 }  // namespace
 
@@ -519,4 +536,199 @@ TEST_CASE("project: a burst tier is projected at its burst while credits last, t
   print_projection(lt, light);
   CHECK(lt.str().find("the credits never run out") != std::string::npos);
   CHECK(nlohmann::json::parse(projection_json(light))["tiers"][0]["burst"]["lasts_s"].is_null());
+}
+
+TEST_CASE("capacity: a load multiple shortens the think time, then adds clients", "[capacity]") {
+  // Cycle 1 ms think + 1 ms response: 2x takes the think time to 0.
+  auto c = load_config(2, 4, 0.001, 0.001, LoadBy::Think);
+  CHECK(c.clients == 4);
+  CHECK(c.think_s == Approx(0).margin(1e-15));
+  c = load_config(1.5, 4, 0.001, 0.001, LoadBy::Think);
+  CHECK(c.clients == 4);
+  CHECK(c.think_s == Approx(0.002 / 1.5 - 0.001));
+  c = load_config(0.5, 4, 0.001, 0.001, LoadBy::Think);
+  CHECK(c.think_s == Approx(0.003));
+  // 4x: every client offers 1 / 1 ms with no think time, so 8 of them.
+  c = load_config(4, 4, 0.001, 0.001, LoadBy::Think);
+  CHECK(c.clients == 8);
+  CHECK(c.think_s == 0);
+  c = load_config(3, 4, 0.001, 0.001, LoadBy::Think);
+  CHECK(c.clients == 6);
+  // No think time at all: only clients.
+  CHECK(load_config(3, 4, 0, 0.001, LoadBy::Think).clients == 12);
+  c = load_config(1.5, 4, 0.001, 0.001, LoadBy::Clients);
+  CHECK(c.clients == 6);
+  CHECK(c.think_s == 0.001);
+  CHECK(load_config(0.1, 4, 0.001, 0.001, LoadBy::Clients).clients == 1);
+  CHECK_THROWS_AS(load_config(0, 4, 0.001, 0.001, LoadBy::Think), InputError);
+  CHECK_THROWS_AS(load_config(-1, 4, 0.001, 0.001, LoadBy::Clients), InputError);
+  CHECK_THROWS_AS(load_config(NAN, 4, 0.001, 0.001, LoadBy::Clients), InputError);
+}
+
+TEST_CASE("capacity: throughput and latency grow with load on every tier", "[capacity]") {
+  Profile p = base_profile();
+  const std::vector<Tier> tiers = {read_capped("fast", 0.1, 0), read_capped("slow", 2, 0),
+                                   read_capped("capped", 0.1, 2500)};
+  for (LoadBy by : {LoadBy::Think, LoadBy::Clients}) {
+    CapacityOptions c;
+    c.by = by;
+    c.loads = {0.5, 1, 1.5, 2, 3, 5, 8};
+    auto pr = plan(p, tiers, {}, c);
+    REQUIRE(pr.loads.size() == 7);
+    // Load 1 is the projection itself.
+    for (size_t i = 0; i < tiers.size(); ++i) CHECK(pr.loads[1].tiers[i].tps == Approx(pr.tiers[i].tps));
+    for (size_t k = 1; k < pr.loads.size(); ++k)
+      for (size_t i = 0; i < tiers.size(); ++i) {
+        INFO("load " << pr.loads[k].load << " tier " << tiers[i].name);
+        CHECK(pr.loads[k].tiers[i].tps >= pr.loads[k - 1].tiers[i].tps * (1 - 1e-9));
+        CHECK(pr.loads[k].tiers[i].latency_s >= pr.loads[k - 1].tiers[i].latency_s * (1 - 1e-9));
+      }
+    // Where nothing saturates, the tier carries the load it is offered.
+    CHECK(pr.loads[0].tiers[0].tps == Approx(0.5 * pr.loads[1].tiers[0].tps).epsilon(0.1));
+  }
+}
+
+TEST_CASE("capacity: a capped tier's headroom is where its cap's bound is reached", "[capacity]") {
+  Profile p = base_profile();
+  // 2 reads per transaction under 5,000 read IOPS: at most 2,500 tps,
+  // above today's load on this tier (about 1,900 tps).
+  const std::vector<Tier> tiers = {read_capped("fast", 0.1, 0), read_capped("capped", 0.1, 5000)};
+  CapacityOptions c;
+  c.loads = {1, 2};
+  auto pr = plan(p, tiers, {}, c);
+  const auto& capped = pr.tiers[1];
+  REQUIRE(std::isfinite(capped.headroom));
+  CHECK(capped.headroom > 1);
+  CHECK(capped.headroom_by == "read IOPS cap");
+  CHECK(pr.loads[0].tiers[1].tps < 2500);
+  CHECK(capped.headroom_tps == Approx(2500).epsilon(0.001));
+  CHECK(capped.headroom_iops == Approx(5000).epsilon(0.001));
+  // Just below the headroom the cap's bound is not reached (a cap 90% used
+  // is named the bottleneck, but it delays nothing yet).
+  ProjectOptions below;
+  auto cfg = load_config(capped.headroom * (1 - 2 * kHeadroomPrecision), 4, p.think_time_s, p.latency.mean_s,
+                         LoadBy::Think);
+  below.clients_lo = below.clients_hi = cfg.clients;
+  below.think_s = cfg.think_s;
+  auto b = project(p, {tiers[1]}, below);
+  CHECK(b.tiers[0].bottleneck_utilisation < 1);
+  CHECK(b.tiers[0].tps < 2500);
+  // The uncapped tier runs on until its CPU is 90% busy (2 vCPUs, 0.5 ms
+  // each: 4,000 tps at most), well past the cap.
+  const auto& fast = pr.tiers[0];
+  REQUIRE(std::isfinite(fast.headroom));
+  CHECK(fast.headroom > capped.headroom);
+  CHECK(fast.headroom_by == "cpu");
+  CHECK(fast.headroom_tps >= 0.85 * 4000);
+  CHECK(fast.headroom_tps <= 4000);
+  CHECK(headroom_line(capped).rfind("capped: saturates at ", 0) == 0);
+  CHECK(headroom_line(capped).find("x today's load (read IOPS cap)") != std::string::npos);
+  std::ostringstream out;
+  print_capacity(out, pr, 0);
+  CHECK(out.str().find("  fast: saturates at ") != std::string::npos);
+  CHECK(out.str().find("  capped: saturates at ") != std::string::npos);
+  CHECK(out.str().find("tps against load") == std::string::npos);  // no terminal: no plot
+  auto j = nlohmann::json::parse(projection_json(pr));
+  CHECK(j["tiers"][1]["headroom"]["by"] == "read IOPS cap");
+  CHECK(j["tiers"][1]["headroom"]["load"].get<double>() == Approx(capped.headroom));
+  REQUIRE(j["loads"].size() == 2);
+  CHECK(j["loads"][1]["tiers"][1]["tps"].get<double>() == Approx(pr.loads[1].tiers[1].tps));
+}
+
+TEST_CASE("capacity: today's load already saturating, an SLO, and a tier that never saturates", "[capacity]") {
+  Profile p = base_profile();
+  CapacityOptions c;
+  // 2 reads under 1,000 IOPS: 500 tps, a quarter of what today's load
+  // asks of this tier.
+  auto pr = plan(p, {read_capped("tight", 0.1, 1000)}, {}, c);
+  CHECK(pr.tiers[0].headroom < 1);
+  CHECK(pr.tiers[0].headroom > 0.1);
+  CHECK(pr.tiers[0].headroom_tps == Approx(500).epsilon(0.001));
+  CHECK(headroom_line(pr.tiers[0]).find("today's load already saturates it") != std::string::npos);
+  // A p99 target below what the tier gives at 2x ends its headroom there.
+  const Tier slow = read_capped("slow", 1, 0);
+  auto free = plan(p, {slow}, {}, c);
+  REQUIRE(std::isfinite(free.tiers[0].headroom));
+  c.loads = {2};
+  c.slo_p99_s = 0;
+  auto at2 = plan(p, {slow}, {}, c);
+  c.slo_p99_s = at2.loads[0].tiers[0].p99_s * 0.9;
+  auto slo = plan(p, {slow}, {}, c);
+  CHECK(slo.tiers[0].headroom < 2);
+  CHECK(slo.tiers[0].headroom < free.tiers[0].headroom);
+  CHECK(slo.tiers[0].headroom_by.rfind("p99 over ", 0) == 0);
+  // No CPU samples, no device I/O: nothing saturates, only clients grow.
+  Profile idle = base_profile();
+  idle.has_cpu = false;
+  idle.has_block_io = false;
+  idle.reads_per_tx = 0;
+  idle.read_bytes_per_tx = 0;
+  c = {};
+  auto none = plan(idle, {slow}, {}, c);
+  CHECK(std::isinf(none.tiers[0].headroom));
+  CHECK(headroom_line(none.tiers[0]).find("does not saturate within 1000x") != std::string::npos);
+}
+
+TEST_CASE("capacity: data growth reads the miss-ratio curve at memory / growth", "[capacity][memory]") {
+  Profile p = base_profile();
+  p.memory_bytes = 1024 * kMiB;
+  p.shared_buffers_bytes = 128 * kMiB;
+  p.mrc.source = "file_io";
+  // Miss ratio falls linearly from 1 at 0 to 0 at 2 GiB of OS cache.
+  p.mrc.points = {{0, 1.0}, {2048 * kMiB, 0.0}};
+  p.mrc.references = 10000 * 8;  // 8 file reads per transaction
+  ProjectOptions o;
+  o.memory_bytes = 2048 * kMiB;
+  auto today = project(p, {read_capped("x", 0.2, 0)}, o);
+  // OS cache 1920 MiB, against 896 MiB at capture: miss 0.0625 / 0.5625.
+  CHECK(today.read_factor == Approx(0.0625 / 0.5625));
+  o.data_growth = 2;
+  // 2 GiB caches what 1 GiB does today: the capture's own miss ratio.
+  auto doubled = project(p, {read_capped("x", 0.2, 0)}, o);
+  CHECK(doubled.data_growth == 2);
+  CHECK(doubled.read_factor == Approx(1.0));
+  CHECK(doubled.reads_per_tx == Approx(2));
+  bool stated = false;
+  for (const auto& n : doubled.notes) stated = stated || n.rfind("data growth 2x: ", 0) == 0;
+  CHECK(stated);
+  // 4x: 512 MiB today, an OS cache of 384 MiB: miss 0.8125, more than the
+  // capture's, so its 8 file reads per transaction add reads.
+  o.data_growth = 4;
+  auto quadrupled = project(p, {read_capped("x", 0.2, 0)}, o);
+  CHECK(quadrupled.reads_per_tx == Approx(2 + 8 * (0.8125 - 0.5625)));
+  // Reads never fall and throughput never rises as the data grows.
+  double reads = 0, tps = 1e18;
+  for (double g : {0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0, 16.0}) {
+    o.data_growth = g;
+    auto pr = project(p, {read_capped("x", 0.2, 0)}, o);
+    INFO("growth " << g);
+    CHECK(pr.reads_per_tx >= reads * (1 - 1e-12));
+    CHECK(pr.tiers[0].tps <= tps * (1 + 1e-12));
+    reads = pr.reads_per_tx;
+    tps = pr.tiers[0].tps;
+  }
+  // Growth alone, at the capture's memory; and without a curve it cannot be
+  // projected.
+  o.memory_bytes = 0;
+  o.data_growth = 2;
+  CHECK(project(p, {read_capped("x", 0.2, 0)}, o).reads_per_tx > 2);
+  p.mrc = {};
+  try {
+    project(p, {read_capped("x", 0.2, 0)}, o);
+    FAIL("no curve: data growth cannot be projected");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("--data-growth cannot be projected") != std::string::npos);
+  }
+  // A synthetic profile has no curve: the message points at profile synth's
+  // own flags.
+  p.source = "synth: pgbench select-only scale 100";
+  try {
+    project(p, {read_capped("x", 0.2, 0)}, o);
+    FAIL("a synthetic profile: data growth cannot be projected");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()).find("grown --scale") != std::string::npos);
+    CHECK(std::string(e.what()).find("capture run") == std::string::npos);
+  }
+  o.data_growth = 0;
+  CHECK_THROWS_AS(project(base_profile(), {read_capped("x", 0.2, 0)}, o), InputError);
 }
