@@ -26,9 +26,10 @@
 // has no Result records; statement times are the log's (milliseconds for %m,
 // csvlog and jsonlog). Meta records at the start say so (source=log).
 //
-// Streaming: a line is read, parsed and forgotten; what is kept is one entry
-// per session and the names it prepared, so memory grows with the sessions
-// open at once, not with the log.
+// Streaming: input is read in blocks (1 MiB, more for a longer record), a
+// record is parsed and forgotten; what is kept is one entry per session and
+// the names it prepared, so memory grows with the sessions open at once, not
+// with the log.
 //
 // Errors: input that cannot be read at all (a stderr log none of whose first
 // lines match the prefix, a csvlog or jsonlog whose first record is not one)

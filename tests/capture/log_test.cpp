@@ -9,6 +9,8 @@
 #include <catch2/catch.hpp>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -396,4 +398,128 @@ TEST_CASE("capture log: log_min_duration_statement: an error after a completed s
                                                      "ready I", "end 4"});
   CHECK(c.stats.queries == 2);
   CHECK(c.stats.unlogged_statements == 1);
+}
+
+namespace {
+
+// A csvlog of pgbench -M prepared: 8 sessions, `txns` transactions each of
+// BEGIN, three executions with parameters and END, then the disconnections.
+std::string pgbench_csvlog(int txns) {
+  std::string out;
+  char line[640];
+  auto rec = [&](int ms, int pid, const char* sev, const std::string& msg, const std::string& detail) {
+    int n = std::snprintf(line, sizeof line,
+                          "2026-12-03 10:%02d:%02d.%03d UTC,\"bench\",\"shop\",%d,\"[local]\",6b11.%x,1,\"idle\","
+                          "2026-12-03 10:00:00 UTC,3/1,0,%s,00000,\"%s\",%s,,,,,,,,\"pgbench\",\"client backend\",,0\n",
+                          ms / 60000 % 60, ms / 1000 % 60, ms % 1000, pid, pid, sev, msg.c_str(), detail.c_str());
+    out.append(line, static_cast<size_t>(n));
+  };
+  for (int s = 0; s < 8; ++s)
+    rec(s, 100 + s, "LOG", "connection authorized: user=bench database=shop application_name=pgbench", "");
+  int ms = 10;
+  for (int t = 0; t < txns; ++t) {
+    for (int s = 0; s < 8; ++s) {
+      const int pid = 100 + s;
+      rec(ms++, pid, "LOG", "execute P0_1: BEGIN;", "");
+      rec(ms++, pid, "LOG", "execute P0_2: UPDATE a SET v = v + $1 WHERE k = $2;",
+          "\"parameters: $1 = '" + std::to_string(t * 7 % 5000 - 2500) + "', $2 = '" + std::to_string(t * 13 % 100000) +
+              "'\"");
+      rec(ms++, pid, "LOG", "execute P0_3: SELECT v FROM a WHERE k = $1;",
+          "\"parameters: $1 = '" + std::to_string(t * 13 % 100000) + "'\"");
+      rec(ms++, pid, "LOG", "execute P0_4: INSERT INTO h VALUES ($1, 'it''s');",
+          "\"parameters: $1 = 'o''" + std::to_string(t) + "'\"");
+      rec(ms++, pid, "LOG", "execute P0_5: END;", "");
+    }
+  }
+  for (int s = 0; s < 8; ++s) rec(ms++, 100 + s, "LOG", "disconnection: session time: 0:00:01.000 user=bench", "");
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("capture log: a csvlog file read in blocks: records across block edges and longer than a block, "
+          "CRLF line ends, a cut-off last record",
+          "[log]") {
+  tierlab::test::TempDir dir;
+  const std::string path = dir.file("big.csv");
+  // 3,000 transactions of 8 sessions (about 12 MB), a statement of 3 MiB
+  // (longer than a read block) over two lines, CRLF line ends, and a last
+  // record cut off inside a quoted field.
+  std::string log = pgbench_csvlog(3000);
+  const std::string long_sql = "SELECT '" + std::string(3u << 20, 'x') + "\n" + std::string(1000, 'y') + "'";
+  log += "2026-12-03 11:00:00.000 UTC,\"bench\",\"shop\",200,\"[local]\",6b11.c8,1,\"idle\",2026-12-03 10:00:00 UTC,"
+         "3/1,0,LOG,00000,\"statement: " + long_sql + "\",,,,,,,,,\"psql\",\"client backend\",,0\r\n";
+  log += "2026-12-03 11:00:00.001 UTC,\"bench\",\"shop\",200,\"[local]\",6b11.c8,2,\"idle\",2026-12-03 10:00:00 UTC,"
+         "3/1,0,LOG,00000,\"statement: SELECT \"\"a\"\"\r\n\",,,,,,,,,\"psql\",\"client backend\",,0\r\n";
+  const uint64_t whole_lines = static_cast<uint64_t>(std::count(log.begin(), log.end(), '\n'));
+  log += "2026-12-03 11:00:00.002 UTC,\"bench\",\"shop\",200,\"[local]\",6b11.c8,3,\"idle\",2026-12-03 10:00:00 UTC,"
+         "3/1,0,LOG,00000,\"statement: SELECT\n1";
+  { std::ofstream(path, std::ios::binary) << log; }
+  Converted c = convert_with({}, {{path, ""}}, capture::LogFormat::Auto, true);
+  CHECK(c.stats.executes == 3000u * 8 * 5);
+  CHECK(c.stats.transactions == 3000u * 8 + 2);  // and the two psql statements
+  CHECK(c.stats.queries == 2);
+  CHECK(c.stats.truncated == 1);
+  CHECK(c.stats.unparsed == 0);
+  CHECK(c.stats.lines == whole_lines + 2);  // the cut-off record's two lines
+  std::vector<std::string> s9 = of_session(c, 9);
+  REQUIRE(s9.size() >= 4);
+  CHECK(s9[1] == "query " + long_sql);
+  CHECK(s9[3] == "query SELECT \"a\"\r\n");  // a CR inside quotes is the field's
+  // Parameters with doubled quotes are unquoted; the others are as logged.
+  std::vector<std::string> s1 = of_session(c, 1);
+  REQUIRE(s1.size() >= 20);
+  CHECK(s1[1] == "parse P0_1 BEGIN; types=0");
+  CHECK(s1[7] == "bind /P0_2 [-2500] [0]");
+  CHECK(s1[17] == "bind /P0_4 [o'0]");
+}
+
+// The allocation counter of support/alloc_counter.h, whose operator new
+// replacements wire_alloc_test.cpp defines for this binary (they may be
+// defined once): the same inline variable, declared identically.
+namespace tierlab::test {
+inline thread_local uint64_t alloc_counter_thread = 0;
+}
+
+namespace {
+
+class DiscardSink : public trace::Sink {
+ public:
+  void append(const void*, size_t) override {}
+};
+
+// Heap allocations made converting `text` (csvlog) into a trace.
+uint64_t allocations_converting(const std::string& text) {
+  std::unique_ptr<trace::Writer> w;
+  const uint64_t before = tierlab::test::alloc_counter_thread;
+  {
+    capture::LogCapture cap({}, [&](int64_t start) -> trace::Writer& {
+      trace::WriterOptions wo;
+      wo.start_mono_ns = 0;
+      wo.realtime_offset_ns = start;
+      w = std::make_unique<trace::Writer>(std::make_unique<DiscardSink>(), wo);
+      return *w;
+    });
+    cap.read_text(text, "pg.csv", capture::LogFormat::Csv);
+    cap.finish();
+    w->close();
+    w.reset();
+  }
+  return tierlab::test::alloc_counter_thread - before;
+}
+
+}  // namespace
+
+TEST_CASE("capture log: reading a csvlog allocates nothing per record: ten times the log, the same allocations",
+          "[log][alloc]") {
+  // The counter counts in this binary (or the test could not fail).
+  const uint64_t c0 = tierlab::test::alloc_counter_thread;
+  std::string* volatile probe = new std::string(100, 'x');
+  delete probe;
+  REQUIRE(tierlab::test::alloc_counter_thread > c0);
+
+  const std::string small = pgbench_csvlog(200), large = pgbench_csvlog(2000);
+  const uint64_t a_small = allocations_converting(small), a_large = allocations_converting(large);
+  INFO("allocations: " << a_small << " for 200 transactions of 8 sessions, " << a_large << " for 2,000");
+  CHECK(a_large == a_small);
 }
