@@ -1,4 +1,7 @@
 // capture log: PostgreSQL server log text -> trace records.
+// wire_alloc_test.cpp defines this binary's operator new replacements.
+#define TIERLAB_ALLOC_COUNTER_READ_ONLY
+#include "support/alloc_counter.h"
 #include "capture/log.h"
 
 #include "common/error.h"
@@ -474,12 +477,6 @@ TEST_CASE("capture log: a csvlog file read in blocks: records across block edges
   CHECK(s1[17] == "bind /P0_4 [o'0]");
 }
 
-// The allocation counter of support/alloc_counter.h, whose operator new
-// replacements wire_alloc_test.cpp defines for this binary (they may be
-// defined once): the same inline variable, declared identically.
-namespace tierlab::test {
-inline thread_local uint64_t alloc_counter_thread = 0;
-}
 
 namespace {
 
@@ -491,7 +488,7 @@ class DiscardSink : public trace::Sink {
 // Heap allocations made converting `text` (csvlog) into a trace.
 uint64_t allocations_converting(const std::string& text) {
   std::unique_ptr<trace::Writer> w;
-  const uint64_t before = tierlab::test::alloc_counter_thread;
+  const uint64_t before = tierlab::test::allocations_this_thread();
   {
     capture::LogCapture cap({}, [&](int64_t start) -> trace::Writer& {
       trace::WriterOptions wo;
@@ -505,7 +502,7 @@ uint64_t allocations_converting(const std::string& text) {
     w->close();
     w.reset();
   }
-  return tierlab::test::alloc_counter_thread - before;
+  return tierlab::test::allocations_this_thread() - before;
 }
 
 }  // namespace
@@ -513,10 +510,10 @@ uint64_t allocations_converting(const std::string& text) {
 TEST_CASE("capture log: reading a csvlog allocates nothing per record: ten times the log, the same allocations",
           "[log][alloc]") {
   // The counter counts in this binary (or the test could not fail).
-  const uint64_t c0 = tierlab::test::alloc_counter_thread;
+  const uint64_t c0 = tierlab::test::allocations_this_thread();
   std::string* volatile probe = new std::string(100, 'x');
   delete probe;
-  REQUIRE(tierlab::test::alloc_counter_thread > c0);
+  REQUIRE(tierlab::test::allocations_this_thread() > c0);
 
   const std::string small = pgbench_csvlog(200), large = pgbench_csvlog(2000);
   const uint64_t a_small = allocations_converting(small), a_large = allocations_converting(large);

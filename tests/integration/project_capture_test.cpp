@@ -163,7 +163,7 @@ TEST_CASE("project: --load and --data-growth on a captured pgbench run", "[integ
                                  trace, "--duration", "7s", "--sample-interval", "200ms", "--device",
                                  pg.data_dir()});
   });
-  for (int i = 0; i < 100 && !listening(port); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(tierlab::test::wait_listening(port));
   int rc = pg.run_tool("pgbench", {"-n", "-S", "-h", "127.0.0.1", "-p", std::to_string(port), "-c", "4", "-j", "2",
                                    "-T", "4"},
                        &out);

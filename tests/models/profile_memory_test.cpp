@@ -1,56 +1,16 @@
 // The profile is built in one pass in memory that does not grow with the
-// trace's transactions or device I/O: this binary's operator new counts the
-// bytes live on the heap, and a stream ten times as long must not leave the
+// trace's transactions or device I/O: the test binary's operator new counts
+// the bytes live on the heap, and a stream ten times as long must not leave the
 // builder holding more.
 #include "models/profile.h"
+// profile_alloc_test.cpp defines this binary's operator new replacements.
+#define TIERLAB_ALLOC_COUNTER_READ_ONLY
+#include "support/alloc_counter.h"
 
 #include <catch2/catch.hpp>
 
-#include <malloc.h>
-
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <new>
 #include <string>
-
-namespace {
-
-std::atomic<int64_t> g_live{0};  // bytes allocated by operator new and not freed
-
-void* counted(std::size_t n) {
-  if (n == 0) n = 1;
-  void* p = std::malloc(n);
-  if (!p) throw std::bad_alloc();
-  g_live.fetch_add(static_cast<int64_t>(malloc_usable_size(p)), std::memory_order_relaxed);
-  return p;
-}
-
-void release(void* p) noexcept {
-  if (!p) return;
-  g_live.fetch_sub(static_cast<int64_t>(malloc_usable_size(p)), std::memory_order_relaxed);
-  std::free(p);
-}
-
-}  // namespace
-
-// The one replacement of this test binary (tests/support/alloc_counter.h is
-// not used in it). Aligned forms are left to the default, which never comes
-// through these.
-void* operator new(std::size_t n) { return counted(n); }
-void* operator new[](std::size_t n) { return counted(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  try {
-    return counted(n);
-  } catch (...) {
-    return nullptr;
-  }
-}
-void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
-void operator delete(void* p) noexcept { release(p); }
-void operator delete[](void* p) noexcept { release(p); }
-void operator delete(void* p, std::size_t) noexcept { release(p); }
-void operator delete[](void* p, std::size_t) noexcept { release(p); }
 
 using namespace tierlab;
 using trace::Nanos;
@@ -89,9 +49,9 @@ TEST_CASE("profile: memory does not grow with the trace's transactions and I/O",
     b.add({0, static_cast<uint64_t>(s), trace::SessionBegin{"u", "db", "app", "", 1000 + s, 0}});
   constexpr uint64_t kWarm = 20'000, kMore = 200'000;
   feed(b, 0, kWarm);
-  const int64_t warm = g_live.load();
+  const int64_t warm = tierlab::test::live_heap_bytes();
   feed(b, kWarm, kMore);
-  const int64_t grown = g_live.load() - warm;
+  const int64_t grown = tierlab::test::live_heap_bytes() - warm;
   // Held per millisecond of trace (2 ms of 100 transactions each): a few
   // bytes; per transaction or I/O record it would be tens of megabytes.
   INFO("heap grew by " << grown << " bytes over " << kMore << " more transactions");
