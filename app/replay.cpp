@@ -213,6 +213,7 @@ void run_replay(const ReplayOptions& o) {
     set_exit_status(128 + stopped_by);
   };
   if (!o.max_speed) for_flag("--speed", [&] { replay::check_speed(w, o.speed); });
+  check_rt(o.rt);
   replay::Report r;
   try {
     r = replay::run(w, opts, &std::cerr);
