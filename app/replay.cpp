@@ -173,7 +173,7 @@ void run_replay(const ReplayOptions& o) {
   }
   opts.database = o.database;
   opts.user = o.user;
-  if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
+  if (!o.user_map.empty()) opts.user_map = for_flag("--user-map", [&] { return replay::load_user_map(o.user_map); });
 
   OutputFile json(o.json, "--json");
   // With the JSON on standard output, the text goes to standard error.
