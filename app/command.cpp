@@ -1,6 +1,8 @@
 #include "app/command.h"
 
 #include "common/error.h"
+#include "common/realtime.h"
+#include "trace/writer.h"
 
 #include <sys/stat.h>
 #include <csignal>
@@ -8,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -100,6 +103,15 @@ void setup_all(CLI::App& app) {
 
 void set_exit_status(int status) { g_exit_status = status; }
 
+void check_rt(bool rt) {
+  if (!rt) return;
+  try {
+    RealTimeScope probe(true);
+  } catch (const RuntimeError& e) {
+    throw RuntimeError(std::string("--rt: ") + e.what());
+  }
+}
+
 int run_cli(const std::vector<std::string>& args) {
   g_exit_status = 0;
   CLI::App app{
@@ -177,10 +189,26 @@ CLI::App& group(CLI::App& parent, const std::string& name) {
 }
 
 CLI::Option* add_compress_level(CLI::App& cmd, int& level) {
+  // The range is the trace writer's (trace::check_compression_level); CLI11
+  // puts the flag in front of its message.
+  const CLI::Validator in_range(
+      [](std::string& v) -> std::string {
+        int n = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+        if (ec != std::errc() || end != v.data() + v.size()) return "";  // not a number: the conversion says so
+        try {
+          trace::check_compression_level(n);
+        } catch (const InputError& e) {
+          return e.what();
+        }
+        return "";
+      },
+      "");
   return cmd
       .add_option("--compress-level", level,
                   "zstd level of the trace (-100 to 22; below 0 are zstd's fast levels, less CPU "
                   "for a larger file); 0 writes it uncompressed: 2-3.5x the file of -3")
+      ->check(in_range)
       ->capture_default_str();
 }
 

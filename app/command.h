@@ -65,6 +65,11 @@ decltype(auto) for_flag(const std::string& flag, F&& check) {
   }
 }
 
+// --rt: that the calling thread can have real-time priority (common/
+// realtime.h: RealTimeScope), checked before a run starts; RuntimeError
+// "--rt: ..." when it cannot.
+void check_rt(bool rt);
+
 // Checks of a number option: finite and above 0, or at least 0. (CLI11's
 // PositiveNumber lets "nan" through and names its range up to DBL_MAX.)
 CLI::Validator positive_number();

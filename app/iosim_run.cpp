@@ -331,6 +331,7 @@ void run_iosim(const RunOptions& o) {
   iosim::EngineResult r;
   int stopped_by = 0;
   {
+    check_rt(o.rt);
     RunStopper stopper(&live, int64_t(progress_s * 1e9));
     eo.stop = &stopper.signal();
     r = iosim::run_engine(eo, *source);

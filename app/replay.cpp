@@ -174,7 +174,7 @@ void run_replay(const ReplayOptions& o) {
   }
   opts.database = o.database;
   opts.user = o.user;
-  if (!o.user_map.empty()) opts.user_map = replay::load_user_map(o.user_map);
+  if (!o.user_map.empty()) opts.user_map = for_flag("--user-map", [&] { return replay::load_user_map(o.user_map); });
 
   OutputFile json(o.json, "--json");
   // With the JSON on standard output, the text goes to standard error.
@@ -214,6 +214,7 @@ void run_replay(const ReplayOptions& o) {
     set_exit_status(128 + stopped_by);
   };
   if (!o.max_speed) for_flag("--speed", [&] { replay::check_speed(w, o.speed); });
+  check_rt(o.rt);
   replay::Report r;
   try {
     r = replay::run(w, opts, &std::cerr);

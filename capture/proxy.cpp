@@ -307,7 +307,11 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   if (opts.out.empty()) throw InputError("--out: missing");
   if (opts.listen.empty() && opts.listen_unix.empty())
     throw InputError("--listen: give a TCP address, --listen-unix or both");
-  trace::check_compression_level(opts.compression_level, "--compress-level");
+  try {
+    trace::check_compression_level(opts.compression_level);
+  } catch (const InputError& e) {
+    throw InputError(std::string("compression level ") + e.what());
+  }
   if (opts.buffer_bytes < 16384 || opts.buffer_bytes > (1u << 30))
     throw InputError("forwarding buffer size out of range");
   px.upstream = parse_upstream(opts.upstream);

@@ -431,7 +431,11 @@ void check_sniff_options(const SniffOptions& o, const std::string& who) {
   if (!o.interface.empty() && (o.buffer_bytes < kMinRingBytes || o.buffer_bytes > kMaxRingBytes))
     throw InputError(who + ": --buffer-size " +
                      format_bytes(static_cast<double>(o.buffer_bytes)) + ": must be 64 KiB to 1 GiB");
-  trace::check_compression_level(o.compression_level, who + ": --compress-level");
+  try {
+    trace::check_compression_level(o.compression_level);
+  } catch (const InputError& e) {
+    throw InputError(who + ": compression level " + e.what());
+  }
   if (o.duration_s < 0) throw InputError(who + ": --duration must not be negative");
   if (!o.host.empty()) {
     uint8_t buf[16];

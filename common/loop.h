@@ -94,12 +94,20 @@ class Loop {
 
   // A connection slot for socket fd (non-blocking), which the loop now owns.
   virtual uint32_t open(int fd) = 0;
-  // The same for fd, a duplicate of a socket another owner keeps (libpq's):
-  // close(c) closes fd but does not shut the socket down, so that the
-  // other owner ends the connection its own way.
-  virtual uint32_t open_shared(int fd) = 0;
+  // A connection slot for socket fd (non-blocking), which another owner
+  // keeps (libpq's): the loop borrows the descriptor and never closes it or
+  // shuts the socket down, so that the other owner ends the connection its
+  // own way. No descriptor is made for it. fd must stay open until
+  // close(c); the owner may close it as soon as close(c) returns, and the
+  // number may then be another socket's.
+  virtual uint32_t open_borrowed(int fd) = 0;
   // Shuts the socket down, stops its operations and drops its queue; the
   // slot and the descriptor are reused once the kernel is done with them.
+  // A borrowed connection (open_borrowed) is not shut down and its
+  // descriptor stays open: what the loop had queued or in flight on it is
+  // cancelled before close returns (io_uring: submitted with the
+  // cancellation at once, while the number is still the socket's; epoll:
+  // taken out of the set).
   // No event for c is returned after close(c).
   virtual void close(uint32_t c) = 0;
   virtual int fd(uint32_t c) const = 0;

@@ -45,7 +45,7 @@ class EpollLoop final : public LoopCommon {
   }
   ~EpollLoop() override {
     for (Conn& k : conns_)
-      if (k.fd >= 0) ::close(k.fd);
+      if (k.fd >= 0 && !k.borrowed) ::close(k.fd);
     if (tfd_ >= 0) ::close(tfd_);
     ::close(ep_);
   }
@@ -66,10 +66,10 @@ class EpollLoop final : public LoopCommon {
     add(fd, 0, uint64_t{c} << kKindBits | kConn);
     return c;
   }
-  uint32_t open_shared(int fd) override {
+  uint32_t open_borrowed(int fd) override {
     uint32_t c = open(fd);
     dirty_.reserve(conns_.capacity());  // each connection is in the list at most once
-    conns_[c].shared = true;
+    conns_[c].borrowed = true;
     return c;
   }
 
@@ -108,8 +108,11 @@ class EpollLoop final : public LoopCommon {
   void close(uint32_t c) override {
     Conn& k = conns_[c];
     assert(k.state == Slot::Open);
+    // Out of the set while the number is still the socket's (the set holds
+    // the socket, not the number: a borrowed descriptor closed by its owner
+    // would leave it there while a duplicate lives).
     if (!k.hup) epoll_ctl(ep_, EPOLL_CTL_DEL, k.fd, nullptr);
-    ::close(k.fd);
+    if (!k.borrowed) ::close(k.fd);
     k.fd = -1;  // (not closed again by the destructor: the number may be another's by then)
     drop_queue(k);
     k.state = Slot::Closing;

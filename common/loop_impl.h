@@ -28,7 +28,7 @@ struct Conn {
   bool sending = false;     // io_uring: a send is in flight
   bool blocked = false;     // epoll: the socket's send buffer is full (EPOLLOUT registered)
   bool hup = false;         // epoll: hung up, out of the epoll set
-  bool shared = false;      // open_shared: close() does not shut the socket down
+  bool borrowed = false;    // open_borrowed: the descriptor is the owner's, never shut down or closed here
   bool dirty = false;       // epoll: registered events to be brought in step before the next wait
   uint32_t events = 0;      // epoll: registered events
   int32_t head = kNone, tail = kNone;  // queued pieces, oldest first

@@ -64,7 +64,7 @@ class UringLoop final : public LoopCommon {
     br_.reset();
     ring_.reset();
     for (Conn& k : conns_)
-      if (k.fd >= 0) ::close(k.fd);
+      if (k.fd >= 0 && !k.borrowed) ::close(k.fd);
   }
 
   const char* backend() const override { return "io_uring"; }
@@ -75,9 +75,9 @@ class UringLoop final : public LoopCommon {
   void watch(int fd, uint64_t tag) override { watches_.push_back({fd, tag}); }
 
   uint32_t open(int fd) override { return take_slot(fd); }
-  uint32_t open_shared(int fd) override {
+  uint32_t open_borrowed(int fd) override {
     uint32_t c = take_slot(fd);
-    conns_[c].shared = true;
+    conns_[c].borrowed = true;
     return c;
   }
 
@@ -87,12 +87,18 @@ class UringLoop final : public LoopCommon {
     k.state = Slot::Closing;
     k.user = 0;
     k.into = nullptr;
-    if (!k.shared) ::shutdown(k.fd, SHUT_RDWR);
+    if (!k.borrowed) ::shutdown(k.fd, SHUT_RDWR);
     if (k.inflight > 0) {
       io_uring_sqe* e = ring_->sqe();
       io_uring_prep_cancel_fd(e, k.fd, IORING_ASYNC_CANCEL_ALL);
       io_uring_sqe_set_data64(e, kIgnore);
       e->flags |= IOSQE_CQE_SKIP_SUCCESS;
+      // A borrowed descriptor may be closed, and its number given to
+      // another socket, once close() returns: c's queued operations and
+      // their cancellation go to the kernel now, which resolves the number
+      // to the socket while it still is that (an operation holds the socket,
+      // not the number, from then on until it completes).
+      if (k.borrowed) submit_now();
     }
     if (k.starved) k.starved = false;  // (left in starved_, skipped there)
     forget_pending(c);
@@ -259,6 +265,21 @@ class UringLoop final : public LoopCommon {
 
   static uint64_t ud(uint64_t index, Op op) { return index << kOpBits | op; }
 
+  // Hands every queued submission to the kernel, outside a round. A full
+  // completion queue (-EBUSY) is made room in: what is reaped is handed out
+  // by the next wait().
+  void submit_now() {
+    if (!enabled_ && !enable()) return;  // nothing ever goes to the kernel: the next wait() fails
+    for (int tries = 0; io_uring_sq_ready(ring_->get()) > 0 && tries < 1000; ++tries) {
+      const int rc = io_uring_submit(ring_->get());
+      if (rc >= 0 || rc == -EINTR) continue;
+      if (rc != -EBUSY && rc != -EAGAIN) return;  // the ring cannot go on: the next wait() says so
+      LoopEvent evs[64];
+      const int n = reap(evs, 64);
+      for (int i = 0; i < n; ++i) post(evs[i]);
+    }
+  }
+
   bool enable() {
     if (int rc = ring_->enable(); rc < 0) {
       errno_ = -rc;
@@ -370,7 +391,7 @@ class UringLoop final : public LoopCommon {
         continue;
       }
       drop_queue(k);
-      ::close(k.fd);
+      if (!k.borrowed) ::close(k.fd);
       free_slot(c);
     }
     closing_.resize(keep);

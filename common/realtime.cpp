@@ -34,7 +34,7 @@ RealTimeScope::RealTimeScope(bool want) {
   sched_param p{};
   p.sched_priority = 1;
   if (sched_setscheduler(0, SCHED_FIFO, &p) != 0)
-    throw RuntimeError(errno_message("--rt: sched_setscheduler(SCHED_FIFO) (needs root or CAP_SYS_NICE)", errno));
+    throw RuntimeError(errno_message("real-time priority: sched_setscheduler(SCHED_FIFO) (needs root or CAP_SYS_NICE)", errno));
   on_ = true;
 }
 

@@ -291,10 +291,10 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, plan.sessions.size())));
 
-  // Two descriptors a session open at once: libpq's socket and the
-  // duplicate a directly driven session is on the worker's loop with.
+  // One descriptor a session open at once: libpq's socket, which a
+  // directly driven session's loop connection borrows.
   uint64_t conc = plan.summary.max_concurrency;
-  uint64_t need = 2 * std::min<uint64_t>(plan.sessions.size(), std::max<uint64_t>(2 * conc, conc + 1000)) +
+  uint64_t need = std::min<uint64_t>(plan.sessions.size(), std::max<uint64_t>(2 * conc, conc + 1000)) +
                   64 + 4 * static_cast<uint64_t>(threads);
   ensure_fd_limit(need);
 

@@ -48,7 +48,8 @@ struct UserMap {
 };
 // `name` is used in messages ("users.map:3: expected captured=target").
 UserMap parse_user_map(std::string_view text, const std::string& name);
-UserMap load_user_map(const std::string& path);  // InputError if unreadable
+// InputError "PATH: why" if unreadable.
+UserMap load_user_map(const std::string& path);
 
 // Statement fingerprint: common/sql.h's normalize_sql, the profile's too.
 using tierlab::normalize_sql;

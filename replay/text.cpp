@@ -60,7 +60,7 @@ UserMap parse_user_map(std::string_view text, const std::string& name) {
 
 UserMap load_user_map(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw InputError(errno_message("--user-map " + path, errno));
+  if (!in) throw InputError(errno_message(path, errno));
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_user_map(ss.str(), path);

@@ -141,9 +141,8 @@ void Worker::watch(uint32_t slot, bool out) {
 void Worker::finish_slot(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
   // The loop stops what it has in flight for the session (a receive into
-  // its buffer ends as cancelled: the buffer outlives the loop) and
-  // closes its duplicate of the socket; libpq's is closed by the
-  // connection thread.
+  // its buffer ends as cancelled: the buffer outlives the loop) and gives
+  // the socket back; libpq closes it on the connection thread.
   if (s.lc != kNone) {
     loop_->close(s.lc);
     s.lc = kNone;
@@ -265,12 +264,10 @@ void Worker::connected(uint32_t slot, Nanos now) {
   move(s, Event::Connected);
   s.free_at = now;
   if (s.direct) {
-    // The loop owns a duplicate of the socket (libpq keeps its own, and
-    // ends the connection with it): its number cannot be reused under the
-    // loop when the connection thread closes libpq's.
-    const int fd = fcntl(PQsocket(s.conn), F_DUPFD_CLOEXEC, 0);
-    if (fd < 0) return fail(slot, now, std::strerror(errno));
-    s.lc = loop_->open_shared(fd);
+    // The loop borrows libpq's socket (libpq ends the connection with it,
+    // on the connection thread, after finish_slot's close): one descriptor
+    // a session.
+    s.lc = loop_->open_borrowed(PQsocket(s.conn));
     loop_->user(s.lc) = uint64_t{slot} + 1;
     arm_recv(slot);
   } else {

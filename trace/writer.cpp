@@ -252,9 +252,9 @@ constexpr size_t str_bound(std::string_view s) { return s.size() * 2 + 3 * kMaxV
 
 }  // namespace
 
-void check_compression_level(int level, const std::string& option) {
+void check_compression_level(int level) {
   if (level < kMinCompressionLevel || level > kMaxCompressionLevel)
-    throw InputError(option + ": must be " + std::to_string(kMinCompressionLevel) + " to " +
+    throw InputError(std::to_string(level) + ": must be " + std::to_string(kMinCompressionLevel) + " to " +
                      std::to_string(kMaxCompressionLevel) + " (0 writes the trace uncompressed)");
 }
 

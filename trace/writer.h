@@ -50,9 +50,9 @@ class MemorySink : public Sink {
 constexpr int kMinCompressionLevel = -100;
 constexpr int kMaxCompressionLevel = 22;
 
-// Throws InputError naming `option` (as the user spelled it, with any
-// prefix the caller's messages carry) unless `level` is in range.
-void check_compression_level(int level, const std::string& option);
+// Throws InputError unless `level` is in range; the message starts with the
+// level ("23: must be -100 to 22 (0 writes the trace uncompressed)").
+void check_compression_level(int level);
 
 struct WriterOptions {
   size_t chunk_bytes = 256 * 1024;  // uncompressed bytes per chunk

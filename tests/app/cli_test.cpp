@@ -2,6 +2,7 @@
 // real binary and through app::run_cli.
 #include "app/command.h"
 #include "support/support.h"
+#include "support/unprivileged.h"
 
 #include <catch2/catch.hpp>
 #include <fcntl.h>
@@ -142,4 +143,21 @@ TEST_CASE("cli: an output file appears only when written, and a failed command l
   CHECK(access(fifo.c_str(), F_OK) == 0);
   CHECK_THROWS_WITH(tierlab::app::OutputFile(dir.file("no/such/dir/x"), "--json"),
                     Catch::Contains("--json " + dir.file("no/such/dir/x") + ": No such file or directory"));
+}
+
+TEST_CASE("cli: --rt without the right to real-time priority is one line naming the flag", "[cli]") {
+  const std::string msg = tierlab::test::thrown_unprivileged([] {
+    tierlab::app::check_rt(false);  // not asked: nothing checked
+    tierlab::app::check_rt(true);
+  });
+  CHECK(msg.rfind("--rt: real-time priority: sched_setscheduler(SCHED_FIFO) (needs root or CAP_SYS_NICE): ", 0) == 0);
+}
+
+TEST_CASE("cli: --compress-level out of range is one line naming the flag and the level, on every capture",
+          "[cli]") {
+  const std::string range = "--compress-level: 23: must be -100 to 22 (0 writes the trace uncompressed)";
+  check_bad_input({"capture", "sniff", "--pcap", "/dev/null", "--out", "/dev/null", "--compress-level", "23"}, range);
+  check_bad_input({"capture", "proxy", "--upstream", "127.0.0.1:5432", "--out", "/dev/null", "--compress-level", "23"},
+                  range);
+  check_bad_input({"capture", "log", "/dev/null", "--out", "/dev/null", "--compress-level", "23"}, range);
 }

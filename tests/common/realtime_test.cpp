@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/realtime.h"
+#include "support/unprivileged.h"
 
 TEST_CASE("run_as_batch_thread moves the calling thread to SCHED_BATCH and no other", "[realtime]") {
   int policy_in_thread = -1;
@@ -63,4 +64,12 @@ TEST_CASE("request_short_slice leaves a thread of another policy alone", "[realt
   REQUIRE(batch);
   CHECK(got == 0);
   CHECK(policy_in_thread == SCHED_BATCH);
+}
+
+TEST_CASE("RealTimeScope without the right to SCHED_FIFO says what is missing, naming no flag", "[realtime]") {
+  const std::string msg = tierlab::test::thrown_unprivileged([] { tierlab::RealTimeScope rt(true); });
+  INFO(msg);
+  CHECK(msg.rfind("real-time priority: sched_setscheduler(SCHED_FIFO) (needs root or CAP_SYS_NICE): ", 0) == 0);
+  CHECK(msg.find("--") == std::string::npos);
+  CHECK(tierlab::test::thrown_unprivileged([] { tierlab::RealTimeScope rt(false); }).empty());
 }

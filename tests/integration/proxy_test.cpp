@@ -715,7 +715,8 @@ TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addr
   bad({"--upstream", upstream_of(pg), "--listen", "localhost"}, "--listen localhost: expected HOST:PORT");
   bad({"--upstream", upstream_of(pg), "--listen", "127.0.0.1:" + std::to_string(pg.port())}, "Address already in use");
   bad({"--upstream", upstream_of(pg), "--on-overflow", "maybe"}, "--on-overflow maybe");
-  bad({"--upstream", upstream_of(pg), "--compress-level", "23"}, "--compress-level: must be -100 to 22");
+  bad({"--upstream", upstream_of(pg), "--compress-level", "23"},
+      "--compress-level: 23: must be -100 to 22 (0 writes the trace uncompressed)");
 }
 
 TEST_CASE("proxy: capture run --io picks the proxy's event loop and is a proxy flag", "[proxy]") {

@@ -167,6 +167,8 @@ TEST_CASE("user map parses captured=target lines and rejects malformed ones", "[
   CHECK_THROWS_WITH(parse_user_map("a=\n", "m"), Catch::Contains("m:1:"));
   CHECK_THROWS_WITH(parse_user_map("a=b\na=c\n", "m"), Catch::Contains("m:2: user 'a' is mapped twice"));
   CHECK_THROWS_AS(load_user_map("/nonexistent/users.map"), InputError);
+  // The library names the file; the app puts --user-map in front.
+  CHECK_THROWS_WITH(load_user_map("/nonexistent/users.map"), "/nonexistent/users.map: No such file or directory");
 }
 
 TEST_CASE("divergence: error status and row counts, same failure is not divergence", "[replay][stats]") {
