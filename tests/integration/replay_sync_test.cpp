@@ -261,7 +261,7 @@ TEST_CASE("replay --sync commit: a failed predecessor is not waited for, a slow 
   }
 }
 
-TEST_CASE("replay --sync commit: work on other rows and tables does not wait, work on the same row does; --sync all waits for all",
+TEST_CASE("replay --sync commit: work on other rows and tables does not wait, work on the same row does, --sync all waits for all",
           "[replay][pg][sync]") {
   auto& pg = tierlab::test::shared_server();
   pg.sql("DROP TABLE IF EXISTS sync_rowkey");

@@ -160,7 +160,7 @@ TEST_CASE("plan: commit points in capture order, and what each transaction's fir
   CHECK(unit(plan, 2, 0).sync_need == 0);
 }
 
-TEST_CASE("plan: a statement that failed at capture waits for every commit before it; Execute binds its parameters",
+TEST_CASE("plan: a statement that failed at capture waits for every commit before it, Execute binds its parameters",
           "[replay][sync]") {
   Builder t;
   t.add(0, 1, trace::SessionBegin{"u", "d", "", "", 0, 0});
