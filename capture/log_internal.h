@@ -13,6 +13,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -158,6 +159,7 @@ struct LogCapture::Impl {
     bool open = false;
     std::string sql;
     trace::Nanos sent = 0, done = 0;
+    int64_t last = 0;  // the time of its latest record (log time)
     bool failed = false;
     // Logged at its completion (log_min_duration_statement): an error
     // after it is another statement's.
@@ -184,7 +186,10 @@ struct LogCapture::Impl {
 
   // --- log_session.cpp: entries -> records ---
   trace::Writer& writer(int64_t realtime);
-  void write(const Sess& s, int64_t ts, const trace::Body& b) { writer(ts).write(ts - base, s.id, b); }
+  void write(Sess& s, int64_t ts, const trace::Body& b) {
+    s.last = std::max(s.last, ts);
+    writer(ts).write(ts - base, s.id, b);
+  }
   void close_unit(Sess& s, int64_t ts);
   Sess* session_for(const Entry& e, bool create);
   bool excluded(std::string_view user, std::string_view db) const;

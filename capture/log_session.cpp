@@ -462,7 +462,8 @@ void LogCapture::Impl::handle(const Entry& e) {
 LogStats LogCapture::Impl::finish() {
   for (auto& [key, s] : sessions) {
     if (!s.begun || s.excluded) continue;
-    int64_t at = std::max(s.sent, s.done);
+    // A session that sent nothing ends where its last record is (its begin).
+    int64_t at = std::max({s.sent, s.done, s.last});
     close_unit(s, at);
     write(s, at, trace::SessionEnd{trace::EndReason::CaptureEnd});
   }

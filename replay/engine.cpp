@@ -276,17 +276,8 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(),
             [&](uint32_t a, uint32_t b) { return plan.sessions[a].begin < plan.sessions[b].begin; });
-  sh.gate.assign(plan.sessions.size(), 0);
-  {
-    std::vector<Nanos> ends;
-    ends.reserve(plan.sessions.size());
-    for (const Session& s : plan.sessions) ends.push_back(s.end);
-    std::sort(ends.begin(), ends.end());
-    for (size_t i = 0; i < plan.sessions.size(); ++i)
-      sh.gate[i] = static_cast<uint64_t>(
-          std::upper_bound(ends.begin(), ends.end(), plan.sessions[i].begin) - ends.begin());
-    if (opts.max_speed) sh.initial = static_cast<uint64_t>(std::count(sh.gate.begin(), sh.gate.end(), 0));
-  }
+  sh.gate = max_speed_gates(plan);
+  if (opts.max_speed) sh.initial = static_cast<uint64_t>(std::count(sh.gate.begin(), sh.gate.end(), 0));
 
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, plan.sessions.size())));

@@ -914,4 +914,15 @@ Workload load(trace::Reader& reader, const Window& window, const Shard& shard) {
   return Workload(b.finish());
 }
 
+std::vector<uint64_t> max_speed_gates(const Plan& plan) {
+  std::vector<Nanos> ends;
+  ends.reserve(plan.sessions.size());
+  for (const Session& s : plan.sessions) ends.push_back(std::max(s.end, s.begin));
+  std::sort(ends.begin(), ends.end());
+  std::vector<uint64_t> gate(plan.sessions.size());
+  for (size_t i = 0; i < plan.sessions.size(); ++i)
+    gate[i] = static_cast<uint64_t>(std::lower_bound(ends.begin(), ends.end(), plan.sessions[i].begin) - ends.begin());
+  return gate;
+}
+
 }  // namespace tierlab::replay

@@ -186,6 +186,13 @@ bool changes_state(std::string_view tag, std::string_view sql, bool copy_in);
 // FNV-1a 64 of `s` (fingerprint() is hash_text(normalize_sql(sql))).
 uint64_t hash_text(std::string_view s);
 
+// Max speed keeps the captured concurrency: session i starts once as many
+// sessions have ended as had ended, strictly before it began, in the
+// capture. A session's end is taken as no earlier than its begin, so no
+// session waits for itself or for one that began after it, and the first to
+// begin never waits: the gates cannot hold every session back.
+std::vector<uint64_t> max_speed_gates(const Plan& plan);
+
 // Builds a plan from records in trace order. Exposed for tests that feed
 // in-memory record sequences. `trace_start` is the trace header's clock
 // origin (Header::start_mono_ns, what `tierlab trace dump` prints times

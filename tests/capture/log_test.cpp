@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 using namespace tierlab;
@@ -153,6 +154,26 @@ TEST_CASE("capture log: extended protocol: a named statement is parsed once, par
                                 "end 4"});
   CHECK(c.stats.executes == 4);
   CHECK(c.stats.transactions == 4);
+}
+
+TEST_CASE("capture log: a session still open at the log's end, having sent nothing, ends after it began", "[log]") {
+  const std::string log =
+      "2026-12-03 10:48:06.100 UTC [100] LOG:  connection authorized: user=alice database=shop application_name=psql\n"
+      "2026-12-03 10:48:06.102 UTC [100] LOG:  statement: SELECT 1\n"
+      "2026-12-03 10:48:07.500 UTC [101] LOG:  connection authorized: user=bob database=shop application_name=psql\n";
+  Converted c = convert(log);
+  REQUIRE(of_session(c, 2) == std::vector<std::string>{"begin bob@shop app=psql client= pid=101", "end 4"});
+  // Every record of the trace at or after its session's begin: a replay at
+  // max speed orders sessions by when they began and ended.
+  std::map<uint64_t, int64_t> begun;
+  for (const auto& r : c.raw) {
+    if (r.kind() == trace::Kind::SessionBegin) begun[r.session] = r.ts;
+    if (r.kind() == trace::Kind::SessionEnd) {
+      INFO("session " << r.session);
+      CHECK(r.ts >= begun.at(r.session));
+    }
+  }
+  CHECK(begun.size() == 2);
 }
 
 TEST_CASE("capture log: interleaved sessions, DETAIL lines found by pid, a session begun before the log",

@@ -612,6 +612,23 @@ TEST_CASE("plan: COPY FROM STDIN started by Execute keeps its data", "[replay][p
   CHECK(std::string(p->stmts[failed.first_stmt].captured.sqlstate) == "57014");
 }
 
+TEST_CASE("plan: max speed gates count sessions that ended before one began, and never hold the first back",
+          "[replay][plan]") {
+  Plan p;
+  p.sessions.resize(4);
+  p.sessions[0].begin = 0, p.sessions[0].end = 10 * kMs;
+  p.sessions[1].begin = 0, p.sessions[1].end = 0;              // ended as it began
+  p.sessions[2].begin = 20 * kMs, p.sessions[2].end = -5 * kMs;  // an end before its begin (a bad trace)
+  p.sessions[3].begin = 5 * kMs, p.sessions[3].end = 100 * kMs;
+  const std::vector<uint64_t> gate = max_speed_gates(p);
+  // The first to begin wait for nothing, not even for a session that ended
+  // as it began, or for an end stamped before any begin.
+  CHECK(gate[0] == 0);
+  CHECK(gate[1] == 0);
+  CHECK(gate[3] == 1);  // session 1 ended before 5 ms
+  CHECK(gate[2] == 2);  // sessions 1 and 0 ended before 20 ms; its own end is not before its begin
+}
+
 TEST_CASE("plan: window drops units, re-prepares statements, concurrency counted", "[replay][plan]") {
   Trace t;
   std::vector<trace::Param> none;
