@@ -1,5 +1,6 @@
 // Timestamps as PostgreSQL logs them (%t, %m, %n, csvlog, jsonlog).
 #include "capture/log_internal.h"
+#include "common/clock.h"
 
 #include <cctype>
 
@@ -20,15 +21,6 @@ int num(std::string_view s, size_t pos, size_t n) {
   return v;
 }
 
-// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
-  y -= m <= 2;
-  const int64_t era = (y >= 0 ? y : y - 399) / 400;
-  const unsigned yoe = static_cast<unsigned>(y - era * 400);
-  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-  return era * 146097 + static_cast<int64_t>(doe) - 719468;
-}
 
 bool tz_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-'; }
 

@@ -29,4 +29,16 @@ inline void sleep_until_ns(Nanos t) {
   }
 }
 
+// Days from 1970-01-01 to the civil date y-m-d (proleptic Gregorian;
+// Howard Hinnant's days_from_civil): for the dates the log reader and
+// --start-at parse.
+constexpr int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const unsigned yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<int64_t>(doe) - 719468;
+}
+
 }  // namespace tierlab
