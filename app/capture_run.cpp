@@ -12,6 +12,7 @@
 #include "capture/proxy.h"
 #include "app/proxy_tls.h"
 #include "capture/run.h"
+#include "capture/local_clients.h"
 #include "capture/sniff.h"
 #include "common/error.h"
 #include "trace/writer.h"
@@ -503,6 +504,24 @@ void run_capture_run(const CaptureRunOptions& o) {
   for (const auto& [k, v] : meta) sample_writer->write(now_ns(), 0, trace::Meta{k, v});
   std::unique_ptr<CounterSampler> counters;
   if (pg.ok()) counters = std::make_unique<CounterSampler>(pg, [](const std::string& line) { say(line); });
+  // Clients on the server's machine (pgbench beside it) use the same cores:
+  // their CPU, found by the client ends of connections to where they
+  // connect (the server's port when passive, the proxy's when not).
+  std::unique_ptr<capture::LocalClients> local_clients;
+  if (postmaster > 0) {
+    try {
+      if (passive) {
+        local_clients = std::make_unique<capture::LocalClients>(o.host, o.port);
+      } else if (auto colon = o.listen.rfind(':'); colon != std::string::npos && o.listen[0] != '/') {
+        std::string h = o.listen.substr(0, colon);
+        if (h.size() > 1 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+        int port = std::atoi(o.listen.c_str() + colon + 1);
+        if (port > 0) local_clients = std::make_unique<capture::LocalClients>(h, static_cast<uint16_t>(port));
+      }
+    } catch (const InputError& e) {
+      say(std::string("CPU of clients on this machine not sampled: ") + e.what());
+    }
+  }
   std::thread sample_thread([&] {
     try {
       std::vector<std::pair<std::string, double>> c;
@@ -522,6 +541,13 @@ void run_capture_run(const CaptureRunOptions& o) {
             sample_writer->write(now, 0, trace::Sample{"cpu.user_ns", static_cast<double>(cpu.user_ns)});
             sample_writer->write(now, 0, trace::Sample{"cpu.system_ns", static_cast<double>(cpu.system_ns)});
             samples += 2;
+            if (local_clients) {
+              int64_t ns = local_clients->cpu_ns(known_pids);
+              if (local_clients->processes() > 0) {
+                sample_writer->write(now, 0, trace::Sample{"clients.cpu_ns", static_cast<double>(ns)});
+                ++samples;
+              }
+            }
             // The capture's own CPU: on the server's machine it takes cores
             // the server would otherwise have (the profile and projection
             // take it out).

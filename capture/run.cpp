@@ -123,6 +123,13 @@ TreeCpu process_tree_cpu(int32_t root) {
   return out;
 }
 
+bool process_cpu_ns(int32_t pid, int64_t& ns) {
+  Stat s;
+  if (!read_stat(pid, s)) return false;
+  ns = static_cast<int64_t>(static_cast<double>(s.utime + s.stime) * 1e9 / static_cast<double>(sysconf(_SC_CLK_TCK)));
+  return true;
+}
+
 double memory_limit_bytes(int32_t pid) {
   double total = mem_total_bytes();
   double limit = std::numeric_limits<double>::infinity();

@@ -26,6 +26,10 @@ struct TreeCpu {
 // Throws RuntimeError if `root` is gone.
 TreeCpu process_tree_cpu(int32_t root);
 
+// CPU time (user + system, ns) used so far by `pid` itself (all its
+// threads; not its reaped children). False if it is gone.
+bool process_cpu_ns(int32_t pid, int64_t& ns);
+
 // The memory the process may use for its data and page cache: the limit of
 // its cgroup's memory controller (v1 memory.limit_in_bytes or v2
 // memory.max) when that is below the machine's MemTotal, else MemTotal.

@@ -700,6 +700,10 @@ void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
     p.notes.push_back("no CPU samples in the trace: the server's CPU time per transaction is unknown");
   if (auto it = counters.find("capture.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts)
     p.capture_cores_busy = (it->second.last - it->second.first) / static_cast<double>(it->second.last_ts - it->second.first_ts);
+  if (auto it = counters.find("clients.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts) {
+    double n = tx_between(it->second.first_ts, it->second.last_ts);
+    if (n > 0) p.client_cpu_s_per_tx = (it->second.last - it->second.first) / kNs / n;
+  }
   auto per_tx = [&](const char* name) {
     auto it = counters.find(name);
     if (it == counters.end() || it->second.last_ts <= it->second.first_ts) return -1.0;

@@ -87,6 +87,10 @@ struct Profile {
   // Mean cores tierlab's capture itself kept busy (sample "capture.cpu_ns"
   // of `capture run`); 0 when not recorded.
   double capture_cores_busy = 0;
+  // CPU per transaction of the clients on the server's machine (sample
+  // "clients.cpu_ns" of `capture run`: pgbench beside the server), which
+  // compete with it for the same cores; -1 when none were seen.
+  double client_cpu_s_per_tx = -1;
 
   // PostgreSQL counters (from "pg.*" samples), per transaction; -1 if absent.
   double pg_blks_read_per_tx = -1;

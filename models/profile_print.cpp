@@ -56,6 +56,9 @@ void print_profile(std::ostream& out, const Profile& p) {
         << ")\n";
   else
     out << "  cpu: not sampled\n";
+  if (p.client_cpu_s_per_tx >= 0)
+    out << "  cpu of the clients on the server's machine: " << ms(p.client_cpu_s_per_tx)
+        << " (they share its cores)\n";
   if (p.has_block_io || p.io_from_counters) {
     out << "  device reads: " << fmt("%.3f", p.reads_per_tx) << " (" << format_bytes(p.read_bytes_per_tx)
         << ")\n";
@@ -153,6 +156,7 @@ std::string profile_json(const Profile& p, int indent) {
                   {"writes_per_tx", t.writes_per_tx}});
   nlohmann::json per;
   per["cpu_ms"] = p.has_cpu ? nlohmann::json(p.cpu_s_per_tx * 1e3) : nlohmann::json();
+  per["client_cpu_ms"] = p.client_cpu_s_per_tx >= 0 ? nlohmann::json(p.client_cpu_s_per_tx * 1e3) : nlohmann::json();
   per["device_reads"] = p.reads_per_tx;
   per["device_read_bytes"] = p.read_bytes_per_tx;
   per["sync_writes"] = p.sync_writes_per_tx;

@@ -437,7 +437,12 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
       memory_factor(p, o.memory_bytes, out.capture_memory_bytes, o.data_growth, out.notes, extra_reads);
 
   Demands d;
-  d.cpu_s = p.has_cpu ? p.cpu_s_per_tx : 0.0;
+  // Clients on the server's machine (pgbench beside it) use its cores: their
+  // CPU is demand at the CPU station, and comes out of the think time it
+  // was part of (a client computes between a result and its next request).
+  const double client_cpu = p.has_cpu && p.client_cpu_s_per_tx > 0 ? p.client_cpu_s_per_tx : 0.0;
+  out.client_cpu_s_per_tx = client_cpu;
+  d.cpu_s = p.has_cpu ? p.cpu_s_per_tx + client_cpu : 0.0;
   d.reads = p.reads_per_tx * out.read_factor + extra_reads;
   d.read_bytes = p.read_bytes_per_tx * out.read_factor + extra_reads * kPageBytes;
   d.writes = p.sync_writes_per_tx;
@@ -462,7 +467,15 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.flushes_per_tx = d.flushes;
   // The think time of the tiers' clients (a load multiple shortens it);
   // "other" is calibrated with the captured one.
-  const double think = o.think_s >= 0 ? o.think_s : p.think_time_s;
+  const double think = std::max(0.0, (o.think_s >= 0 ? o.think_s : p.think_time_s) - client_cpu);
+  const double think_captured = std::max(0.0, p.think_time_s - client_cpu);
+  // The clients' part of the CPU station's residence is theirs, not the
+  // transaction's: a transaction's latency (first message to its end) leaves
+  // it out, at capture and on every tier.
+  const double client_share = d.cpu_s > 0 ? client_cpu / d.cpu_s : 0.0;
+  auto server_response = [client_share](const MvaPoint& pt, const Network& net) {
+    return pt.response_s - (net.cpu >= 0 ? client_share * pt.residence_s[static_cast<size_t>(net.cpu)] : 0.0);
+  };
   out.think_time_s = think;
   int n_cap = std::max(1, static_cast<int>(std::lround(p.mean_clients > 0 ? p.mean_clients : p.clients)));
   // Transactions that commit through the flush cycle: those of templates
@@ -521,13 +534,13 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     // the iteration converges from below. The CPU is the captured server's.
     out.other_s = 0;
     for (int i = 0; i < 50; ++i) {
-      auto s = solve(dc, native, out.capture_vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
-      double gap = p.latency.mean_s - s.pts.back().response_s;
+      auto s = solve(dc, native, out.capture_vcpus, think_captured, out.other_s, o.kernel_writes_uncapped, n_cap);
+      double gap = p.latency.mean_s - server_response(s.pts.back(), s.net);
       if (gap <= 0 && out.other_s == 0) break;
       out.other_s = std::max(0.0, out.other_s + gap);
       if (std::abs(gap) < 1e-9) break;
     }
-    auto c = solve(dc, native, out.capture_vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
+    auto c = solve(dc, native, out.capture_vcpus, think_captured, out.other_s, o.kernel_writes_uncapped, n_cap);
     // At its cap, the residual holds more than the time outside storage:
     // what the cap's wait cost beyond the queue times the recorder saw
     // (before a bio reaches the block layer, the backend's wake-up after a
@@ -537,7 +550,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     const double quiet = static_cast<double>(p.quiet_transactions);
     if (out.capture_capped && p.quiet_transactions >= kMinQuietTransactions &&
         quiet >= kMinQuietShare * static_cast<double>(p.transactions) && c.net.cpu >= 0) {
-      const double cpu_res = c.pts.back().residence_s[static_cast<size_t>(c.net.cpu)];
+      const double cpu_res = (1 - client_share) * c.pts.back().residence_s[static_cast<size_t>(c.net.cpu)];
       const double other_quiet = std::max(0.0, p.quiet_latency_s - cpu_res);
       if (other_quiet < out.other_s) {
         out.other_residual_s = out.other_s;
@@ -549,7 +562,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
                             fmt("%.3f ms", p.quiet_latency_s * 1e3) + " less " + fmt("%.3f ms", cpu_res * 1e3) +
                             " of CPU), not the residual " + fmt("%.3f ms", out.other_residual_s * 1e3) +
                             ": at its cap the residual also holds the cap's wait the queue times missed");
-        c = solve(dc, native, out.capture_vcpus, p.think_time_s, out.other_s, o.kernel_writes_uncapped, n_cap);
+        c = solve(dc, native, out.capture_vcpus, think_captured, out.other_s, o.kernel_writes_uncapped, n_cap);
       }
     }
     out.modelled_capture_tps = c.pts.back().throughput;
@@ -599,7 +612,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
       *below = &free;
       if (free.throughput <= x_cap) {
         *x = free.throughput;
-        *r = free.response_s;
+        *r = server_response(free, net);
         return false;
       }
       for (int k = n - 1; k >= 1; --k)
@@ -608,7 +621,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
           break;
         }
       *x = x_cap;
-      *r = std::max((*below)->response_s, n / x_cap - think);
+      *r = std::max((*below)->response_s, n / x_cap - think) - ((*below)->response_s - server_response(**below, net));
       return true;
     };
     double x = 0, r = 0;
@@ -632,13 +645,14 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     tp.write_iops = x * (net.write_ios + cycles * net.cycle_write_ios) +
                     server_writes_at(net.fixed_write_ios, net.fixed_write_ios_per_tx, x);
     tp.bytes_per_s = x * net.bytes + server_writes_at(net.fixed_bytes, net.fixed_bytes_per_tx, x);
-    double cap_wait = std::max(0.0, r - pt.response_s);
+    double cap_wait = std::max(0.0, r - server_response(pt, net));
     double commit_s = net.commit >= 0 ? pt.residence_s[static_cast<size_t>(net.commit)] : 0.0;
-    tp.split.cpu_s = pt.residence_s[static_cast<size_t>(net.cpu)];
+    tp.split.cpu_s = (1 - client_share) * pt.residence_s[static_cast<size_t>(net.cpu)];
     tp.split.storage_s = pt.residence_s[static_cast<size_t>(net.storage)] + commit_s + cap_wait;
     if (net.queued >= 0) tp.split.storage_s += pt.residence_s[static_cast<size_t>(net.queued)];
     tp.split.other_s = pt.residence_s[static_cast<size_t>(net.other)];
-    tp.split.think_s = pt.residence_s[static_cast<size_t>(net.think)];
+    tp.split.think_s = pt.residence_s[static_cast<size_t>(net.think)] +
+                       client_share * pt.residence_s[static_cast<size_t>(net.cpu)];
     // Variance: exponential queueing stations (and cap wait), compound-
     // Poisson device time.
     double var = cap_wait * cap_wait;

@@ -523,6 +523,8 @@ Profile profile_from_json(const std::string& text, const std::string& name) {
   const std::string pw = w + ".per_transaction";
   p.has_cpu = per.contains("cpu_ms") && !per["cpu_ms"].is_null();
   p.cpu_s_per_tx = num(per, "cpu_ms", pw) / 1e3;
+  if (per.contains("client_cpu_ms") && !per["client_cpu_ms"].is_null())
+    p.client_cpu_s_per_tx = num(per, "client_cpu_ms", pw) / 1e3;
   p.reads_per_tx = num(per, "device_reads", pw);
   p.read_bytes_per_tx = num(per, "device_read_bytes", pw);
   p.sync_writes_per_tx = num(per, "sync_writes", pw);

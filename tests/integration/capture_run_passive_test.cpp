@@ -164,6 +164,8 @@ TEST_CASE("capture run --interface records pgbench from loopback packets with sa
   // taken all through the run, on the transactions' clock.
   CHECK(c.samples["cpu.user_ns"] >= 3);
   CHECK(c.samples["capture.cpu_ns"] >= 3);  // the capture's own CPU
+  // pgbench runs on the server's machine: its CPU, found by its connections.
+  CHECK(c.samples["clients.cpu_ns"] >= 3);
   CHECK(c.samples["pg.xact_commit"] >= 3);
   CHECK(c.samples["pg.wal_bytes"] >= 3);
   CHECK(c.sample_first <= c.tx_first);
@@ -181,6 +183,9 @@ TEST_CASE("capture run --interface records pgbench from loopback packets with sa
   REQUIRE(j["templates"].size() >= 1);
   CHECK(j["templates"][0]["statements"] == kStatementsPerTx);
   CHECK(j["per_transaction"]["cpu_ms"].get<double>() > 0.01);
+  REQUIRE(j["per_transaction"]["client_cpu_ms"].is_number());
+  CHECK(j["per_transaction"]["client_cpu_ms"].get<double>() > 0.0);
+  CHECK(j["per_transaction"]["client_cpu_ms"].get<double>() < 5.0);
 }
 
 TEST_CASE("capture run takes exactly one of the proxy and the passive mode", "[integration][capture_run]") {

@@ -308,3 +308,39 @@ TEST_CASE("project: a window takes the whole capture's verdict on its cap", "[pr
   CHECK(w.tiers[0].tps > 2 * 500);
   for (const auto& n : w.notes) CHECK(n.find("below its tier's cap") == std::string::npos);
 }
+
+TEST_CASE("project: the CPU of clients on the server's machine is demand on its cores, out of the think time",
+          "[project][capped]") {
+  constexpr double kThink = 0.0003, kClientCpu = 0.00025;
+  Profile p = capped_profile();
+  p.think_time_s = kThink;
+  ProjectOptions o;
+  o.captured_tier = tier("cap1000", 1000);
+  auto without = project(p, {tier("cap1000", 1000), tier("uncapped", 0)}, o);
+  p.client_cpu_s_per_tx = kClientCpu;
+  auto with = project(p, {tier("cap1000", 1000), tier("uncapped", 0)}, o);
+  CHECK(with.client_cpu_s_per_tx == Approx(kClientCpu));
+  CHECK(with.cpu_s_per_tx == Approx(kCpu + kClientCpu));
+  CHECK(with.think_time_s == Approx(kThink - kClientCpu));
+  // Its own tier still gives back the captured throughput.
+  CHECK(with.tiers[0].tps == Approx(500).epsilon(0.01));
+  // Without the cap: the network with the clients' CPU at the CPU station.
+  std::vector<Station> st{{"think", StationKind::Delay, kThink - kClientCpu, 1},
+                          {"cpu", StationKind::Multi, kCpu + kClientCpu, 2},
+                          {"storage", StationKind::Delay, 2 * kRead, 1},
+                          {"other", StationKind::Delay, with.other_s, 1}};
+  auto pt = solve_mva(st, kClients, 0).back();
+  CHECK(with.tiers[1].tps == Approx(pt.throughput).epsilon(0.01));
+  CHECK(with.tiers[1].tps < without.tiers[1].tps);
+  // Calibrated on the transactions' latency, which the clients' CPU is not
+  // in: "other" as without them.
+  CHECK(with.other_s == Approx(without.other_s).epsilon(0.02));
+  // The latency is the transaction's: the clients' part of the CPU's
+  // residence is not in it.
+  const double client_res = pt.residence_s[1] * kClientCpu / (kCpu + kClientCpu);
+  CHECK(with.tiers[1].latency_s == Approx(pt.response_s - client_res).epsilon(0.01));
+  CHECK(with.tiers[1].split.cpu_s == Approx(pt.residence_s[1] - client_res).epsilon(0.01));
+  std::ostringstream text;
+  print_projection(text, with);
+  CHECK(text.str().find("(0.250 ms of it the clients on the server's machine)") != std::string::npos);
+}
