@@ -25,6 +25,7 @@ struct SynthCliOptions {
   std::string mode = "select-only";
   int clients = 0;
   std::string memory;
+  std::string shared_buffers;
   int vcpus = 0;
   std::string calibrate;
   std::string script;
@@ -57,6 +58,11 @@ void run_synth(const SynthCliOptions& o) {
   so.vcpus = o.vcpus;
   so.memory_bytes = static_cast<double>(parse_size("--memory", o.memory));
   if (so.memory_bytes <= 0) throw InputError("--memory: expected a size above 0");
+  if (!o.shared_buffers.empty()) {
+    so.shared_buffers_bytes = static_cast<double>(parse_size("--shared-buffers", o.shared_buffers));
+    if (!(so.shared_buffers_bytes > 0) || !(so.shared_buffers_bytes < so.memory_bytes))
+      throw InputError("--shared-buffers " + o.shared_buffers + ": expected a size above 0 and below --memory");
+  }
   so.checkpoint_tps = o.checkpoint_tps;
   if (!o.script.empty()) {
     std::vector<std::pair<std::string, double>> vars{{"scale", o.scale}};
@@ -93,7 +99,8 @@ void run_synth(const SynthCliOptions& o) {
   if (o.json_out != "-") {
     std::cout << p.source << ", " << so.clients << " clients, " << so.vcpus << " vcpus, memory "
               << fmt("%.1f GiB", so.memory_bytes / 1073741824.0) << "\n";
-    std::cout << "per transaction: device reads " << fmt("%.3f", r.reads_per_tx) << ", cpu "
+    std::cout << "per transaction: reads from the OS " << fmt("%.3f", r.os_reads_per_tx) << ", device reads "
+              << fmt("%.3f", r.reads_per_tx) << ", cpu "
               << fmt("%.1f us", p.cpu_s_per_tx * 1e6);
     if (so.mode == models::PgbenchMode::TpcbLike)
       std::cout << ", background writes " << fmt("%.3f", r.dirty_writes_per_tx) << ", WAL "
@@ -125,8 +132,11 @@ void setup_synth(CLI::App& parent) {
       ->capture_default_str();
   sub->add_option("--clients", opts->clients, "pgbench -c")->required();
   sub->add_option("--memory", opts->memory,
-                  "the server's memory, e.g. 64GB: shared_buffers (taken as 25%) and the OS page cache")
+                  "the server's memory (or its cgroup's limit), e.g. 64GB: shared_buffers, the OS page cache "
+                  "and what holds no data pages (40 MiB and 1 MiB per client)")
       ->required();
+  sub->add_option("--shared-buffers", opts->shared_buffers,
+                  "the server's shared_buffers, e.g. 16GB (default: a quarter of --memory)");
   sub->add_option("--vcpus", opts->vcpus, "the server's CPUs")->required();
   sub->add_option("--calibrate", opts->calibrate,
                   "trace of a small local run of the same script (`capture run`): CPU per transaction, "

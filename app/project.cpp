@@ -1,6 +1,7 @@
 // tierlab project FILE --tier A [--tier B ...]: throughput and latency of a
 // captured workload on other storage tiers (closed queueing model).
 #include "app/command.h"
+#include "app/project.h"
 #include "common/error.h"
 #include "common/units.h"
 #include "models/capacity.h"
@@ -22,25 +23,6 @@
 namespace tierlab::app {
 namespace {
 
-struct ProjectCliOptions {
-  std::string trace;
-  std::vector<std::string> tiers;
-  std::string tiers_file;
-  std::string clients;
-  std::optional<int> vcpus;  // unset: as captured
-  std::string memory;
-  std::string capture_memory;
-  bool kernel_uncapped = false;
-  std::string captured_on;
-  double captured_iops_cap = 0;
-  std::string json_out;
-  std::string html_out;
-  std::optional<int> windows;  // unset: as many as fit, up to models::kDefaultWindows
-  std::string loads;           // "1,1.5,2"
-  std::string load_by = "think";
-  std::string data_growth;
-  std::string slo_p99;         // milliseconds
-};
 
 // A positive finite number, for `flag`.
 double parse_positive(const std::string& text, const std::string& flag, const char* what) {
@@ -84,6 +66,8 @@ std::string format_seconds(double s) {
   std::snprintf(b, sizeof b, "%.1f s", s);
   return b;
 }
+
+}  // namespace
 
 void run_project(const ProjectCliOptions& o) {
   models::ProjectOptions po;
@@ -196,17 +180,11 @@ void run_project(const ProjectCliOptions& o) {
   html.write(html_text);
 }
 
-void setup_project(CLI::App& parent) {
-  auto opts = std::make_shared<ProjectCliOptions>();
-  auto* sub = parent.add_subcommand(
-      "project",
-      "project a captured workload onto storage tiers: TPS, latency, IOPS and bottleneck per tier");
+void add_projection_flags(CLI::App* sub, ProjectCliOptions* opts) {
   sub->add_option("FILE", opts->trace,
                   "trace file (.tlt) with transactions and, ideally, block I/O and samples; or a profile "
-                  "as JSON (*.json: `profile --json`, `profile synth --json`)")
-      ->required();
-  sub->add_option("--tier", opts->tiers, "tier to project onto (repeatable; see `tierlab tiers`)")
-      ->required();
+                  "as JSON (*.json: `profile --json`, `profile synth --json`)");
+  sub->add_option("--tier", opts->tiers, "tier to project onto (repeatable; see `tierlab tiers`)");
   sub->add_option("--tiers-file", opts->tiers_file, "JSON file adding or replacing tiers");
   sub->add_option("--clients", opts->clients,
                   "clients N, or a range LO..HI for a throughput curve (default: as captured)");
@@ -244,6 +222,18 @@ void setup_project(CLI::App& parent) {
   sub->add_option("--json", opts->json_out, "also write the projection as JSON to this file (- : JSON on stdout only)");
   sub->add_option("--html", opts->html_out,
                   "also write a self-contained HTML report to this file (- : HTML on stdout only)");
+}
+
+namespace {
+
+void setup_project(CLI::App& parent) {
+  auto opts = std::make_shared<ProjectCliOptions>();
+  auto* sub = parent.add_subcommand(
+      "project",
+      "project a captured workload onto storage tiers: TPS, latency, IOPS and bottleneck per tier");
+  add_projection_flags(sub, opts.get());
+  sub->get_option("FILE")->required();
+  sub->get_option("--tier")->required();
   sub->callback([opts] { run_project(*opts); });
 }
 

@@ -1,6 +1,9 @@
-// tierlab report merge: the shards' --json reports of one replay as one
-// report, printed as a single replay prints it.
+// tierlab report FILE --tier A [--tier B ...] [--load ...] --html OUT: the
+// projection of a trace or a profile as one self-contained HTML file (and
+// the terminal table). tierlab report merge: the shards' --json reports of
+// one replay as one report, printed as a single replay prints it.
 #include "app/command.h"
+#include "app/project.h"
 #include "app/replay_json.h"
 #include "common/error.h"
 #include "replay/replay.h"
@@ -78,8 +81,25 @@ void run_merge(const MergeOptions& o) {
 }
 
 void setup_report(CLI::App& parent) {
-  auto* report = parent.add_subcommand("report", "combine replay reports");
-  report->require_subcommand(1);
+  auto* report = parent.add_subcommand(
+      "report", "one self-contained HTML report of a projection (FILE --tier ... --html OUT), or `report merge` "
+                "of replay reports");
+  report->require_subcommand(0, 1);
+  auto po = std::make_shared<ProjectCliOptions>();
+  add_projection_flags(report, po.get());
+  report->footer(
+      "Usage: tierlab report FILE --tier A [--tier B ...] [--load 1,2,4 ...] --html OUT\n"
+      "The HTML file holds the projection `project` prints: per tier TPS, ratio to the first tier and to the\n"
+      "capture, mean and p99 latency, IOPS, bottleneck and where the time goes, the curves against clients,\n"
+      "with --load the TPS and p99 against load and each tier's headroom, and the notes (the capture's tier,\n"
+      "memory, steadiness). Inline CSS and SVG only: no scripts, nothing fetched from the network.");
+  report->callback([report, po] {
+    if (report->got_subcommand("merge")) return;
+    if (po->trace.empty()) throw InputError("report: FILE: a trace or a profile JSON is required (or `report merge`)");
+    if (po->tiers.empty()) throw InputError("report: --tier: at least one tier is required");
+    if (po->html_out.empty()) throw InputError("report: --html: the HTML file to write is required");
+    run_project(*po);
+  });
   auto o = std::make_shared<MergeOptions>();
   auto* merge = report->add_subcommand(
       "merge", "merge the --json reports of the shards of one replay (replay --shard K/N) into one report, "

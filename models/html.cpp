@@ -1,6 +1,7 @@
 // The projection as one self-contained HTML page: inline CSS and SVG only,
 // no scripts, no fonts or images from anywhere.
 #include "models/project.h"
+#include "models/capacity.h"
 
 #include <algorithm>
 #include <cmath>
@@ -201,6 +202,97 @@ void split_chart(std::ostringstream& h, const Projection& p) {
   h << "</svg>\n";
 }
 
+// One chart of a figure against the load multiple, a series per tier, the
+// loads of p.loads (at least two).
+void load_chart(std::ostringstream& h, const Projection& p, const char* label, const char* what,
+                double (*value)(const LoadTier&)) {
+  const double W = 560, H = 340, L = 62, R = 12, T = 12, B = 46;
+  const double pw = W - L - R, ph = H - T - B;
+  double lmax = 0, ymax = 0;
+  for (const auto& lp : p.loads) {
+    lmax = std::max(lmax, lp.load);
+    for (const auto& t : lp.tiers) ymax = std::max(ymax, value(t));
+  }
+  auto [ytop, ystep] = axis(ymax * 1.02);
+  auto [xtop, xstep] = axis(lmax);
+  auto X = [&](double l) { return L + pw * l / xtop; };
+  auto Y = [&](double v) { return T + ph * (1 - v / ytop); };
+  h << "<svg class=\"plot\" viewBox=\"0 0 " << W << " " << H << "\" width=\"" << W << "\" height=\"" << H
+    << "\" role=\"img\" aria-label=\"" << what << " against load per tier\">\n";
+  h << "<rect x=\"" << L << "\" y=\"" << T << "\" width=\"" << pw << "\" height=\"" << ph
+    << "\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n";
+  const char* yf = ystep >= 1 ? "%.0f" : ystep >= 0.1 ? "%.1f" : ystep >= 0.01 ? "%.2f" : "%.3f";
+  for (double y = 0; y <= ytop + ystep * 1e-6; y += ystep)
+    h << "<line x1=\"" << L << "\" x2=\"" << L + pw << "\" y1=\"" << Y(y) << "\" y2=\"" << Y(y)
+      << "\" stroke=\"#e5e5e5\"/><text x=\"" << L - 6 << "\" y=\"" << Y(y) + 4
+      << "\" text-anchor=\"end\" class=\"tick\">" << num(y, yf) << "</text>\n";
+  for (double x = 0; x <= xtop + xstep * 1e-6; x += xstep)
+    h << "<text x=\"" << X(x) << "\" y=\"" << T + ph + 16 << "\" text-anchor=\"middle\" class=\"tick\">"
+      << num(x, "%gx") << "</text>\n";
+  h << "<text x=\"" << L + pw / 2 << "\" y=\"" << H - 10
+    << "\" text-anchor=\"middle\">load (multiple of today's arrival rate)</text>\n";
+  h << "<text transform=\"translate(14 " << T + ph / 2 << ") rotate(-90)\" text-anchor=\"middle\">" << label
+    << "</text>\n";
+  for (size_t i = 0; i < p.tiers.size(); ++i) {
+    const char* col = kColours[i % 10];
+    h << "<polyline fill=\"none\" stroke=\"" << col << "\" stroke-width=\"2\"";
+    if (*kDashes[i % 8]) h << " stroke-dasharray=\"" << kDashes[i % 8] << "\"";
+    h << " points=\"";
+    for (const auto& lp : p.loads)
+      if (i < lp.tiers.size())
+        h << " " << num(X(lp.load), "%.2f") << "," << num(Y(value(lp.tiers[i])), "%.2f");
+    h << "\"><title>" << esc(p.tiers[i].tier) << "</title></polyline>\n";
+    for (const auto& lp : p.loads)
+      if (i < lp.tiers.size()) marker(h, i, X(lp.load), Y(value(lp.tiers[i])), col);
+    h << "\n";
+  }
+  h << "</svg>\n";
+}
+
+// Loads, headroom and their charts, when the projection has them.
+void capacity_section(std::ostringstream& h, const Projection& p) {
+  bool headroom = false;
+  for (const auto& t : p.tiers) headroom = headroom || t.headroom != 0;
+  if (p.loads.empty() && !headroom && p.data_growth == 1) return;
+  h << "<h2 id=\"capacity\">Capacity: load and headroom</h2>\n";
+  if (p.data_growth != 1)
+    h << "<p>Data growth " << num(p.data_growth, "%.3g")
+      << "x: every figure on this page is projected with the data that much larger (see the notes).</p>\n";
+  if (headroom) {
+    h << "<p>Headroom: the load at which a tier saturates (its CPU or storage " << num(kSaturated * 100, "%.0f")
+      << "% busy or more, a cap's bound reached";
+    if (p.slo_p99_s > 0) h << ", or its p99 above " << num(p.slo_p99_s * 1e3, "%g") << " ms";
+    h << ").</p>\n<ul class=\"headroom\">\n";
+    for (const auto& t : p.tiers) h << "<li>" << esc(headroom_line(t)) << "</li>\n";
+    h << "</ul>\n";
+  }
+  if (p.loads.empty()) return;
+  if (p.loads.size() >= 2) {
+    h << "<div class=\"charts\"><div><h2>Throughput against load</h2>\n";
+    load_chart(h, p, "transactions per second", "TPS", [](const LoadTier& t) { return t.tps; });
+    h << "</div><div><h2>p99 latency against load</h2>\n";
+    load_chart(h, p, "p99 latency estimate, ms", "p99 latency", [](const LoadTier& t) { return t.p99_s * 1e3; });
+    h << "</div></div>\n";
+    legend(h, p);
+  }
+  h << "<p>Each load multiple is made by "
+    << (p.load_by == "clients" ? "scaling the client count" : "shortening the think time, then adding clients")
+    << ".</p>\n<table><tr><th>load</th><th>clients</th><th>think ms</th><th>tier</th><th>tps</th>"
+       "<th>latency avg ms</th><th>p99 ms est.</th><th>read IOPS</th><th>write IOPS</th><th>bottleneck</th></tr>\n";
+  for (const auto& lp : p.loads)
+    for (size_t i = 0; i < lp.tiers.size() && i < p.tiers.size(); ++i) {
+      const auto& t = lp.tiers[i];
+      h << "<tr><td>" << (i == 0 ? num(lp.load, "%gx") : std::string()) << "</td><td>" << lp.clients << "</td><td>"
+        << num(lp.think_s * 1e3, "%.3f") << "</td><td class=\"left\">" << esc(p.tiers[i].tier) << "</td><td>"
+        << num(t.tps) << "</td><td>" << num(t.latency_s * 1e3, "%.3f") << "</td><td>" << num(t.p99_s * 1e3, "%.3f")
+        << "</td><td>" << num(t.read_iops, "%.0f") << "</td><td>" << num(t.write_iops, "%.0f") << "</td><td>"
+        << esc(t.bottleneck.empty() ? std::string("none")
+                                    : t.bottleneck + " " + num(t.bottleneck_utilisation * 100, "%.0f") + "%")
+        << "</td></tr>\n";
+    }
+  h << "</table>\n";
+}
+
 }  // namespace
 
 std::string projection_html(const Projection& p, const Profile& profile) {
@@ -221,10 +313,17 @@ std::string projection_html(const Projection& p, const Profile& profile) {
        "</style></head><body>\n";
   h << "<h1>What this workload would do on other storage tiers</h1>\n";
   if (!p.same_on_every_tier.empty()) h << "<p class=\"lead\">" << esc(p.same_on_every_tier) << ".</p>\n";
-  h << "<p>Trace <code>" << esc(p.source) << "</code>: " << profile.transactions
-    << " transactions in " << num(profile.duration_s) << " s (" << num(profile.tps)
-    << " tps measured), " << profile.templates.size() << " transaction templates, "
-    << profile.clients << " clients. Projected at " << p.clients_hi << " clients, " << p.vcpus
+  // A `profile synth` profile was computed, not captured: no capture to
+  // compare with.
+  const bool synthetic = profile.source.rfind("synth:", 0) == 0;
+  if (synthetic)
+    h << "<p>Profile <code>" << esc(p.source) << "</code>, computed by <code>profile synth</code>, not captured: "
+      << profile.clients << " clients. Projected at ";
+  else
+    h << "<p>Trace <code>" << esc(p.source) << "</code>: " << profile.transactions << " transactions in "
+      << num(profile.duration_s) << " s (" << num(profile.tps) << " tps measured), " << profile.templates.size()
+      << " transaction templates, " << profile.clients << " clients. Projected at ";
+  h << p.clients_hi << " clients, " << p.vcpus
     << " vCPUs";
   if (p.capture_vcpus != p.vcpus) h << " (" << p.capture_vcpus << " at capture)";
   if (p.memory_bytes > 0) h << ", " << num(p.memory_bytes / 1048576.0, "%.0f") << " MiB memory";
@@ -237,18 +336,22 @@ std::string projection_html(const Projection& p, const Profile& profile) {
     if (p.windows == 0) return std::string();
     return "<br><span class=\"range\">" + num(r.lo * scale, f) + "\u2013" + num(r.hi * scale, f) + "</span>";
   };
-  h << "<table><tr><th>tier</th><th>tps</th><th>ratio</th><th>latency avg ms</th>"
+  h << "<table><tr><th>tier</th><th>tps</th><th>ratio</th><th title=\"projected tps / the capture's measured "
+       "tps\">vs capture</th><th>latency avg ms</th>"
        "<th>p99 ms est.</th><th>read IOPS</th><th>write IOPS</th><th>busiest</th><th>bottleneck</th>"
        "<th>time goes to</th></tr>\n";
   for (const auto& t : p.tiers) {
     h << "<tr><td>" << esc(t.tier) << "</td><td>" << num(t.tps) << range(t.tps_range, 1, "%.1f") << "</td><td>"
-      << num(t.ratio, "%.2fx") << range(t.ratio_range, 1, "%.2f") << "</td><td>" << num(t.latency_s * 1e3, "%.3f")
+      << num(t.ratio, "%.2fx") << range(t.ratio_range, 1, "%.2f") << "</td><td>"
+      << (p.captured_tps > 0 && !synthetic ? num(t.tps / p.captured_tps, "%.2fx") : std::string("-"))
+      << "</td><td>"
+      << num(t.latency_s * 1e3, "%.3f")
       << range(t.latency_range, 1e3, "%.3f") << "</td><td>" << num(t.p99_s * 1e3, "%.3f") << "</td><td>"
       << num(t.read_iops, "%.0f") << "</td><td>" << num(t.write_iops, "%.0f") << "</td><td>"
       << esc(busiest_text(t)) << "</td><td>" << esc(bottleneck_text(t)) << "</td><td class=\"left\">"
       << esc(time_split_text(t, p.cpu_modelled)) << "</td></tr>\n";
     if (t.burst_iops > 0) {
-      h << "<tr><td colspan=\"10\" class=\"left note\">" << esc(t.tier) << ": burst " << num(t.burst_iops, "%.0f")
+      h << "<tr><td colspan=\"11\" class=\"left note\">" << esc(t.tier) << ": burst " << num(t.burst_iops, "%.0f")
         << " IOPS ";
       if (t.after_burst.empty()) {
         h << "throughout: at the projected " << num(t.read_iops + t.write_iops, "%.0f")
@@ -272,6 +375,7 @@ std::string projection_html(const Projection& p, const Profile& profile) {
   clients_chart(h, p, "mean latency, ms", "Mean latency", [](const CurvePoint& c) { return c.latency_s * 1e3; });
   h << "</div></div>\n";
   legend(h, p);
+  capacity_section(h, p);
   h << "<h2>Where a transaction's time goes (at " << p.clients_hi << " clients)</h2>\n";
   split_chart(h, p);
   h << "<h2>Per transaction</h2>\n<p>CPU "
@@ -279,8 +383,11 @@ std::string projection_html(const Projection& p, const Profile& profile) {
     << ", device reads "
     << num(p.reads_per_tx, "%.3f") << ", commit writes " << num(p.sync_writes_per_tx, "%.3f")
     << ", WAL flushes " << num(p.flushes_per_tx, "%.3f") << ", think time "
-    << num(p.think_time_s * 1e3, "%.3f") << " ms. The model reproduces the capture at "
-    << num(p.modelled_capture_tps) << " tps (measured " << num(p.captured_tps) << ").</p>\n";
+    << num(p.think_time_s * 1e3, "%.3f") << " ms.";
+  if (!synthetic)
+    h << " The model reproduces the capture at " << num(p.modelled_capture_tps) << " tps (measured "
+      << num(p.captured_tps) << ").";
+  h << "</p>\n";
   h << "<p class=\"note\">Closed queueing model solved by exact mean value analysis: CPU with "
        "one server per vCPU, the tier's I/O latency and parallelism, its IOPS and throughput caps "
        "as rate-limited queues, the captured think time. p99 is a gamma-fit estimate.</p>\n";

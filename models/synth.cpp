@@ -19,8 +19,6 @@ namespace tierlab::models {
 
 namespace {
 
-constexpr double kReservedBytes = 512.0 * 1024 * 1024;
-constexpr double kPerClientBytes = 8.0 * 1024 * 1024;
 constexpr double kCheckpointS = 300;
 constexpr double kWalRecordBytes = 600;
 
@@ -52,9 +50,33 @@ double uniform_miss_ratio(double pages, double cache_pages) {
   return 1 - std::max(0.0, cache_pages) / pages;
 }
 
-double cache_pages_for(double memory_bytes, int clients) {
-  return std::max(0.0, memory_bytes - kReservedBytes - kPerClientBytes * clients) / kPageBytes;
+CacheSizes cache_sizes(double memory_bytes, double shared_buffers_bytes, int clients) {
+  if (!(shared_buffers_bytes > 0) || !(shared_buffers_bytes < memory_bytes))
+    throw InputError("shared_buffers " + fmt("%.0f", shared_buffers_bytes) + " bytes: expected above 0 and below " +
+                     "the memory, " + fmt("%.0f", memory_bytes) + " bytes");
+  CacheSizes c;
+  c.shared_buffers_pages = shared_buffers_bytes / kPageBytes;
+  c.os_pages = std::max(0.0, memory_bytes - shared_buffers_bytes - kNotCacheBytes -
+                                 kNotCacheBytesPerClient * std::max(0, clients)) /
+               kPageBytes;
+  return c;
 }
+
+namespace {
+
+// The t at which increasing f reaches `target` (f(0) <= target).
+template <class F>
+double solve_increasing(F f, double target) {
+  double lo = 0, hi = 1;
+  while (f(hi) < target) hi *= 2;
+  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
+    double mid = (lo + hi) / 2;
+    (f(mid) < target ? lo : hi) = mid;
+  }
+  return (lo + hi) / 2;
+}
+
+}  // namespace
 
 std::vector<double> lru_hit_ratios(const std::vector<PageClass>& classes, double cache_pages) {
   double total = 0;
@@ -69,16 +91,59 @@ std::vector<double> lru_hit_ratios(const std::vector<PageClass>& classes, double
       if (c.refs_per_tx > 0) s += c.pages * -std::expm1(-c.refs_per_tx / c.pages * t);
     return s;
   };
-  double lo = 0, hi = 1;
-  while (occupancy(hi) < cache_pages) hi *= 2;
-  for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; ++i) {
-    double mid = (lo + hi) / 2;
-    (occupancy(mid) < cache_pages ? lo : hi) = mid;
-  }
-  const double t = (lo + hi) / 2;
+  const double t = solve_increasing(occupancy, cache_pages);
   for (size_t i = 0; i < classes.size(); ++i)
     hit[i] = classes[i].refs_per_tx > 0 ? -std::expm1(-classes[i].refs_per_tx / classes[i].pages * t) : 1.0;
   return hit;
+}
+
+TwoLevelHits two_level_hit_ratios(const std::vector<PageClass>& classes, const CacheSizes& cache) {
+  TwoLevelHits h;
+  h.shared_buffers = lru_hit_ratios(classes, cache.shared_buffers_pages);
+  h.either = h.shared_buffers;
+  double total = 0;
+  for (const auto& c : classes)
+    if (c.refs_per_tx > 0) total += c.pages;
+  if (total <= cache.shared_buffers_pages) return h;
+  // shared_buffers' characteristic time T1, back from a class's hit ratio
+  // (1 - exp(-r T1)); all classes give the same T1.
+  double t1 = 0;
+  for (size_t i = 0; i < classes.size(); ++i)
+    if (classes[i].refs_per_tx > 0 && h.shared_buffers[i] < 1) {
+      t1 = -std::log1p(-h.shared_buffers[i]) * classes[i].pages / classes[i].refs_per_tx;
+      break;
+    }
+  // Per class: how long before its last reference a page was last read
+  // from the OS, on average (the file comment's c).
+  std::vector<double> lag(classes.size(), 0);
+  for (size_t i = 0; i < classes.size(); ++i) {
+    const auto& c = classes[i];
+    if (c.refs_per_tx <= 0) continue;
+    const double r = c.refs_per_tx / c.pages, x = r * t1;
+    // (1 - q) / (q r) - T1 = (e^x - 1) / r - T1, for x of any size.
+    lag[i] = x > 700 ? HUGE_VAL : std::expm1(x) / r - t1;
+  }
+  auto occupancy = [&](double t) {
+    double s = 0;
+    for (size_t i = 0; i < classes.size(); ++i) {
+      const auto& c = classes[i];
+      if (c.refs_per_tx > 0 && t > lag[i]) s += c.pages * -std::expm1(-c.refs_per_tx / c.pages * (t - lag[i]));
+    }
+    return s;
+  };
+  if (cache.os_pages <= 0) return h;
+  if (total <= cache.os_pages) {
+    std::fill(h.either.begin(), h.either.end(), 1.0);
+    return h;
+  }
+  const double t2 = solve_increasing(occupancy, cache.os_pages);
+  for (size_t i = 0; i < classes.size(); ++i) {
+    const auto& c = classes[i];
+    if (c.refs_per_tx <= 0) continue;
+    const double t = std::max(t1, t2 - lag[i]);
+    h.either[i] = -std::expm1(-c.refs_per_tx / c.pages * t);
+  }
+  return h;
 }
 
 SynthCalibration default_calibration(PgbenchMode mode) {
@@ -123,7 +188,8 @@ SynthResult synth_pgbench(const SynthOptions& o, const SynthCalibration& cal) {
   const bool tpcb = o.mode == PgbenchMode::TpcbLike;
   r.geometry = pgbench_geometry(o.scale);
   const auto& g = r.geometry;
-  r.cache_pages = cache_pages_for(o.memory_bytes, o.clients);
+  const double shared_buffers = o.shared_buffers_bytes > 0 ? o.shared_buffers_bytes : o.memory_bytes / 4;
+  r.cache = cache_sizes(o.memory_bytes, shared_buffers, o.clients);
 
   // One primary-key lookup per transaction (the UPDATE's; tpcb-like's
   // SELECT of the same row then hits), one heap page.
@@ -158,8 +224,13 @@ SynthResult synth_pgbench(const SynthOptions& o, const SynthCalibration& cal) {
     r.classes.push_back({"pkey leaves" + tag, std::max(1.0, keys / slices / kLeafEntriesPerPage), m});
     r.classes.push_back({"accounts heap" + tag, std::max(1.0, keys / slices / kHeapRowsPerPage), m});
   }
-  r.hit = lru_hit_ratios(r.classes, r.cache_pages);
-  for (size_t i = 0; i < r.classes.size(); ++i) r.reads_per_tx += r.classes[i].refs_per_tx * (1 - r.hit[i]);
+  TwoLevelHits both = two_level_hit_ratios(r.classes, r.cache);
+  r.hit = both.either;
+  r.shared_buffers_hit = both.shared_buffers;
+  for (size_t i = 0; i < r.classes.size(); ++i) {
+    r.reads_per_tx += r.classes[i].refs_per_tx * (1 - r.hit[i]);
+    r.os_reads_per_tx += r.classes[i].refs_per_tx * (1 - r.shared_buffers_hit[i]);
+  }
 
   if (tpcb) {
     const double per_ckpt = o.checkpoint_tps * kCheckpointS;
@@ -189,7 +260,7 @@ SynthResult synth_pgbench(const SynthOptions& o, const SynthCalibration& cal) {
   p.sessions = static_cast<uint64_t>(o.clients);
   p.vcpus = o.vcpus;
   p.memory_bytes = o.memory_bytes;
-  p.shared_buffers_bytes = o.memory_bytes / 4;
+  p.shared_buffers_bytes = shared_buffers;
   p.think_time_s = cal.think_time_s;
   p.has_cpu = true;
   p.cpu_s_per_tx = cal.cpu_s_per_tx;
@@ -241,10 +312,18 @@ SynthResult synth_pgbench(const SynthOptions& o, const SynthCalibration& cal) {
               fmt("%.1f GiB), ", g.heap_pages * kPageBytes / 1073741824.0) + "primary key of " +
               std::to_string(g.index_levels.size()) + " levels, " + fmt("%.0f leaf pages (", g.index_levels.back()) +
               fmt("%.1f GiB)", g.index_levels.back() * kPageBytes / 1073741824.0));
-  a.push_back("cache: memory less 512 MiB and 8 MiB per client, " + fmt("%.0f pages (", r.cache_pages) +
-              fmt("%.1f GiB); ", r.cache_pages * kPageBytes / 1073741824.0) +
-              "shared_buffers (25% of memory) and the OS page cache taken as one LRU cache, pages held by both "
-              "counted once; hit ratios by Che's approximation, references uniform within each page class");
+  auto gib = [](double pages) {
+    const double b = pages * kPageBytes;
+    return b < 1073741824.0 ? fmt("%.0f MiB", b / 1048576.0) : fmt("%.2f GiB", b / 1073741824.0);
+  };
+  a.push_back("cache: shared_buffers " + gib(r.cache.shared_buffers_pages) +
+              (o.shared_buffers_bytes > 0 ? std::string() : std::string(" (25% of memory)")) +
+              " in front of the OS page cache, " + gib(r.cache.os_pages) +
+              " (memory less shared_buffers, 40 MiB and 1 MiB per client that hold no data pages); the OS cache "
+              "holds the pages last read from it, so it duplicates what shared_buffers just loaded; hit ratios "
+              "by Che's approximation for each, references uniform within each page class; " +
+              fmt("%.3f reads from the OS per transaction (blks_read), ", r.os_reads_per_tx) +
+              fmt("%.3f of them from the device", r.reads_per_tx));
   std::string hits = "hit ratio per transaction's page:";
   for (size_t i = 0; i < first_slice; ++i) hits += " " + r.classes[i].name + fmt(" %.3f,", r.hit[i]);
   for (int kind = 0; kind < 2; ++kind) {

@@ -14,16 +14,39 @@
 //   Branches, tellers and history are a few pages per scale unit that stay
 //   cached.
 //
-// Cache model: `memory` less what the server's processes and the kernel
-// keep for themselves (512 MiB plus 8 MiB per client) caches pages;
-// shared_buffers and the OS page cache are taken together as one LRU cache
-// of that size (pages held by both counted once, i.e. double caching
-// ignored, which makes the reads a lower bound). Every page class (each
-// B-tree level, the heap) is referenced independently and uniformly within
-// it; the hit ratio of each under LRU follows Che's approximation: the
-// cache's characteristic time T solves sum_i pages_i (1 - exp(-rate_i T))
-// = cache pages, and a page of rate r hits with 1 - exp(-r T). For a single
-// class of N pages this is the uniform miss ratio 1 - C/N for C < N.
+// Cache model: two caches hold pages, one in front of the other, both
+// inside `memory` (a server's RAM, or a cgroup's memory limit):
+//   shared_buffers (`shared_buffers`, default 25% of memory) sees every
+//   page reference; what it misses is read from the OS (PostgreSQL's
+//   blks_read);
+//   the OS page cache gets what is left: memory less shared_buffers, less
+//   what is not a data page: PostgreSQL's other shared memory, the
+//   processes' private memory, the kernel's own, the binaries mapped and
+//   the free memory the kernel keeps. Measured on the machine tierlab was
+//   developed on (PostgreSQL 15, pgbench -S, 8 clients, a cgroup v1 memory
+//   limit of 192 to 384 MiB, shared_buffers 64 MB, max_connections 50):
+//   other shared memory 9 MiB (shared_memory_size 73 MB), processes'
+//   private memory 4.2 MiB, kernel memory 2-4 MiB, mapped files 13 MiB,
+//   left free 15-16 MiB: 40 MiB plus ~0.5 MiB a client, taken as 40 MiB
+//   plus 1 MiB a client (a backend's private memory grows with what it
+//   caches and sorts).
+// Each page class (each B-tree level, the heap) is referenced
+// independently and uniformly within it. shared_buffers' hit ratio per
+// class follows Che's approximation for LRU: its characteristic time T1
+// (in transactions) solves sum_i pages_i (1 - exp(-rate_i T1)) =
+// shared_buffers pages, and a page of rate r hits with 1 - exp(-r T1).
+// The OS cache holds the pages *read from the OS* most recently, so it
+// duplicates what shared_buffers has just loaded: a page's last read from
+// the OS lies, on average, c = (1 - q) / (q r) - T1 before its last
+// reference (q = exp(-r T1): the references that hit shared_buffers since
+// then did not touch the OS; c ~ 0 for a cold page, large for a hot one).
+// The OS cache's characteristic time T2 solves sum_i pages_i (1 -
+// exp(-rate_i (T2 - c_i))) = OS cache pages, and a reference goes to the
+// device when its page was last referenced more than max(T1, T2 - c)
+// ago: miss = exp(-r max(T1, T2 - c)). For one class of N pages this is
+// 1 - max(shared_buffers, OS cache) / N: the smaller cache is all
+// duplicates; hot pages living in shared_buffers free the OS cache for
+// colder ones.
 //
 // Writes (tpcb-like): each transaction updates one random accounts row.
 // The heap pages are full at fillfactor 100, so the update is not HOT: the
@@ -80,9 +103,26 @@ std::vector<double> lru_hit_ratios(const std::vector<PageClass>& classes, double
 // 1 - C/N for C < N, else 0.
 double uniform_miss_ratio(double pages, double cache_pages);
 
-// Pages the memory leaves for the cache: (memory - 512 MiB - 8 MiB per
-// client) / 8 KiB, at least 0.
-double cache_pages_for(double memory_bytes, int clients);
+// The two caches' sizes in pages (see the file comment): shared_buffers,
+// and the OS page cache left by memory - shared_buffers - 40 MiB - 1 MiB
+// per client (at least 0). Throws InputError when shared_buffers is not
+// below memory.
+inline constexpr double kNotCacheBytes = 40.0 * 1024 * 1024;
+inline constexpr double kNotCacheBytesPerClient = 1.0 * 1024 * 1024;
+struct CacheSizes {
+  double shared_buffers_pages = 0;
+  double os_pages = 0;
+};
+CacheSizes cache_sizes(double memory_bytes, double shared_buffers_bytes, int clients);
+
+// Per page class: the share of its references that shared_buffers hits,
+// and the share that either cache hits (the rest go to the device), by the
+// two-level model of the file comment.
+struct TwoLevelHits {
+  std::vector<double> shared_buffers;
+  std::vector<double> either;
+};
+TwoLevelHits two_level_hit_ratios(const std::vector<PageClass>& classes, const CacheSizes& cache);
 
 enum class PgbenchMode { SelectOnly, TpcbLike };
 
@@ -144,6 +184,7 @@ struct SynthOptions {
   PgbenchMode mode = PgbenchMode::SelectOnly;
   int clients = 1;
   double memory_bytes = 0;
+  double shared_buffers_bytes = 0;  // 0: a quarter of memory_bytes
   int vcpus = 1;
   // Transactions per second assumed for the checkpoint interval
   // (checkpoint_timeout 300 s): only the write model uses it.
@@ -154,9 +195,11 @@ struct SynthOptions {
 struct SynthResult {
   Profile profile;
   PgbenchGeometry geometry;
-  double cache_pages = 0;
+  CacheSizes cache;
   std::vector<PageClass> classes;
-  std::vector<double> hit;           // per class
+  std::vector<double> hit;           // per class: either cache
+  std::vector<double> shared_buffers_hit;  // per class
+  double os_reads_per_tx = 0;        // shared_buffers' misses (blks_read)
   double reads_per_tx = 0;
   double dirty_writes_per_tx = 0;    // checkpoint/background writes
   double wal_bytes_per_tx = 0;

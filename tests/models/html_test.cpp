@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 
 using namespace tierlab::models;
@@ -71,4 +72,42 @@ TEST_CASE("html: charts fit the data, coinciding curves differ, latency beside t
   CHECK(h.find("storage wait 54%, cpu 27%, other 19%") != std::string::npos);
   CHECK(h.find("<h2>Notes</h2>") != std::string::npos);
   CHECK(h.find("unsteady capture: WAL flush latency") != std::string::npos);
+}
+
+TEST_CASE("html: loads give TPS and p99 against load, the headroom lines and the load table", "[project][html]") {
+  Profile profile;
+  profile.source = "captured.tlt";
+  profile.transactions = 12000;
+  Projection p = two_alike();
+  p.captured_tps = 5000;
+  p.load_by = "think";
+  p.tiers[0].headroom = 1.7;
+  p.tiers[0].headroom_by = "IOPS cap";
+  p.tiers[1].headroom = 4.9;
+  p.tiers[1].headroom_by = "cpu";
+  for (double load : {1.0, 2.0, 3.0}) {
+    LoadPoint lp;
+    lp.load = load;
+    lp.clients = 32;
+    for (int i = 0; i < 2; ++i) {
+      LoadTier t;
+      t.tps = 5500 * std::min(load, 1.7 + 3.2 * i);
+      t.p99_s = 0.004 * load;
+      if (load > 1.7 && i == 0) t.bottleneck = "IOPS cap", t.bottleneck_utilisation = 1;
+      lp.tiers.push_back(t);
+    }
+    p.loads.push_back(lp);
+  }
+  const std::string h = projection_html(p, profile);
+  CHECK(count(h, "aria-label=\"TPS against load per tier\"") == 1);
+  CHECK(count(h, "aria-label=\"p99 latency against load per tier\"") == 1);
+  CHECK(count(h, "<polyline") == 8);  // two tiers in each of four charts
+  CHECK(h.find("<li>ebs-gp3: saturates at 1.7x today's load (IOPS cap)") != std::string::npos);
+  CHECK(h.find("<li>ebs-gp2-100g: saturates at 4.9x today's load (cpu)") != std::string::npos);
+  CHECK(h.find("<td>IOPS cap 100%</td>") != std::string::npos);
+  CHECK(h.find(">3x</text>") != std::string::npos);  // the load axis
+  // Against the capture: 5,500 projected tps / 5,000 measured.
+  CHECK(h.find("<td>1.10x</td>") != std::string::npos);
+  // Without loads or headroom, no capacity section.
+  CHECK(projection_html(two_alike(), profile).find("Capacity: load and headroom") == std::string::npos);
 }

@@ -58,9 +58,75 @@ TEST_CASE("synth: two page classes share the cache by their reference rates", "[
 }
 
 TEST_CASE("synth: the cache the memory leaves", "[synth]") {
-  // 64 GiB - 512 MiB - 256 x 8 MiB = 62,976 MiB = 8,060,928 pages.
-  CHECK(cache_pages_for(64.0 * (1 << 30), 256) == 8060928);
-  CHECK(cache_pages_for(256.0 * (1 << 20), 10) == 0);
+  // 64 GiB with shared_buffers 16 GiB: 48 GiB - 40 MiB - 256 x 1 MiB =
+  // 48,856 MiB = 6,253,568 pages in the OS cache, 2,097,152 in shared_buffers.
+  auto big = cache_sizes(64.0 * (1 << 30), 16.0 * (1 << 30), 256);
+  CHECK(big.shared_buffers_pages == 2097152);
+  CHECK(big.os_pages == 6253568);
+  // A 256 MiB cgroup with shared_buffers 64 MiB and 8 clients: 256 - 64 -
+  // 40 - 8 = 144 MiB = 18,432 pages of OS cache.
+  auto small = cache_sizes(256.0 * (1 << 20), 64.0 * (1 << 20), 8);
+  CHECK(small.shared_buffers_pages == 8192);
+  CHECK(small.os_pages == 18432);
+  CHECK(cache_sizes(100.0 * (1 << 20), 64.0 * (1 << 20), 8).os_pages == 0);
+  CHECK_THROWS_AS(cache_sizes(1 << 30, 1 << 30, 1), InputError);
+}
+
+TEST_CASE("synth: one uniform class: the smaller of the two caches is all duplicates", "[synth]") {
+  // N pages referenced uniformly: shared_buffers holds B of them, the OS
+  // cache the P read from it last, which include the B; a reference misses
+  // both with 1 - max(B, P) / N.
+  for (auto [b, p] : std::vector<std::pair<double, double>>{{250, 400}, {400, 250}, {250, 0}}) {
+    auto h = two_level_hit_ratios({{"a", 1000, 1}}, {b, p});
+    INFO(b << " " << p);
+    CHECK(h.shared_buffers[0] == Approx(b / 1000).epsilon(1e-6));
+    CHECK(h.either[0] == Approx(std::max(b, p) / 1000).epsilon(1e-6));
+  }
+  // The OS cache holds every page: no device reads.
+  CHECK(two_level_hit_ratios({{"a", 1000, 1}}, {250, 1000}).either[0] == 1);
+}
+
+TEST_CASE("synth: hot pages in shared_buffers leave the OS cache to colder ones", "[synth]") {
+  // 100 hot and 900 cold pages, 1 reference each per transaction,
+  // shared_buffers 300 pages (T1 = 238.144, hits 0.90758 and 0.23249 as
+  // above), OS cache 400. A page's last read from the OS lies
+  // (e^(r T1) - 1) / r - T1 before its last reference: 743.94 transactions
+  // for a hot page, 34.49 for a cold one. T2 solves
+  // 100 (1 - e^-((T2 - 743.94) / 100))+ + 900 (1 - e^-((T2 - 34.49) / 900)) = 400:
+  // T2 = 563.49 < 743.94, so the OS cache holds cold pages only, 400 of
+  // 900: the cold pages hit either cache with 1 - e^-(529.01 / 900) =
+  // 0.44444 and the hot ones with shared_buffers' 0.90758. One LRU cache of
+  // 700 pages would give the cold ones more (the OS cache is partly
+  // shared_buffers' duplicates), one of 400 less.
+  auto h = two_level_hit_ratios({{"hot", 100, 1}, {"cold", 900, 1}}, {300, 400});
+  CHECK(h.shared_buffers[0] == Approx(0.90758).epsilon(1e-4));
+  CHECK(h.either[0] == Approx(0.90758).epsilon(1e-4));
+  CHECK(h.either[1] == Approx(0.44444).epsilon(1e-4));
+  CHECK(h.either[1] < lru_hit_ratios({{"hot", 100, 1}, {"cold", 900, 1}}, 700)[1]);
+  CHECK(h.either[1] > lru_hit_ratios({{"hot", 100, 1}, {"cold", 900, 1}}, 400)[1]);
+}
+
+TEST_CASE("synth: a small memory limit still caches: shared_buffers and the OS cache within it", "[synth]") {
+  // Scale 20 (300 MiB of accounts heap and key) in 256 MiB, shared_buffers
+  // 64 MiB, 8 clients: shared_buffers misses 1.24 of the ~2 references
+  // per transaction, the OS cache (144 MiB) takes a share of them. A model
+  // that set aside 512 MiB for the server would cache nothing and read
+  // every leaf and heap page from the device.
+  SynthOptions o;
+  o.scale = 20;
+  o.clients = 8;
+  o.memory_bytes = 256.0 * (1 << 20);
+  o.vcpus = 2;
+  auto r = synth_pgbench(o, default_calibration(PgbenchMode::SelectOnly));
+  CHECK(r.cache.shared_buffers_pages == 8192);  // a quarter of the memory
+  CHECK(r.os_reads_per_tx == Approx(1.238).epsilon(0.01));
+  CHECK(r.reads_per_tx > 0.5);
+  CHECK(r.reads_per_tx < 0.8);
+  CHECK(r.profile.shared_buffers_bytes == 64.0 * (1 << 20));
+  o.shared_buffers_bytes = 32.0 * (1 << 20);
+  auto less = synth_pgbench(o, default_calibration(PgbenchMode::SelectOnly));
+  CHECK(less.os_reads_per_tx > r.os_reads_per_tx);
+  CHECK(less.profile.shared_buffers_bytes == 32.0 * (1 << 20));
 }
 
 TEST_CASE("synth: reads and writes per transaction at the seed scales", "[synth]") {
@@ -70,7 +136,7 @@ TEST_CASE("synth: reads and writes per transaction at the seed scales", "[synth]
   o.memory_bytes = 8.0 * (1 << 30);
   o.vcpus = 2;
   auto small = synth_pgbench(o, default_calibration(PgbenchMode::SelectOnly));
-  CHECK(small.reads_per_tx == 0);  // 2 GB of pages in a 7.2 GiB cache
+  CHECK(small.reads_per_tx == 0);  // 2 GB of pages in a 6 GiB OS cache
   CHECK(small.profile.reads_per_tx == 0);
   CHECK(small.profile.vcpus == 2);
   CHECK(small.profile.clients == 32);
