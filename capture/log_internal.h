@@ -3,6 +3,7 @@
 //   log_time.cpp     timestamps as the log writes them;
 //   log_prefix.cpp   stderr lines: a compiled log_line_prefix, severity words;
 //   log_source.cpp   the input: blocks of a gzip'd or plain file, or a string;
+//   log_csv.cpp      csvlog records -> fields;
 //   log_read.cpp     the readers: stderr, csvlog, jsonlog, pgreplay files ->
 //                    Entry values;
 //   log_session.cpp  the sessions' state machine: Entry values -> records.
@@ -55,6 +56,31 @@ struct OwnedEntry {
 // "WORD:  " at the start of `s` (LOG, ERROR, ..., DETAIL, STATEMENT, ...):
 // the word's length, or 0. *extra: the word adds to a message (DETAIL ...).
 size_t severity_at(std::string_view s, bool* extra);
+
+// One csvlog record: its fields (views into the input, or into `scratch`
+// for a field with doubled quotes), the bytes it takes with its newline and
+// the newlines in it.
+struct CsvRecord {
+  static constexpr size_t kMaxFields = 32;
+  std::string_view f[kMaxFields];
+  size_t fields = 0;  // fields in the record; the first kMaxFields are in f
+  size_t used = 0;
+  uint64_t newlines = 0;
+};
+
+// Parses the record at the start of `in`. False if `in` ends before the
+// record does. `scratch` must hold in.size() bytes: a field's unquoted text
+// is never longer than the field.
+bool parse_csv_record(std::string_view in, CsvRecord& r, char* scratch);
+// The record at the start of `in` if it is plain, as parse_csv_record()
+// would parse it: every field either unquoted without a CR, or quoted
+// without a quote inside and nothing after the closing quote. False if it
+// is not, or if the record does not end within the whole 64-byte blocks of
+// `in`: parse_csv_record() then tells. Takes 64 bytes at a time as a bit
+// per byte for commas, quotes, newlines and CRs: quoted stretches are a
+// prefix XOR of the quote bits, the separators the commas and newlines
+// outside them. Fields are views into `in`.
+bool parse_csv_plain(std::string_view in, CsvRecord& r);
 
 // A compiled log_line_prefix.
 class Prefix {

@@ -13,13 +13,17 @@
 #include <cstdio>
 #include <cstring>
 
+
 namespace tierlab::capture {
 
+using logimpl::CsvRecord;
 using logimpl::Entry;
 using logimpl::LogSource;
 using logimpl::OwnedEntry;
 using logimpl::Prefix;
 using logimpl::TextMap;
+using logimpl::parse_csv_plain;
+using logimpl::parse_csv_record;
 using logimpl::parse_time_prefix;
 using logimpl::severity_at;
 
@@ -126,99 +130,6 @@ void LogCapture::Impl::read_stderr(LogSource& in) {
 
 namespace {
 
-// One csvlog record: its fields (views into the input, or into `scratch`
-// for a field with doubled quotes), the bytes it takes with its newline and
-// the newlines in it.
-struct CsvRecord {
-  static constexpr size_t kMaxFields = 32;
-  std::string_view f[kMaxFields];
-  size_t fields = 0;  // fields in the record; the first kMaxFields are in f
-  size_t used = 0;
-  uint64_t newlines = 0;
-};
-
-// Parses the record at the start of `in`. False if `in` ends before the
-// record does. `scratch` must hold in.size() bytes: a field's unquoted text
-// is never longer than the field.
-bool parse_csv_record(std::string_view in, CsvRecord& r, char* scratch) {
-  const char* d = in.data();
-  const size_t n = in.size();
-  size_t i = 0, w = 0;
-  r.fields = 0;
-  r.newlines = 0;
-  for (;;) {
-    std::string_view field;
-    if (i < n && d[i] == '"') {
-      const size_t s = i + 1;
-      const void* q = std::memchr(d + s, '"', n - s);
-      if (!q) return false;
-      size_t e = static_cast<size_t>(static_cast<const char*>(q) - d);
-      if (e + 1 >= n) return false;  // "" or the end: the next byte tells
-      bool copied = false;
-      if (d[e + 1] != '"') {
-        field = {d + s, e - s};
-        i = e + 1;
-      } else {  // doubled quotes: the field's text is unquoted into scratch
-        const size_t from = w;
-        size_t k = s;
-        for (;;) {
-          q = std::memchr(d + k, '"', n - k);
-          if (!q) return false;
-          e = static_cast<size_t>(static_cast<const char*>(q) - d);
-          if (e + 1 >= n) return false;
-          std::memcpy(scratch + w, d + k, e - k);
-          w += e - k;
-          if (d[e + 1] != '"') break;
-          scratch[w++] = '"';
-          k = e + 2;
-        }
-        i = e + 1;
-        field = {scratch + from, w - from};
-        copied = true;
-      }
-      if (const void* nl = std::memchr(d + s, '\n', i - s))  // most fields are one line
-        r.newlines += static_cast<uint64_t>(std::count(static_cast<const char*>(nl), d + i, '\n'));
-      if (d[i] != ',' && d[i] != '\n') {
-        // Text after the closing quote belongs to the field, as it is
-        // (but for a CR); a quote there is an ordinary character.
-        if (!copied) {
-          std::memcpy(scratch + w, field.data(), field.size());
-          field = {scratch + w, field.size()};
-          w += field.size();
-        }
-        const size_t from = static_cast<size_t>(field.data() - scratch);
-        for (; i < n && d[i] != ',' && d[i] != '\n'; ++i)
-          if (d[i] != '\r') scratch[w++] = d[i];
-        if (i >= n) return false;
-        field = {scratch + from, w - from};
-      }
-    } else {
-      const size_t s = i;
-      bool cr = false;
-      for (; i < n && d[i] != ',' && d[i] != '\n'; ++i) cr |= d[i] == '\r';
-      if (i >= n) return false;
-      field = {d + s, i - s};
-      if (cr) {  // CRs are dropped (CRLF line ends)
-        const size_t from = w;
-        for (char c : field)
-          if (c != '\r') scratch[w++] = c;
-        field = {scratch + from, w - from};
-      }
-    }
-    if (r.fields < CsvRecord::kMaxFields) r.f[r.fields] = field;
-    ++r.fields;
-    if (d[i] == ',') {
-      ++i;
-      continue;
-    }
-    // Invariant: d[i] is the record's '\n'.
-    assert(d[i] == '\n');
-    ++r.newlines;
-    r.used = i + 1;
-    return true;
-  }
-}
-
 // Timestamps of consecutive records, which mostly share their second:
 // the date and time of day are parsed when they change.
 class LogTime {
@@ -263,7 +174,7 @@ void LogCapture::Impl::read_csv(LogSource& in) {
   for (;;) {
     std::string_view win = in.window();
     if (scratch.size() < win.size()) scratch.resize(std::max(win.size(), 2 * scratch.size()));
-    if (!parse_csv_record(win, r, scratch.data())) {
+    if (!parse_csv_plain(win, r) && !parse_csv_record(win, r, scratch.data())) {
       if (in.more()) continue;
       win = in.window();
       if (win.empty()) break;
