@@ -74,12 +74,6 @@ struct CsvBlocks {
     x ^= x << 32;
     return x;
   }
-  // The set bits of x, counted up to 3: a field's quotes are 0, 2 or
-  // something else.
-  static uint64_t up_to_3(uint64_t x) {
-    const uint64_t x1 = x & (x - 1), x2 = x1 & (x1 - 1);
-    return uint64_t{x != 0} + uint64_t{x1 != 0} + uint64_t{x2 != 0};
-  }
   // The set bits of x (newlines inside quotes: few).
   static uint64_t bits(uint64_t x) {
     uint64_t c = 0;
@@ -187,42 +181,40 @@ bool parse_csv_plain(std::string_view in, CsvRecord& r) {
   const size_t n = in.size();
   r.fields = 0;
   r.newlines = 0;
-  uint64_t inside = 0;  // all ones: the block starts inside quotes
-  size_t start = 0;     // the field's first byte
-  uint64_t quotes = 0;  // the field's quotes in earlier blocks (up_to_3 each)
+  uint64_t inside = 0;        // all ones: the block starts inside quotes
+  uint64_t after_sep = 1;     // bit 0: the block starts a field
+  uint64_t closed_last = 0;   // bit 0: the last block ended in a closing quote
+  size_t start = 0;           // the field's first byte
   for (size_t b = 0; b + 64 <= n; b += 64) {
     const CsvBlocks::Masks m = CsvBlocks::masks(d + b);
     const uint64_t in_quotes = CsvBlocks::prefix_xor(m.quote) ^ inside;
     inside = static_cast<uint64_t>(static_cast<int64_t>(in_quotes) >> 63);
-    if (m.cr & ~in_quotes) return false;  // CRs outside quotes are dropped: the general parser
-    const uint64_t quoted_nl = m.nl & in_quotes;
-    uint64_t live = ~uint64_t{0};  // the bits of the field at hand
-    for (uint64_t sep = (m.comma | m.nl) & ~in_quotes; sep; sep &= sep - 1) {
-      const unsigned pos = static_cast<unsigned>(__builtin_ctzll(sep));
-      const uint64_t before = (uint64_t{1} << pos) - 1;
-      const size_t e = b + pos;
-      quotes += CsvBlocks::up_to_3(m.quote & before & live);
-      std::string_view f;
-      if (quotes == 0) {
-        f = {d + start, e - start};
-      } else if (quotes == 2 && e - start >= 2 && d[start] == '"' && d[e - 1] == '"') {
-        f = {d + start + 1, e - start - 2};
-      } else {
-        return false;  // doubled quotes, or text outside them
-      }
-      quotes = 0;
-      if (r.fields < CsvRecord::kMaxFields) r.f[r.fields] = f;
+    const uint64_t sep = (m.comma | m.nl) & ~in_quotes;
+    const uint64_t ends = sep & m.nl;
+    const uint64_t upto = ends ? ends ^ (ends - 1) : ~uint64_t{0};  // bits up to the record's end
+    // Plain: each quote opens a field (after a separator) or closes one
+    // (before a separator), and no CR is outside quotes. Else doubled
+    // quotes, text outside them or CRs to drop: the general parser.
+    const uint64_t opening = m.quote & in_quotes, closing = m.quote & ~in_quotes;
+    const uint64_t starts = (sep << 1) | after_sep;
+    const uint64_t bad = (opening & ~starts) | (((closing << 1) | closed_last) & ~sep) | (m.cr & ~in_quotes);
+    if (bad & upto) return false;
+    after_sep = sep >> 63;
+    closed_last = closing >> 63;
+    for (uint64_t s = sep & upto; s; s &= s - 1) {
+      const size_t e = b + static_cast<size_t>(__builtin_ctzll(s));
+      const size_t q = d[start] == '"';  // a quoted field: without its quotes
+      if (r.fields < CsvRecord::kMaxFields) r.f[r.fields] = {d + start + q, e - start - 2 * q};
       ++r.fields;
-      if (d[e] == '\n') {
-        r.newlines += 1 + (quoted_nl ? CsvBlocks::bits(quoted_nl & before) : 0);
-        r.used = e + 1;
-        return true;
-      }
       start = e + 1;
-      live = ~before << 1;
     }
-    quotes += CsvBlocks::up_to_3(m.quote & live);
+    const uint64_t quoted_nl = m.nl & in_quotes & upto;
     if (quoted_nl) r.newlines += CsvBlocks::bits(quoted_nl);
+    if (ends) {
+      ++r.newlines;
+      r.used = start;
+      return true;
+    }
   }
   return false;
 }
