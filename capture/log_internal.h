@@ -15,6 +15,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -144,7 +145,8 @@ class LogSource {
 
  private:
   std::string name_;
-  gzFile gz_ = nullptr;
+  gzFile gz_ = nullptr;  // a gzip'd file, or one read through zlib
+  int fd_ = -1;          // a plain file read as it is
   std::vector<char> buf_;          // file input
   const char* data_ = nullptr;     // buf_ or the string
   size_t pos_ = 0, len_ = 0;       // window: data_[pos_, len_)
@@ -203,6 +205,14 @@ struct LogCapture::Impl {
     }
   };
   logimpl::TextMap<Sess> sessions;
+  // The session each pid (modulo the size) looked up last: most messages
+  // find theirs here without hashing their key. Cleared when it ends.
+  struct Recent {
+    Sess* s = nullptr;
+    uint8_t len = 0;
+    char key[31];
+  };
+  std::array<Recent, 64> recent{};
   // The parameters of the execution at hand: views into the message or
   // into param_text (values that had quotes doubled).
   std::vector<trace::Param> params;
