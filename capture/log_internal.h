@@ -4,6 +4,7 @@
 //   log_prefix.cpp   stderr lines: a compiled log_line_prefix, severity words;
 //   log_source.cpp   the input: blocks of a gzip'd or plain file, or a string;
 //   log_csv.cpp      csvlog records -> fields;
+//   log_json.cpp     jsonlog records -> values;
 //   log_read.cpp     the readers: stderr, csvlog, jsonlog, pgreplay files ->
 //                    Entry values;
 //   log_session.cpp  the sessions' state machine: Entry values -> records.
@@ -82,6 +83,21 @@ bool parse_csv_record(std::string_view in, CsvRecord& r, char* scratch);
 // prefix XOR of the quote bits, the separators the commas and newlines
 // outside them. Fields are views into `in`.
 bool parse_csv_plain(std::string_view in, CsvRecord& r);
+
+// The values of one jsonlog record that a trace needs, as its JSON text
+// has them (a string unescaped, a number as written; "" for a key not
+// there or a true, false or null).
+struct JsonRecord {
+  enum Key { Timestamp, User, Database, Pid, Host, Port, SessionId, Severity, SqlState, Message, Detail,
+             Statement, App, kKeys };
+  std::string_view v[kKeys];
+};
+
+// Reads `line` if it is a flat JSON object that needs no more than the
+// plain reading: ASCII strings without \u escapes, integers, true, false,
+// null, no key read twice. Views are into `line` or `scratch`. False if it
+// is not: a JSON parser then tells what it is.
+bool parse_json_plain(std::string_view line, JsonRecord& r, std::string& scratch);
 
 // A compiled log_line_prefix.
 class Prefix {

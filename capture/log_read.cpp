@@ -11,6 +11,7 @@
 #include <cassert>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 
@@ -23,6 +24,7 @@ using logimpl::OwnedEntry;
 using logimpl::Prefix;
 using logimpl::TextMap;
 using logimpl::parse_csv_plain;
+using logimpl::parse_json_plain;
 using logimpl::parse_csv_record;
 using logimpl::parse_time_prefix;
 using logimpl::severity_at;
@@ -221,7 +223,12 @@ void LogCapture::Impl::read_json(LogSource& in) {
   std::string_view line;
   bool complete = true;
   uint64_t good = 0;
-  OwnedEntry e;
+  // Records read by parse_json_plain() are views (no allocation per line);
+  // the others through a JSON document, into `owned`.
+  logimpl::JsonRecord jr;
+  std::string scratch, client, pid_text;
+  OwnedEntry owned;
+  Entry e;
   auto str = [](const nlohmann::json& j, const char* k) -> std::string {
     auto it = j.find(k);
     if (it == j.end()) return {};
@@ -232,10 +239,16 @@ void LogCapture::Impl::read_json(LogSource& in) {
   while (in.next(line, complete)) {
     ++st.lines;
     if (line.empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
     size_t tl = 0;
     std::optional<int64_t> ts;
-    if (!j.is_discarded() && j.is_object()) ts = parse_time_prefix(str(j, "timestamp"), tl, false);
+    const bool plain = parse_json_plain(line, jr, scratch);
+    nlohmann::json j;
+    if (plain) {
+      ts = parse_time_prefix(jr.v[jr.Timestamp], tl, false);
+    } else {
+      j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+      if (!j.is_discarded() && j.is_object()) ts = parse_time_prefix(str(j, "timestamp"), tl, false);
+    }
     if (!ts) {
       if (!complete) {
         ++st.truncated;
@@ -248,22 +261,43 @@ void LogCapture::Impl::read_json(LogSource& in) {
       continue;
     }
     ++good;
-    e.clear();
-    e.ts = *ts;
-    e.user = str(j, "user");
-    e.database = str(j, "dbname");
-    e.pid = static_cast<int32_t>(std::strtol(str(j, "pid").c_str(), nullptr, 10));
-    e.client = str(j, "remote_host");
-    if (std::string port = str(j, "remote_port"); !port.empty()) e.client += ":" + port;
-    e.session_id = str(j, "session_id");
-    e.severity = str(j, "error_severity");
-    e.sqlstate = str(j, "state_code");
-    e.message = str(j, "message");
-    e.detail = str(j, "detail");
-    e.statement = str(j, "statement");
-    e.app = str(j, "application_name");
-    e.line = in.lineno();
-    handle(e.view());
+    if (plain) {
+      e = Entry{};
+      e.ts = *ts;
+      e.user = jr.v[jr.User];
+      e.database = jr.v[jr.Database];
+      pid_text = jr.v[jr.Pid];  // as strtol reads it, below
+      e.pid = static_cast<int32_t>(std::strtol(pid_text.c_str(), nullptr, 10));
+      client = jr.v[jr.Host];
+      if (!jr.v[jr.Port].empty()) (client += ':') += jr.v[jr.Port];
+      e.client = client;
+      e.session_id = jr.v[jr.SessionId];
+      e.severity = jr.v[jr.Severity];
+      e.sqlstate = jr.v[jr.SqlState];
+      e.message = jr.v[jr.Message];
+      e.detail = jr.v[jr.Detail];
+      e.statement = jr.v[jr.Statement];
+      e.app = jr.v[jr.App];
+      e.line = in.lineno();
+      handle(e);
+      continue;
+    }
+    owned.clear();
+    owned.ts = *ts;
+    owned.user = str(j, "user");
+    owned.database = str(j, "dbname");
+    owned.pid = static_cast<int32_t>(std::strtol(str(j, "pid").c_str(), nullptr, 10));
+    owned.client = str(j, "remote_host");
+    if (std::string port = str(j, "remote_port"); !port.empty()) owned.client += ":" + port;
+    owned.session_id = str(j, "session_id");
+    owned.severity = str(j, "error_severity");
+    owned.sqlstate = str(j, "state_code");
+    owned.message = str(j, "message");
+    owned.detail = str(j, "detail");
+    owned.statement = str(j, "statement");
+    owned.app = str(j, "application_name");
+    owned.line = in.lineno();
+    handle(owned.view());
   }
 }
 
