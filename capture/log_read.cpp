@@ -32,19 +32,33 @@ using logimpl::severity_at;
 void LogCapture::Impl::read_stderr(LogSource& in) {
   std::string_view line;
   bool complete = true;
-  // Entries of each pid (or session) still collecting DETAIL lines.
-  std::unordered_map<std::string, OwnedEntry> pending;
-  std::vector<std::string> order;  // keys of `pending` by first line
+  // Entries of each pid (or session) still collecting DETAIL lines, by
+  // first line (at most 65): slots reused, so that a message allocates
+  // nothing once their strings have grown.
+  struct Pending {
+    std::string key;
+    OwnedEntry e;
+  };
+  std::vector<Pending> slots;
+  std::vector<size_t> order, free_slots;  // indices into slots
   std::string last_key;
   uint64_t matched = 0;
   const uint64_t first_line = in.lineno() + 1;
   auto key_of = [](const OwnedEntry& e) { return !e.session_id.empty() ? e.session_id : "p" + std::to_string(e.pid); };
-  auto flush = [&](const std::string& key) {
-    auto it = pending.find(key);
-    if (it == pending.end()) return;
-    handle(it->second.view());
-    pending.erase(it);
-    order.erase(std::find(order.begin(), order.end(), key));
+  // The entry pending for `key`, or nullptr.
+  auto find = [&](std::string_view key) -> Pending* {
+    for (size_t i : order)
+      if (slots[i].key == key) return &slots[i];
+    return nullptr;
+  };
+  auto flush_at = [&](size_t pos) {
+    handle(slots[order[pos]].e.view());
+    free_slots.push_back(order[pos]);
+    order.erase(order.begin() + static_cast<ptrdiff_t>(pos));
+  };
+  auto flush = [&](std::string_view key) {
+    for (size_t pos = 0; pos < order.size(); ++pos)
+      if (slots[order[pos]].key == key) return flush_at(pos);
   };
   OwnedEntry e;
   while (in.next(line, complete)) {
@@ -55,12 +69,12 @@ void LogCapture::Impl::read_stderr(LogSource& in) {
       continue;
     }
     if (!line.empty() && line[0] == '\t') {  // continuation of the last message
-      auto it = pending.find(last_key);
-      if (it == pending.end()) {
+      Pending* it = find(last_key);
+      if (!it) {
         ++st.unparsed;
         continue;
       }
-      OwnedEntry& p = it->second;
+      OwnedEntry& p = it->e;
       std::string& target = !p.statement.empty() ? p.statement : !p.detail.empty() ? p.detail : p.message;
       target += '\n';
       target.append(line.substr(1));
@@ -99,27 +113,37 @@ void LogCapture::Impl::read_stderr(LogSource& in) {
     std::string key = key_of(e);
     if (extra) {
       // DETAIL / STATEMENT / ...: of the message this process logged last.
-      auto it = pending.find(prefix->has('p') || prefix->has('c') ? key : last_key);
-      if (it == pending.end()) {
+      Pending* it = find(prefix->has('p') || prefix->has('c') ? key : last_key);
+      if (!it) {
         ++st.unparsed;
         continue;
       }
-      if (word == "DETAIL") it->second.detail = text;
-      if (word == "STATEMENT") it->second.statement = text;
-      last_key = it->first;
+      if (word == "DETAIL") it->e.detail = text;
+      if (word == "STATEMENT") it->e.statement = text;
+      last_key = it->key;
       continue;
     }
     flush(key);
-    e.severity = word.substr(0, 5) == "DEBUG" ? "DEBUG" : std::string(word);
+    if (word.substr(0, 5) == "DEBUG") word = "DEBUG";
+    e.severity = word;
     e.message = text;
     e.line = in.lineno();
-    pending.emplace(key, e);
-    order.push_back(key);
+    size_t slot;
+    if (free_slots.empty()) {
+      slot = slots.size();
+      slots.emplace_back();
+    } else {
+      slot = free_slots.back();
+      free_slots.pop_back();
+    }
+    slots[slot].key = key;
+    slots[slot].e = e;
+    order.push_back(slot);
     last_key = key;
     // Keep the wait for DETAIL lines short: a process's message and its
     // DETAIL are written together, so older entries of other processes
     // are complete.
-    while (order.size() > 64) flush(order.front());
+    while (order.size() > 64) flush_at(0);
   }
   if (matched == 0 && st.lines > 0 && in.lineno() >= first_line) {
     throw InputError(in.name() + ":" + std::to_string(first_line) + ": no line matches log_line_prefix " +
@@ -127,7 +151,7 @@ void LogCapture::Impl::read_stderr(LogSource& in) {
                              : std::string("'%m [%p] ', '%t:%r:%u@%d:[%p]:' or '%m|%u|%d|%c|'")) +
                      " (give the server's with --log-line-prefix)");
   }
-  while (!order.empty()) flush(order.front());
+  while (!order.empty()) flush_at(0);
 }
 
 namespace {

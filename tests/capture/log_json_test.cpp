@@ -1,6 +1,6 @@
 // capture log: jsonlog records read without a JSON document per line
-// (capture/log_json.cpp) read as a JSON parser reads them, and allocate
-// nothing per record.
+// (capture/log_json.cpp) read as a JSON parser reads them; jsonlog and
+// stderr logs allocate nothing per record.
 #define TIERLAB_ALLOC_COUNTER_READ_ONLY
 #include "support/alloc_counter.h"
 #include "capture/log.h"
@@ -64,7 +64,7 @@ class DiscardSink : public trace::Sink {
   void append(const void*, size_t) override {}
 };
 
-uint64_t allocations_converting(const std::string& text) {
+uint64_t allocations_converting(const std::string& text, capture::LogFormat format) {
   std::unique_ptr<trace::Writer> w;
   const uint64_t before = tierlab::test::allocations_this_thread();
   {
@@ -75,7 +75,7 @@ uint64_t allocations_converting(const std::string& text) {
       w = std::make_unique<trace::Writer>(std::make_unique<DiscardSink>(), wo);
       return *w;
     });
-    cap.read_text(text, "pg.json", capture::LogFormat::Json);
+    cap.read_text(text, "pg.log", format);
     cap.finish();
     w->close();
     w.reset();
@@ -108,6 +108,30 @@ std::string pgbench_jsonlog(int txns) {
       rec(100 + s, "execute P0_3: END;", "");
     }
   for (int s = 0; s < 8; ++s) rec(100 + s, "disconnection: session time: 0:00:01.000 user=bench", "");
+  return out;
+}
+
+// The same as a stderr log with the default prefix: a message and its
+// DETAIL line, sessions interleaved.
+std::string pgbench_stderr(int txns) {
+  std::string out;
+  char line[400];
+  int ms = 0;
+  auto rec = [&](int pid, const char* word, const std::string& msg) {
+    ++ms;
+    int n = std::snprintf(line, sizeof line, "2026-12-03 10:%02d:%02d.%03d UTC [%d] %s:  %s\n", ms / 60000 % 60,
+                          ms / 1000 % 60, ms % 1000, pid, word, msg.c_str());
+    out.append(line, static_cast<size_t>(n));
+  };
+  for (int s = 0; s < 8; ++s) rec(100 + s, "LOG", "connection authorized: user=bench database=shop");
+  for (int t = 0; t < txns; ++t)
+    for (int s = 0; s < 8; ++s) {
+      rec(100 + s, "LOG", "execute P0_1: BEGIN;");
+      rec(100 + s, "LOG", "execute P0_2: UPDATE a SET v = v + $1 WHERE k = $2;");
+      rec(100 + s, "DETAIL", "parameters: $1 = '" + std::to_string(t % 5000 - 2500) + "', $2 = 'it''s'");
+      rec(100 + s, "LOG", "execute P0_3: END;");
+    }
+  for (int s = 0; s < 8; ++s) rec(100 + s, "LOG", "disconnection: session time: 0:00:01.000 user=bench");
   return out;
 }
 
@@ -163,7 +187,22 @@ TEST_CASE("capture log: reading a jsonlog allocates nothing per record: ten time
   REQUIRE(tierlab::test::allocations_this_thread() > c0);
 
   const std::string small = pgbench_jsonlog(200), large = pgbench_jsonlog(2000);
-  const uint64_t a_small = allocations_converting(small), a_large = allocations_converting(large);
+  const uint64_t a_small = allocations_converting(small, capture::LogFormat::Json),
+                 a_large = allocations_converting(large, capture::LogFormat::Json);
+  INFO("allocations: " << a_small << " for 200 transactions of 8 sessions, " << a_large << " for 2,000");
+  CHECK(a_large == a_small);
+}
+
+TEST_CASE("capture log: reading a stderr log allocates nothing per message: ten times the log, the same allocations",
+          "[log][alloc]") {
+  const uint64_t c0 = tierlab::test::allocations_this_thread();
+  std::string* volatile probe = new std::string(100, 'x');
+  delete probe;
+  REQUIRE(tierlab::test::allocations_this_thread() > c0);
+
+  const std::string small = pgbench_stderr(200), large = pgbench_stderr(2000);
+  const uint64_t a_small = allocations_converting(small, capture::LogFormat::Stderr),
+                 a_large = allocations_converting(large, capture::LogFormat::Stderr);
   INFO("allocations: " << a_small << " for 200 transactions of 8 sessions, " << a_large << " for 2,000");
   CHECK(a_large == a_small);
 }
