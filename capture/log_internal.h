@@ -3,6 +3,8 @@
 //   log_time.cpp     timestamps as the log writes them;
 //   log_prefix.cpp   stderr lines: a compiled log_line_prefix, severity words;
 //   log_source.cpp   the input: blocks of a gzip'd or plain file, or a string;
+//   log_csv.cpp      csvlog records -> fields;
+//   log_json.cpp     jsonlog records -> values;
 //   log_read.cpp     the readers: stderr, csvlog, jsonlog, pgreplay files ->
 //                    Entry values;
 //   log_session.cpp  the sessions' state machine: Entry values -> records.
@@ -14,6 +16,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -55,6 +58,46 @@ struct OwnedEntry {
 // "WORD:  " at the start of `s` (LOG, ERROR, ..., DETAIL, STATEMENT, ...):
 // the word's length, or 0. *extra: the word adds to a message (DETAIL ...).
 size_t severity_at(std::string_view s, bool* extra);
+
+// One csvlog record: its fields (views into the input, or into `scratch`
+// for a field with doubled quotes), the bytes it takes with its newline and
+// the newlines in it.
+struct CsvRecord {
+  static constexpr size_t kMaxFields = 32;
+  std::string_view f[kMaxFields];
+  size_t fields = 0;  // fields in the record; the first kMaxFields are in f
+  size_t used = 0;
+  uint64_t newlines = 0;
+};
+
+// Parses the record at the start of `in`. False if `in` ends before the
+// record does. `scratch` must hold in.size() bytes: a field's unquoted text
+// is never longer than the field.
+bool parse_csv_record(std::string_view in, CsvRecord& r, char* scratch);
+// The record at the start of `in` if it is plain, as parse_csv_record()
+// would parse it: every field either unquoted without a CR, or quoted
+// without a quote inside and nothing after the closing quote. False if it
+// is not, or if the record does not end within the whole 64-byte blocks of
+// `in`: parse_csv_record() then tells. Takes 64 bytes at a time as a bit
+// per byte for commas, quotes, newlines and CRs: quoted stretches are a
+// prefix XOR of the quote bits, the separators the commas and newlines
+// outside them. Fields are views into `in`.
+bool parse_csv_plain(std::string_view in, CsvRecord& r);
+
+// The values of one jsonlog record that a trace needs, as its JSON text
+// has them (a string unescaped, a number as written; "" for a key not
+// there or a true, false or null).
+struct JsonRecord {
+  enum Key { Timestamp, User, Database, Pid, Host, Port, SessionId, Severity, SqlState, Message, Detail,
+             Statement, App, kKeys };
+  std::string_view v[kKeys];
+};
+
+// Reads `line` if it is a flat JSON object that needs no more than the
+// plain reading: ASCII strings without \u escapes, integers, true, false,
+// null, no key read twice. Views are into `line` or `scratch`. False if it
+// is not: a JSON parser then tells what it is.
+bool parse_json_plain(std::string_view line, JsonRecord& r, std::string& scratch);
 
 // A compiled log_line_prefix.
 class Prefix {
@@ -118,7 +161,8 @@ class LogSource {
 
  private:
   std::string name_;
-  gzFile gz_ = nullptr;
+  gzFile gz_ = nullptr;  // a gzip'd file, or one read through zlib
+  int fd_ = -1;          // a plain file read as it is
   std::vector<char> buf_;          // file input
   const char* data_ = nullptr;     // buf_ or the string
   size_t pos_ = 0, len_ = 0;       // window: data_[pos_, len_)
@@ -177,6 +221,14 @@ struct LogCapture::Impl {
     }
   };
   logimpl::TextMap<Sess> sessions;
+  // The session each pid (modulo the size) looked up last: most messages
+  // find theirs here without hashing their key. Cleared when it ends.
+  struct Recent {
+    Sess* s = nullptr;
+    uint8_t len = 0;
+    char key[31];
+  };
+  std::array<Recent, 64> recent{};
   // The parameters of the execution at hand: views into the message or
   // into param_text (values that had quotes doubled).
   std::vector<trace::Param> params;

@@ -11,34 +11,54 @@
 #include <cassert>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+
 
 namespace tierlab::capture {
 
+using logimpl::CsvRecord;
 using logimpl::Entry;
 using logimpl::LogSource;
 using logimpl::OwnedEntry;
 using logimpl::Prefix;
 using logimpl::TextMap;
+using logimpl::parse_csv_plain;
+using logimpl::parse_json_plain;
+using logimpl::parse_csv_record;
 using logimpl::parse_time_prefix;
 using logimpl::severity_at;
 
 void LogCapture::Impl::read_stderr(LogSource& in) {
   std::string_view line;
   bool complete = true;
-  // Entries of each pid (or session) still collecting DETAIL lines.
-  std::unordered_map<std::string, OwnedEntry> pending;
-  std::vector<std::string> order;  // keys of `pending` by first line
+  // Entries of each pid (or session) still collecting DETAIL lines, by
+  // first line (at most 65): slots reused, so that a message allocates
+  // nothing once their strings have grown.
+  struct Pending {
+    std::string key;
+    OwnedEntry e;
+  };
+  std::vector<Pending> slots;
+  std::vector<size_t> order, free_slots;  // indices into slots
   std::string last_key;
   uint64_t matched = 0;
   const uint64_t first_line = in.lineno() + 1;
   auto key_of = [](const OwnedEntry& e) { return !e.session_id.empty() ? e.session_id : "p" + std::to_string(e.pid); };
-  auto flush = [&](const std::string& key) {
-    auto it = pending.find(key);
-    if (it == pending.end()) return;
-    handle(it->second.view());
-    pending.erase(it);
-    order.erase(std::find(order.begin(), order.end(), key));
+  // The entry pending for `key`, or nullptr.
+  auto find = [&](std::string_view key) -> Pending* {
+    for (size_t i : order)
+      if (slots[i].key == key) return &slots[i];
+    return nullptr;
+  };
+  auto flush_at = [&](size_t pos) {
+    handle(slots[order[pos]].e.view());
+    free_slots.push_back(order[pos]);
+    order.erase(order.begin() + static_cast<ptrdiff_t>(pos));
+  };
+  auto flush = [&](std::string_view key) {
+    for (size_t pos = 0; pos < order.size(); ++pos)
+      if (slots[order[pos]].key == key) return flush_at(pos);
   };
   OwnedEntry e;
   while (in.next(line, complete)) {
@@ -49,12 +69,12 @@ void LogCapture::Impl::read_stderr(LogSource& in) {
       continue;
     }
     if (!line.empty() && line[0] == '\t') {  // continuation of the last message
-      auto it = pending.find(last_key);
-      if (it == pending.end()) {
+      Pending* it = find(last_key);
+      if (!it) {
         ++st.unparsed;
         continue;
       }
-      OwnedEntry& p = it->second;
+      OwnedEntry& p = it->e;
       std::string& target = !p.statement.empty() ? p.statement : !p.detail.empty() ? p.detail : p.message;
       target += '\n';
       target.append(line.substr(1));
@@ -93,27 +113,37 @@ void LogCapture::Impl::read_stderr(LogSource& in) {
     std::string key = key_of(e);
     if (extra) {
       // DETAIL / STATEMENT / ...: of the message this process logged last.
-      auto it = pending.find(prefix->has('p') || prefix->has('c') ? key : last_key);
-      if (it == pending.end()) {
+      Pending* it = find(prefix->has('p') || prefix->has('c') ? key : last_key);
+      if (!it) {
         ++st.unparsed;
         continue;
       }
-      if (word == "DETAIL") it->second.detail = text;
-      if (word == "STATEMENT") it->second.statement = text;
-      last_key = it->first;
+      if (word == "DETAIL") it->e.detail = text;
+      if (word == "STATEMENT") it->e.statement = text;
+      last_key = it->key;
       continue;
     }
     flush(key);
-    e.severity = word.substr(0, 5) == "DEBUG" ? "DEBUG" : std::string(word);
+    if (word.substr(0, 5) == "DEBUG") word = "DEBUG";
+    e.severity = word;
     e.message = text;
     e.line = in.lineno();
-    pending.emplace(key, e);
-    order.push_back(key);
+    size_t slot;
+    if (free_slots.empty()) {
+      slot = slots.size();
+      slots.emplace_back();
+    } else {
+      slot = free_slots.back();
+      free_slots.pop_back();
+    }
+    slots[slot].key = key;
+    slots[slot].e = e;
+    order.push_back(slot);
     last_key = key;
     // Keep the wait for DETAIL lines short: a process's message and its
     // DETAIL are written together, so older entries of other processes
     // are complete.
-    while (order.size() > 64) flush(order.front());
+    while (order.size() > 64) flush_at(0);
   }
   if (matched == 0 && st.lines > 0 && in.lineno() >= first_line) {
     throw InputError(in.name() + ":" + std::to_string(first_line) + ": no line matches log_line_prefix " +
@@ -121,103 +151,10 @@ void LogCapture::Impl::read_stderr(LogSource& in) {
                              : std::string("'%m [%p] ', '%t:%r:%u@%d:[%p]:' or '%m|%u|%d|%c|'")) +
                      " (give the server's with --log-line-prefix)");
   }
-  while (!order.empty()) flush(order.front());
+  while (!order.empty()) flush_at(0);
 }
 
 namespace {
-
-// One csvlog record: its fields (views into the input, or into `scratch`
-// for a field with doubled quotes), the bytes it takes with its newline and
-// the newlines in it.
-struct CsvRecord {
-  static constexpr size_t kMaxFields = 32;
-  std::string_view f[kMaxFields];
-  size_t fields = 0;  // fields in the record; the first kMaxFields are in f
-  size_t used = 0;
-  uint64_t newlines = 0;
-};
-
-// Parses the record at the start of `in`. False if `in` ends before the
-// record does. `scratch` must hold in.size() bytes: a field's unquoted text
-// is never longer than the field.
-bool parse_csv_record(std::string_view in, CsvRecord& r, char* scratch) {
-  const char* d = in.data();
-  const size_t n = in.size();
-  size_t i = 0, w = 0;
-  r.fields = 0;
-  r.newlines = 0;
-  for (;;) {
-    std::string_view field;
-    if (i < n && d[i] == '"') {
-      const size_t s = i + 1;
-      const void* q = std::memchr(d + s, '"', n - s);
-      if (!q) return false;
-      size_t e = static_cast<size_t>(static_cast<const char*>(q) - d);
-      if (e + 1 >= n) return false;  // "" or the end: the next byte tells
-      bool copied = false;
-      if (d[e + 1] != '"') {
-        field = {d + s, e - s};
-        i = e + 1;
-      } else {  // doubled quotes: the field's text is unquoted into scratch
-        const size_t from = w;
-        size_t k = s;
-        for (;;) {
-          q = std::memchr(d + k, '"', n - k);
-          if (!q) return false;
-          e = static_cast<size_t>(static_cast<const char*>(q) - d);
-          if (e + 1 >= n) return false;
-          std::memcpy(scratch + w, d + k, e - k);
-          w += e - k;
-          if (d[e + 1] != '"') break;
-          scratch[w++] = '"';
-          k = e + 2;
-        }
-        i = e + 1;
-        field = {scratch + from, w - from};
-        copied = true;
-      }
-      if (const void* nl = std::memchr(d + s, '\n', i - s))  // most fields are one line
-        r.newlines += static_cast<uint64_t>(std::count(static_cast<const char*>(nl), d + i, '\n'));
-      if (d[i] != ',' && d[i] != '\n') {
-        // Text after the closing quote belongs to the field, as it is
-        // (but for a CR); a quote there is an ordinary character.
-        if (!copied) {
-          std::memcpy(scratch + w, field.data(), field.size());
-          field = {scratch + w, field.size()};
-          w += field.size();
-        }
-        const size_t from = static_cast<size_t>(field.data() - scratch);
-        for (; i < n && d[i] != ',' && d[i] != '\n'; ++i)
-          if (d[i] != '\r') scratch[w++] = d[i];
-        if (i >= n) return false;
-        field = {scratch + from, w - from};
-      }
-    } else {
-      const size_t s = i;
-      bool cr = false;
-      for (; i < n && d[i] != ',' && d[i] != '\n'; ++i) cr |= d[i] == '\r';
-      if (i >= n) return false;
-      field = {d + s, i - s};
-      if (cr) {  // CRs are dropped (CRLF line ends)
-        const size_t from = w;
-        for (char c : field)
-          if (c != '\r') scratch[w++] = c;
-        field = {scratch + from, w - from};
-      }
-    }
-    if (r.fields < CsvRecord::kMaxFields) r.f[r.fields] = field;
-    ++r.fields;
-    if (d[i] == ',') {
-      ++i;
-      continue;
-    }
-    // Invariant: d[i] is the record's '\n'.
-    assert(d[i] == '\n');
-    ++r.newlines;
-    r.used = i + 1;
-    return true;
-  }
-}
 
 // Timestamps of consecutive records, which mostly share their second:
 // the date and time of day are parsed when they change.
@@ -263,7 +200,7 @@ void LogCapture::Impl::read_csv(LogSource& in) {
   for (;;) {
     std::string_view win = in.window();
     if (scratch.size() < win.size()) scratch.resize(std::max(win.size(), 2 * scratch.size()));
-    if (!parse_csv_record(win, r, scratch.data())) {
+    if (!parse_csv_plain(win, r) && !parse_csv_record(win, r, scratch.data())) {
       if (in.more()) continue;
       win = in.window();
       if (win.empty()) break;
@@ -310,7 +247,12 @@ void LogCapture::Impl::read_json(LogSource& in) {
   std::string_view line;
   bool complete = true;
   uint64_t good = 0;
-  OwnedEntry e;
+  // Records read by parse_json_plain() are views (no allocation per line);
+  // the others through a JSON document, into `owned`.
+  logimpl::JsonRecord jr;
+  std::string scratch, client, pid_text;
+  OwnedEntry owned;
+  Entry e;
   auto str = [](const nlohmann::json& j, const char* k) -> std::string {
     auto it = j.find(k);
     if (it == j.end()) return {};
@@ -321,10 +263,16 @@ void LogCapture::Impl::read_json(LogSource& in) {
   while (in.next(line, complete)) {
     ++st.lines;
     if (line.empty()) continue;
-    nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
     size_t tl = 0;
     std::optional<int64_t> ts;
-    if (!j.is_discarded() && j.is_object()) ts = parse_time_prefix(str(j, "timestamp"), tl, false);
+    const bool plain = parse_json_plain(line, jr, scratch);
+    nlohmann::json j;
+    if (plain) {
+      ts = parse_time_prefix(jr.v[jr.Timestamp], tl, false);
+    } else {
+      j = nlohmann::json::parse(line.begin(), line.end(), nullptr, false);
+      if (!j.is_discarded() && j.is_object()) ts = parse_time_prefix(str(j, "timestamp"), tl, false);
+    }
     if (!ts) {
       if (!complete) {
         ++st.truncated;
@@ -337,22 +285,43 @@ void LogCapture::Impl::read_json(LogSource& in) {
       continue;
     }
     ++good;
-    e.clear();
-    e.ts = *ts;
-    e.user = str(j, "user");
-    e.database = str(j, "dbname");
-    e.pid = static_cast<int32_t>(std::strtol(str(j, "pid").c_str(), nullptr, 10));
-    e.client = str(j, "remote_host");
-    if (std::string port = str(j, "remote_port"); !port.empty()) e.client += ":" + port;
-    e.session_id = str(j, "session_id");
-    e.severity = str(j, "error_severity");
-    e.sqlstate = str(j, "state_code");
-    e.message = str(j, "message");
-    e.detail = str(j, "detail");
-    e.statement = str(j, "statement");
-    e.app = str(j, "application_name");
-    e.line = in.lineno();
-    handle(e.view());
+    if (plain) {
+      e = Entry{};
+      e.ts = *ts;
+      e.user = jr.v[jr.User];
+      e.database = jr.v[jr.Database];
+      pid_text = jr.v[jr.Pid];  // as strtol reads it, below
+      e.pid = static_cast<int32_t>(std::strtol(pid_text.c_str(), nullptr, 10));
+      client = jr.v[jr.Host];
+      if (!jr.v[jr.Port].empty()) (client += ':') += jr.v[jr.Port];
+      e.client = client;
+      e.session_id = jr.v[jr.SessionId];
+      e.severity = jr.v[jr.Severity];
+      e.sqlstate = jr.v[jr.SqlState];
+      e.message = jr.v[jr.Message];
+      e.detail = jr.v[jr.Detail];
+      e.statement = jr.v[jr.Statement];
+      e.app = jr.v[jr.App];
+      e.line = in.lineno();
+      handle(e);
+      continue;
+    }
+    owned.clear();
+    owned.ts = *ts;
+    owned.user = str(j, "user");
+    owned.database = str(j, "dbname");
+    owned.pid = static_cast<int32_t>(std::strtol(str(j, "pid").c_str(), nullptr, 10));
+    owned.client = str(j, "remote_host");
+    if (std::string port = str(j, "remote_port"); !port.empty()) owned.client += ":" + port;
+    owned.session_id = str(j, "session_id");
+    owned.severity = str(j, "error_severity");
+    owned.sqlstate = str(j, "state_code");
+    owned.message = str(j, "message");
+    owned.detail = str(j, "detail");
+    owned.statement = str(j, "statement");
+    owned.app = str(j, "application_name");
+    owned.line = in.lineno();
+    handle(owned.view());
   }
 }
 

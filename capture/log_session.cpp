@@ -10,7 +10,6 @@
 #include "common/error.h"
 
 #include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <ctime>
@@ -21,11 +20,22 @@ using logimpl::Entry;
 
 namespace {
 
-bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+// `s` begins with the literal `p`: compared inline (a known length), not by
+// a call to memcmp per message and word.
+template <size_t N>
+bool starts_with(std::string_view s, const char (&p)[N]) {
+  return s.size() >= N - 1 && std::memcmp(s.data(), p, N - 1) == 0;
+}
 
-bool word_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+// ASCII, as the "C" locale tierlab runs in has it, without a call into
+// the C library per character.
+bool word_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
 
-char lower(char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); }
+char lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 // `s` begins with the lower-case word `k` (any case) not followed by a word
 // character.
@@ -48,7 +58,7 @@ bool contains(std::string_view s, std::string_view k) {
 std::string_view keyword_text(std::string_view sql) {
   size_t i = 0;
   for (;;) {  // skip blanks and comments
-    while (i < sql.size() && std::isspace(static_cast<unsigned char>(sql[i]))) ++i;
+    while (i < sql.size() && space(sql[i])) ++i;
     if (sql.substr(i, 2) == "--") {
       while (i < sql.size() && sql[i] != '\n') ++i;
     } else if (sql.substr(i, 2) == "/*") {
@@ -238,10 +248,17 @@ void LogCapture::Impl::close_unit(Sess& s, int64_t ts) {
 LogCapture::Impl::Sess* LogCapture::Impl::session_for(const Entry& e, bool create) {
   char buf[16];
   std::string_view key = session_key(e, buf);
+  Recent& c = recent[static_cast<uint32_t>(e.pid) % recent.size()];
+  if (c.s && c.len == key.size() && std::memcmp(c.key, key.data(), key.size()) == 0) return c.s;
   auto it = sessions.find(key);
   if (it == sessions.end()) {
     if (!create) return nullptr;
     it = sessions.emplace(std::string(key), Sess{}).first;
+  }
+  if (key.size() <= sizeof c.key) {
+    c.s = &it->second;
+    c.len = static_cast<uint8_t>(key.size());
+    std::memcpy(c.key, key.data(), key.size());
   }
   return &it->second;
 }
@@ -373,6 +390,8 @@ void LogCapture::Impl::end_session(const Entry& e, trace::EndReason why) {
     close_unit(s, e.ts);
     write(s, e.ts, trace::SessionEnd{why});
   }
+  for (Recent& c : recent)
+    if (c.s == &s) c.s = nullptr;
   sessions.erase(it);
 }
 
@@ -468,6 +487,7 @@ LogStats LogCapture::Impl::finish() {
     write(s, at, trace::SessionEnd{trace::EndReason::CaptureEnd});
   }
   sessions.clear();
+  recent = {};
   if (!w) {
     timespec now{};
     ::clock_gettime(CLOCK_REALTIME, &now);

@@ -1,7 +1,8 @@
 // tierlab capture log against the logs of a real PostgreSQL: pgbench in each
-// protocol mode, logged as stderr (default prefix), csvlog and jsonlog, each
-// log (and pgreplay's replay file of the csvlog) read into a trace that
-// counts what pgbench ran and replays it without errors.
+// protocol mode, with log_statement = all and log_min_duration_statement =
+// 0, logged as stderr (default and RDS prefix), csvlog and jsonlog, each log
+// (and pgreplay's replay file of the csvlog) read into a trace that counts
+// what pgbench ran and replays it without errors.
 #include "pgtmp/pgtmp.h"
 #include "support/support.h"
 
@@ -59,11 +60,24 @@ long pgbench(const tierlab::pgtmp::Server& pg, const std::vector<std::string>& a
   return std::stol(m[1]);
 }
 
+// PostgreSQL's default log_line_prefix, and RDS and Aurora's.
+const char* kDefaultPrefix = "%m [%p] ";
+const char* kRdsPrefix = "%t:%r:%u@%d:[%p]:";
+
 // Points the server's log at files named `name` (.csv, .json beside) from
-// now on.
+// now on, the stderr one with `prefix`.
 void log_to(const tierlab::pgtmp::Server& pg, const std::string& name, const std::string& statement,
-            const std::string& min_duration) {
+            const std::string& min_duration, const std::string& prefix = kDefaultPrefix) {
+  // First to a file of its own: what the server logs between the reload and
+  // the rotation goes to the file it was writing, already with the new
+  // prefix, which the finished log must not get.
+  pg.sql("ALTER SYSTEM SET log_filename = 'switching'");
+  pg.sql("SELECT pg_reload_conf()");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  pg.sql("SELECT pg_rotate_logfile()");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   pg.sql("ALTER SYSTEM SET log_filename = '" + name + "'");
+  pg.sql("ALTER SYSTEM SET log_line_prefix = '" + prefix + "'");
   pg.sql("ALTER SYSTEM SET log_statement = '" + statement + "'");
   pg.sql("ALTER SYSTEM SET log_min_duration_statement = '" + min_duration + "'");
   pg.sql("SELECT pg_reload_conf()");
@@ -74,7 +88,8 @@ void log_to(const tierlab::pgtmp::Server& pg, const std::string& name, const std
 
 }  // namespace
 
-TEST_CASE("capture log: pgbench in each protocol mode, stderr/csvlog/jsonlog, counts and a clean replay",
+TEST_CASE("capture log: pgbench in each protocol mode and log setting, stderr (default and RDS prefix), csvlog, "
+          "jsonlog: counts and a clean replay",
           "[log][pg]") {
   if (geteuid() != 0) tierlab::test::skip("the throwaway server's log files belong to the postgres user: needs root");
   tierlab::pgtmp::Options o;
@@ -98,22 +113,30 @@ TEST_CASE("capture log: pgbench in each protocol mode, stderr/csvlog/jsonlog, co
   ::chmod(dir.path().c_str(), 0755);  // pgbench runs as postgres
 
   struct Run {
-    std::string name, mode, statement, min_duration;
+    std::string name, mode, statement, min_duration, prefix;
   };
-  const std::vector<Run> runs = {{"simple", "simple", "all", "-1"},
-                                 {"extended", "extended", "all", "-1"},
-                                 {"prepared", "prepared", "all", "-1"},
-                                 {"prepared-duration", "prepared", "none", "0"}};
+  // Each mode with log_statement = all and then log_min_duration_statement
+  // = 0, logged as stderr with the default prefix, csvlog and jsonlog; and
+  // again as stderr with RDS's prefix (a server writes one stderr log).
+  std::vector<Run> runs;
+  for (const char* mode : {"simple", "extended", "prepared"})
+    for (const char* prefix : {kDefaultPrefix, kRdsPrefix}) {
+      const std::string tag = std::string(mode) + (prefix == kRdsPrefix ? "-rds" : "");
+      runs.push_back({tag, mode, "all", "-1", prefix});
+      runs.push_back({tag + "-duration", mode, "none", "0", prefix});
+    }
   int64_t arith_rows = 0;
   for (const Run& run : runs) {
-    log_to(pg, run.name, run.statement, run.min_duration);
+    log_to(pg, run.name, run.statement, run.min_duration, run.prefix);
     const long txns = pgbench(pg, {"-n", "-M", run.mode, "-c", "8", "-j", "2", "-t", "15", "-f", tpcb, "capdb"});
     const long arith_txns = pgbench(pg, {"-n", "-M", run.mode, "-c", "2", "-t", "10", "-f", arith, "capdb"});
     REQUIRE(txns == 8 * 15);
     const long statements = txns * kTpcbStatements + arith_txns;
     log_to(pg, "idle", "none", "-1");  // the files are complete
-    std::vector<std::string> exts = {"", ".csv", ".json"};
-    if (run.statement == "all") {
+    const bool rds = run.prefix == kRdsPrefix;
+    std::vector<std::string> exts = {""};
+    if (!rds) exts = {"", ".csv", ".json"};
+    if (run.statement == "all" && !rds) {
       // pgreplay's replay file of the same csvlog (pgreplay reads only
       // log_statement = all logs), read by capture log as it is.
       const std::string csv = pg.data_dir() + "/log/" + run.name + ".csv";
@@ -131,6 +154,8 @@ TEST_CASE("capture log: pgbench in each protocol mode, stderr/csvlog/jsonlog, co
       INFO(cap.out << cap.err);
       REQUIRE(cap.status == 0);
       CHECK(cap.out.find(" 0 unparsed lines, 0 truncated") != std::string::npos);
+      // A stderr log's prefix is recognised by itself.
+      if (ext.empty()) CHECK(cap.out.find("log_line_prefix '" + run.prefix + "'") != std::string::npos);
       const std::string dry = dir.file("dry.json");
       REQUIRE(tierlab::test::run_tierlab({"replay", trace, "--dry-run", "--json", dry}).status == 0);
       nlohmann::json d = read_json(dry);
