@@ -33,23 +33,41 @@ namespace tierlab::replay {
 const char* Arena::copy(std::string_view s) {
   size_t need = s.size() + 1;
   char* p;
-  if (need > kBlock / 4) {
-    blocks_.push_back(std::make_unique<char[]>(need));
-    p = blocks_.back().get();
-    // keep filling the previous block: swap the big one behind it
-    if (blocks_.size() >= 2) std::swap(blocks_[blocks_.size() - 1], blocks_[blocks_.size() - 2]);
+  if (need > block_ / 4) {
+    big_.push_back(std::make_unique<char[]>(need));
+    p = big_.back().get();
   } else {
-    if (used_ + need > kBlock) {
-      blocks_.push_back(std::make_unique<char[]>(kBlock));
+    if (in_use_ == 0 || used_ + need > block_) {
+      if (in_use_ == blocks_.size()) blocks_.push_back(std::make_unique<char[]>(block_));
+      ++in_use_;
       used_ = 0;
     }
-    p = blocks_.back().get() + used_;
+    p = blocks_[in_use_ - 1].get() + used_;
     used_ += need;
   }
   if (!s.empty()) std::memcpy(p, s.data(), s.size());
   p[s.size()] = '\0';
   bytes_ += need;
   return p;
+}
+
+void Arena::reset() {
+  big_.clear();
+  in_use_ = 0;
+  used_ = 0;
+  bytes_ = 0;
+}
+
+void Tables::clear() {
+  arena.reset();
+  units.clear();
+  ops.clear();
+  stmts.clear();
+  copy_chunks.clear();
+  types.clear();
+  param_values.clear();
+  param_lengths.clear();
+  param_formats.clear();
 }
 
 bool changes_state(std::string_view tag, std::string_view sql, bool copy_in) {
@@ -135,6 +153,25 @@ struct SessionBuild {
   uint32_t last_unit = kNone;
   std::vector<CopyChunk> copy_tmp;
   std::unordered_map<std::string, Prepared> prepared;
+  // Streamed (replay/stream.h): the units made since the session was last
+  // idle and their bookkeeping, handed on (emit) once their answers are in;
+  // the session's index in the loaded plan being streamed (pass 2); and the
+  // window's rule, applied one unit at a time (start_sessions_idle).
+  UnitBatch* batch = nullptr;
+  std::vector<UnitTmp> tmp;
+  uint32_t plan_index = 0;
+  bool lead_known = false;   // lead_status set from the session's start
+  bool started = false;      // its first replayed unit was seen
+  bool passed = false;       // units before it
+  bool changed = false;      // a replayed unit changed state since the last idle one
+  char lead_status = 0;
+  struct OpenStmt {
+    std::string name;
+    const char* sql = nullptr;
+    std::vector<uint32_t> types;
+    uint64_t seq = 0;        // parse order
+  };
+  std::vector<OpenStmt> open;  // prepared and not closed before its first replayed unit
 };
 
 }  // namespace
@@ -156,17 +193,93 @@ struct PlanBuilder::Impl {
   Nanos last_ts = 0;       // the latest record of any kind
   bool any_record = false;
 
+  // Streamed (replay/stream.h): units are made per session into pooled
+  // batches and handed on (ready_*) instead of into the plan's tables.
+  bool stream = false;
+  // Pass 2: only these sessions (trace id -> index in the streamed plan),
+  // with the plan's fingerprint numbering (fixed_fps).
+  bool filtered = false;
+  std::unordered_map<uint64_t, uint32_t> keep;
+  bool fixed_fps = false;
+  // The fingerprints' texts: the plan's, or in pass 2 the streamed plan's.
+  const std::vector<std::string>* fps = &plan->fingerprints;
+  std::vector<std::unique_ptr<UnitBatch>> batches;  // every batch made
+  std::vector<UnitBatch*> free_batches;
+  UnitBatch* ready_head = nullptr;
+  UnitBatch* ready_tail = nullptr;
+  // A simple query's text -> its fingerprint, by the text's hash; emptied
+  // when it grows past kQueryCache (texts with literals are many).
+  std::unordered_map<uint64_t, uint32_t> query_fp;
+  static constexpr size_t kQueryCache = 1 << 16;
+  uint64_t open_seq = 0;
+
+  Tables& T(SessionBuild& sb) {
+    if (!stream) return *plan;
+    if (!sb.batch) {
+      if (free_batches.empty()) {
+        batches.push_back(std::make_unique<UnitBatch>());
+        free_batches.push_back(batches.back().get());
+      }
+      sb.batch = free_batches.back();
+      free_batches.pop_back();
+      sb.batch->session = sb.plan_index;
+      sb.tmp.clear();
+    }
+    return *sb.batch;
+  }
+  std::vector<UnitTmp>& TMP(SessionBuild& sb) { return stream ? sb.tmp : unit_tmp; }
+
+  void recycle(UnitBatch* b) {
+    b->clear();
+    b->order.clear();
+    b->pos = 0;
+    b->next = nullptr;
+    free_batches.push_back(b);
+  }
+  UnitBatch* take_ready() {
+    UnitBatch* b = ready_head;
+    if (b) {
+      ready_head = b->next;
+      if (!ready_head) ready_tail = nullptr;
+      b->next = nullptr;
+    }
+    return b;
+  }
+
+  // The fingerprint of normalised text `norm`: a new number in a loaded or
+  // first pass, the first pass's number in the second.
+  uint32_t fp_of_norm(std::string&& norm) {
+    uint64_t h = hash_text(norm);
+    if (fixed_fps) {
+      auto it = hash_fp.find(h);
+      if (it == hash_fp.end())
+        throw RuntimeError("replay: the trace changed while it was replayed (a statement not read before: " +
+                           norm.substr(0, 80) + ")");
+      return it->second;
+    }
+    auto [hit, fresh] = hash_fp.emplace(h, static_cast<uint32_t>(plan->fingerprints.size()));
+    if (fresh) plan->fingerprints.push_back(std::move(norm));
+    return hit->second;
+  }
+
+  // A simple query's fingerprint, streamed: its text is not kept.
+  uint32_t query_fingerprint(std::string_view sql) {
+    const uint64_t h = hash_text(sql);
+    auto it = query_fp.find(h);
+    if (it != query_fp.end()) return it->second;
+    if (query_fp.size() >= kQueryCache) query_fp.clear();
+    const uint32_t fp = fp_of_norm(normalize_sql(sql));
+    query_fp.emplace(h, fp);
+    return fp;
+  }
+
   const char* intern_sql(std::string_view sql, uint32_t* fp_out) {
     auto it = sql_intern.find(sql);
     if (it == sql_intern.end()) {
       const char* copy = plan->arena.copy(sql);
       std::string_view key(copy, sql.size());
       it = sql_intern.emplace(key, copy).first;
-      std::string norm = normalize_sql(sql);
-      uint64_t h = hash_text(norm);
-      auto [hit, fresh] = hash_fp.emplace(h, static_cast<uint32_t>(plan->fingerprints.size()));
-      if (fresh) plan->fingerprints.push_back(std::move(norm));
-      sql_fp.emplace(key, hit->second);
+      sql_fp.emplace(key, fp_of_norm(normalize_sql(sql)));
     }
     if (fp_out) *fp_out = sql_fp.at(std::string_view(it->second, sql.size()));
     return it->second;
@@ -206,9 +319,10 @@ struct PlanBuilder::Impl {
     u.session = sb.index;
     u.ts = ts;
     u.in_window = in_window(ts);
-    plan->units.push_back(u);
-    unit_tmp.emplace_back();
-    return static_cast<uint32_t>(plan->units.size() - 1);
+    Tables& t = T(sb);
+    t.units.push_back(u);
+    TMP(sb).emplace_back();
+    return static_cast<uint32_t>(t.units.size() - 1);
   }
 
   // The unit that re-prepares statements (made here, not captured) as
@@ -332,23 +446,23 @@ struct PlanBuilder::Impl {
       sb.bind_pending = false;
     }
     uint32_t u = new_unit(sb, UnitKind::Extended, sb.ext_ts);
-    Unit& unit = plan->units[u];
-    unit.first_op = static_cast<uint32_t>(plan->ops.size());
+    Unit& unit = T(sb).units[u];
+    unit.first_op = static_cast<uint32_t>(T(sb).ops.size());
     unit.n_ops = static_cast<uint32_t>(sb.ops.size());
-    unit.first_stmt = static_cast<uint32_t>(plan->stmts.size());
+    unit.first_stmt = static_cast<uint32_t>(T(sb).stmts.size());
     for (const auto& [fp, op] : sb.execs) {
-      if (op != kNone) sb.ops[op].stmt = static_cast<uint32_t>(plan->stmts.size());
+      if (op != kNone) sb.ops[op].stmt = static_cast<uint32_t>(T(sb).stmts.size());
       Stmt st;
       st.fp = fp;
-      plan->stmts.push_back(st);
+      T(sb).stmts.push_back(st);
     }
-    plan->ops.insert(plan->ops.end(), sb.ops.begin(), sb.ops.end());
-    unit.n_stmts = static_cast<uint32_t>(plan->stmts.size()) - unit.first_stmt;
+    T(sb).ops.insert(T(sb).ops.end(), sb.ops.begin(), sb.ops.end());
+    unit.n_stmts = static_cast<uint32_t>(T(sb).stmts.size()) - unit.first_stmt;
     unit.libpq_unsupported = sb.libpq_unsupported;
     plan->summary.libpq_unsupported += sb.libpq_unsupported;
     if (unit.in_window) {
       if (!sb.wire_synced) wire::sync(sb.wire);
-      unit.wire = plan->arena.copy(sb.wire);
+      unit.wire = T(sb).arena.copy(sb.wire);
       unit.wire_len = static_cast<uint32_t>(sb.wire.size());
     }
     sb.wire.clear();
@@ -371,20 +485,20 @@ struct PlanBuilder::Impl {
                  bool has_rows, uint64_t rows, std::string_view tag = {}) {
     if (sb.awaiting.empty()) return;  // answer to something not recorded
     uint32_t ui = sb.awaiting.front();
-    Unit& u = plan->units[ui];
-    UnitTmp& t = unit_tmp[ui];
+    Unit& u = T(sb).units[ui];
+    UnitTmp& t = TMP(sb)[ui];
     if (is_error) ++t.errors;
     if (!is_error && !tag.empty() && !t.changed && u.n_stmts) {
       const uint32_t k = u.kind == UnitKind::Extended ? std::min(t.cursor, u.n_stmts - 1) : 0;
       const bool copy_in = u.kind == UnitKind::Copy || u.n_copy > 0 || u.copy_fail;
-      t.changed = changes_state(tag, plan->fingerprints[plan->stmts[u.first_stmt + k].fp], copy_in);
+      t.changed = changes_state(tag, (*fps)[T(sb).stmts[u.first_stmt + k].fp], copy_in);
     }
     if (u.kind == UnitKind::Extended) {
       if (t.cursor >= u.n_stmts) {
         if (is_error) t.error_seen = true;
         return;
       }
-      Stmt& st = plan->stmts[u.first_stmt + t.cursor++];
+      Stmt& st = T(sb).stmts[u.first_stmt + t.cursor++];
       st.captured_latency = ts - u.ts;
       if (is_error) {
         st.captured.status = Status::Error;
@@ -418,19 +532,19 @@ struct PlanBuilder::Impl {
     if (sb.awaiting.empty()) return;
     uint32_t ui = sb.awaiting.front();
     sb.awaiting.pop_front();
-    Unit& u = plan->units[ui];
-    UnitTmp& t = unit_tmp[ui];
+    Unit& u = T(sb).units[ui];
+    UnitTmp& t = TMP(sb)[ui];
     u.ready = status;
     u.ready_ts = ts;
     if (u.kind == UnitKind::Extended) {
       for (uint32_t i = t.cursor; i < u.n_stmts; ++i) {
-        Stmt& st = plan->stmts[u.first_stmt + i];
+        Stmt& st = T(sb).stmts[u.first_stmt + i];
         st.captured.status = t.error_seen ? Status::Skipped : Status::Unknown;
       }
       return;
     }
     if (u.n_stmts == 0) return;
-    Stmt& st = plan->stmts[u.first_stmt];
+    Stmt& st = T(sb).stmts[u.first_stmt];
     st.captured_latency = ts - u.ts;
     if (t.agg.status == Status::Error) {
       st.captured = t.agg;
@@ -451,10 +565,131 @@ struct PlanBuilder::Impl {
       if (std::holds_alternative<trace::SessionEnd>(r.body)) it->second.second = r.ts;
       return;
     }
+    uint32_t plan_index = 0;
+    if (filtered) {
+      auto it = keep.find(r.session);
+      if (it == keep.end()) return;  // a session the streamed plan does not replay
+      plan_index = it->second;
+    }
     SessionBuild& sb = session(r.session, r.ts);
+    sb.plan_index = filtered ? plan_index : sb.index;
     Session& s = plan->sessions[sb.index];
     s.end = std::max(s.end, r.ts);
     std::visit([&](const auto& b) { on(sb, r.ts, b); }, r.body);
+    if (!stream || !sb.batch) return;
+    // Streamed: the session's units go on once every answer is in (at its
+    // end, whatever it has).
+    const bool end = std::holds_alternative<trace::SessionEnd>(r.body);
+    if (end || (sb.awaiting.empty() && !sb.ext_open && sb.copy_tmp.empty())) emit(sb);
+  }
+
+  // Streamed: hands on the session's batch (ready_*), its units to replay
+  // in `order`, by the window's rule as start_sessions_idle applies it.
+  void emit(SessionBuild& sb) {
+    UnitBatch& b = *sb.batch;
+    sb.batch = nullptr;
+    sb.awaiting.clear();
+    sb.last_unit = kNone;
+    if (!sb.lead_known) {
+      sb.lead_known = true;
+      sb.lead_status = !sb.has_begin || sb.unknown_startup ? '?' : 0;
+    }
+    const uint32_t n = static_cast<uint32_t>(b.units.size());
+    for (uint32_t i = 0; i < n; ++i) {
+      Unit& u = b.units[i];
+      u.session = sb.plan_index;
+      if (sb.started) {
+        if (u.in_window) placed(sb, b, i);
+        continue;
+      }
+      if (sb.lead_status == '?') {
+        const bool inside = (u.ready == 'T' || u.ready == 'E') &&
+                            !(u.n_stmts && opens_transaction((*fps)[b.stmts[u.first_stmt].fp]));
+        sb.lead_status = inside ? u.ready : 0;
+        if (inside && u.in_window) ++plan->summary.joined_in_transaction;
+      }
+      if (u.in_window && sb.lead_status != 'T' && sb.lead_status != 'E') {
+        sb.started = true;
+        if (sb.passed) {
+          const uint32_t r = restore_streamed(sb, b, i);
+          if (r != kNone) b.order.push_back(r);
+        }
+        placed(sb, b, i);
+        continue;
+      }
+      u.in_window = false;
+      sb.passed = true;
+      sb.lead_status = u.ready;
+      for (uint32_t k = 0; k < u.n_ops; ++k) {
+        const Op& o = b.ops[u.first_op + k];
+        auto it = std::find_if(sb.open.begin(), sb.open.end(),
+                               [&](const SessionBuild::OpenStmt& e) { return e.name == o.name; });
+        if (o.kind == OpKind::Deallocate && it != sb.open.end()) sb.open.erase(it);
+        if (o.kind != OpKind::Prepare) continue;
+        if (it == sb.open.end()) it = sb.open.insert(sb.open.end(), SessionBuild::OpenStmt{o.name, nullptr, {}, 0});
+        it->sql = o.sql;
+        it->types.assign(b.types.begin() + o.types, b.types.begin() + o.types + o.nparams);
+        it->seq = open_seq++;
+      }
+    }
+    if (ready_tail) ready_tail->next = &b;
+    else ready_head = &b;
+    ready_tail = &b;
+  }
+
+  // Unit i of the batch replays: counted as finish() and order_commits
+  // count what the replay sends (captured errors, commit points).
+  void placed(SessionBuild& sb, UnitBatch& b, uint32_t i) {
+    b.order.push_back(i);
+    const Unit& u = b.units[i];
+    plan->summary.captured_errors += sb.tmp[i].errors;
+    sb.changed = sb.changed || sb.tmp[i].changed;
+    if (u.ready != 'I') return;
+    if (sb.changed) ++plan->summary.commit_points;
+    sb.changed = false;
+  }
+
+  // restore_prepared, streamed: the unit (appended to `b`) that re-prepares
+  // what the session's units before its first replayed one (`first`) left
+  // prepared, but for what `first` parses itself; kNone when nothing.
+  uint32_t restore_streamed(SessionBuild& sb, UnitBatch& b, uint32_t first) {
+    std::vector<const SessionBuild::OpenStmt*> todo;
+    for (const SessionBuild::OpenStmt& e : sb.open) {
+      const Unit& f = b.units[first];
+      bool reparsed = false;
+      for (uint32_t i = 0; i < f.n_ops; ++i) {
+        const Op& o = b.ops[f.first_op + i];
+        if (o.kind == OpKind::Prepare && e.name == o.name) reparsed = true;
+      }
+      if (!reparsed) todo.push_back(&e);
+    }
+    if (todo.empty()) return kNone;
+    std::sort(todo.begin(), todo.end(), [](auto* x, auto* y) { return x->seq < y->seq; });
+    Unit u;
+    u.kind = UnitKind::Extended;
+    u.session = sb.plan_index;
+    u.ts = b.units[first].ts;
+    u.first_op = static_cast<uint32_t>(b.ops.size());
+    u.n_ops = static_cast<uint32_t>(todo.size());
+    u.first_stmt = static_cast<uint32_t>(b.stmts.size());
+    scratch.clear();
+    for (const SessionBuild::OpenStmt* e : todo) {
+      Op o;
+      o.kind = OpKind::Prepare;
+      o.name = b.arena.copy(e->name);
+      o.sql = e->sql;
+      o.types = static_cast<uint32_t>(b.types.size());
+      o.nparams = static_cast<int>(e->types.size());
+      b.types.insert(b.types.end(), e->types.begin(), e->types.end());
+      b.ops.push_back(o);
+      wire::parse(scratch, o.name, o.sql, e->types.data(), o.nparams);
+    }
+    wire::sync(scratch);
+    u.wire = b.arena.copy(scratch);
+    u.wire_len = static_cast<uint32_t>(scratch.size());
+    b.units.push_back(u);
+    sb.open.clear();
+    return static_cast<uint32_t>(b.units.size() - 1);
   }
 
   void on(SessionBuild& sb, Nanos ts, const trace::SessionBegin& b) {
@@ -473,21 +708,23 @@ struct PlanBuilder::Impl {
   void on(SessionBuild& sb, Nanos ts, const trace::Query& q) {
     finish_ext(sb);  // a Query after unsynced extended messages ends them
     uint32_t fp;
-    const char* sql = intern_sql(q.sql, &fp);
+    // Streamed, the text lives with its unit: texts with literals are many.
+    const char* sql = stream ? T(sb).arena.copy(q.sql) : intern_sql(q.sql, &fp);
+    if (stream) fp = query_fingerprint(q.sql);
     uint32_t u = new_unit(sb, UnitKind::Simple, ts);
-    Unit& unit = plan->units[u];
+    Unit& unit = T(sb).units[u];
     unit.sql = sql;
     if (unit.in_window) {
       scratch.clear();
       wire::query(scratch, q.sql);
-      unit.wire = plan->arena.copy(scratch);
+      unit.wire = T(sb).arena.copy(scratch);
       unit.wire_len = static_cast<uint32_t>(scratch.size());
     }
-    unit.first_stmt = static_cast<uint32_t>(plan->stmts.size());
+    unit.first_stmt = static_cast<uint32_t>(T(sb).stmts.size());
     unit.n_stmts = 1;
     Stmt st;
     st.fp = fp;
-    plan->stmts.push_back(st);
+    T(sb).stmts.push_back(st);
     sb.awaiting.push_back(u);
     sb.last_unit = u;
   }
@@ -496,12 +733,12 @@ struct PlanBuilder::Impl {
     wire::parse(sb.wire, p.statement, p.sql, p.param_types.data(), static_cast<int>(p.param_types.size()));
     Op op;
     op.kind = OpKind::Prepare;
-    op.name = plan->arena.copy(p.statement);
+    op.name = T(sb).arena.copy(p.statement);
     uint32_t fp;
     op.sql = intern_sql(p.sql, &fp);
-    op.types = static_cast<uint32_t>(plan->types.size());
+    op.types = static_cast<uint32_t>(T(sb).types.size());
     op.nparams = static_cast<int>(p.param_types.size());
-    plan->types.insert(plan->types.end(), p.param_types.begin(), p.param_types.end());
+    T(sb).types.insert(T(sb).types.end(), p.param_types.begin(), p.param_types.end());
     sb.ops.push_back(op);
     sb.prepared[std::string(p.statement)] = Prepared{op.sql, fp, op.types, op.nparams};
   }
@@ -511,13 +748,13 @@ struct PlanBuilder::Impl {
     if (sb.bind_pending) ++sb.libpq_unsupported;  // Bind never executed
     Op op;
     op.kind = OpKind::Execute;
-    op.name = plan->arena.copy(b.statement);
+    op.name = T(sb).arena.copy(b.statement);
     op.nparams = static_cast<int>(b.params.size());
-    op.params = static_cast<uint32_t>(plan->param_values.size());
+    op.params = static_cast<uint32_t>(T(sb).param_values.size());
     for (const trace::Param& prm : b.params) {
-      plan->param_values.push_back(prm.is_null ? nullptr : plan->arena.copy(prm.value));
-      plan->param_lengths.push_back(static_cast<int>(prm.value.size()));
-      plan->param_formats.push_back(prm.format);
+      T(sb).param_values.push_back(prm.is_null ? nullptr : T(sb).arena.copy(prm.value));
+      T(sb).param_lengths.push_back(static_cast<int>(prm.value.size()));
+      T(sb).param_formats.push_back(prm.format);
     }
     // libpq asks for one result format for all columns: the first given.
     op.result_format = b.result_formats.empty() ? 0 : b.result_formats[0];
@@ -556,7 +793,7 @@ struct PlanBuilder::Impl {
     if (d.target == 'P' && sb.bind_pending) return;  // sent with the Execute
     Op op;
     op.kind = d.target == 'S' ? OpKind::DescribeStmt : OpKind::DescribePortal;
-    op.name = plan->arena.copy(d.name);
+    op.name = T(sb).arena.copy(d.name);
     sb.ops.push_back(op);
   }
   void on(SessionBuild& sb, Nanos ts, const trace::Close& c) {
@@ -568,14 +805,14 @@ struct PlanBuilder::Impl {
     if (c.target != 'S' || c.name.empty()) return;
     Op op;
     op.kind = OpKind::Deallocate;
-    op.name = plan->arena.copy(c.name);
+    op.name = T(sb).arena.copy(c.name);
     std::string ident = "DEALLOCATE \"";
     for (char ch : c.name) {
       if (ch == '"') ident += '"';
       ident += ch;
     }
     ident += '"';
-    op.sql = plan->arena.copy(ident);
+    op.sql = T(sb).arena.copy(ident);
     sb.ops.push_back(op);
     sb.prepared.erase(std::string(c.name));
   }
@@ -596,15 +833,15 @@ struct PlanBuilder::Impl {
   // ignores in copy mode, as it ignores libpq's own one there).
   Unit* copy_unit(SessionBuild& sb) {
     if (sb.ext_open && !sb.execs.empty()) finish_ext(sb);
-    if (sb.last_unit == kNone) return nullptr;  // the COPY began before the capture
-    Unit& u = plan->units[sb.last_unit];
+    if (sb.last_unit == kNone) return nullptr;  // the COPY began before the capture (or its unit was handed on)
+    Unit& u = T(sb).units[sb.last_unit];
     if (u.kind == UnitKind::Simple) u.kind = UnitKind::Copy;
     return &u;
   }
   void on(SessionBuild& sb, Nanos, const trace::CopyData& d) {
     if (d.dir != trace::CopyDir::In || !copy_unit(sb)) return;
     sb.copy_tmp.push_back(
-        CopyChunk{plan->arena.copy(d.data), static_cast<uint32_t>(d.data.size())});
+        CopyChunk{T(sb).arena.copy(d.data), static_cast<uint32_t>(d.data.size())});
   }
   void end_copy(SessionBuild& sb, bool fail) {
     Unit* unit = copy_unit(sb);
@@ -614,9 +851,9 @@ struct PlanBuilder::Impl {
     }
     Unit& u = *unit;
     u.copy_fail = fail;
-    u.first_copy = static_cast<uint32_t>(plan->copy_chunks.size());
+    u.first_copy = static_cast<uint32_t>(T(sb).copy_chunks.size());
     u.n_copy = static_cast<uint32_t>(sb.copy_tmp.size());
-    plan->copy_chunks.insert(plan->copy_chunks.end(), sb.copy_tmp.begin(), sb.copy_tmp.end());
+    T(sb).copy_chunks.insert(T(sb).copy_chunks.end(), sb.copy_tmp.begin(), sb.copy_tmp.end());
     if (u.in_window) {
       scratch.clear();
       for (const CopyChunk& ch : sb.copy_tmp) wire::copy_data(scratch, std::string_view(ch.data, ch.len));
@@ -626,7 +863,7 @@ struct PlanBuilder::Impl {
       // ignored the unit's while it read the data (libpq's PQputCopyEnd
       // sends one too).
       if (u.kind == UnitKind::Extended) wire::sync(scratch);
-      u.copy_wire = plan->arena.copy(scratch);
+      u.copy_wire = T(sb).arena.copy(scratch);
       u.copy_wire_len = static_cast<uint32_t>(scratch.size());
     }
     sb.copy_tmp.clear();
@@ -834,7 +1071,16 @@ struct PlanBuilder::Impl {
     }
     p.sessions = std::move(kept);
     order_commits(start, captured);
-    // Schedule origin and the capture's concurrency.
+    unit_tmp.clear();
+    unit_tmp.shrink_to_fit();
+    finish_sessions(units, stmts, txns);
+    return plan;
+  }
+
+  // The schedule's origin, the capture's concurrency and the summary, from
+  // the sessions kept (Plan::sessions) and the counts of what they replay.
+  void finish_sessions(uint64_t units, uint64_t stmts, uint64_t txns) {
+    Plan& p = *plan;
     p.t0 = 0;
     Nanos last = 0;
     std::vector<std::pair<Nanos, int>> edges;
@@ -876,9 +1122,79 @@ struct PlanBuilder::Impl {
     sum.trace_end_ns = any_record ? rel(last_ts) : 0;
     sum.shard = shard;
     sum.trace_sessions = p.sessions.size() + other_sessions;
-    unit_tmp.clear();
-    unit_tmp.shrink_to_fit();
+  }
+
+  // Streamed, pass 1: what one session replays, counted as its batches go by.
+  struct Replayed {
+    uint32_t units = 0;
+    uint64_t stmts = 0, transactions = 0, since_idle = 0;
+    Nanos first_ts = 0, last_ts = 0, last_ready = 0;
+  };
+  std::vector<Replayed> replayed;  // by builder session index
+
+  void count(const UnitBatch& b) {
+    if (replayed.size() < plan->sessions.size()) replayed.resize(plan->sessions.size());
+    Replayed& r = replayed[b.session];
+    for (uint32_t i : b.order) {
+      const Unit& u = b.units[i];
+      if (r.units++ == 0) r.first_ts = u.ts;
+      r.last_ts = u.ts;
+      r.last_ready = u.ready_ts;
+      r.stmts += u.n_stmts;
+      r.since_idle += u.n_stmts;
+      if (u.ready == 'I') {
+        if (r.since_idle > 0) ++r.transactions;
+        r.since_idle = 0;
+      }
+      for (uint32_t k = 0; k < u.n_copy; ++k) plan->summary.copy_bytes += b.copy_chunks[u.first_copy + k].len;
+    }
+  }
+
+  // Streamed, pass 1, after the last record: the sessions kept and the
+  // summary, as finish() has them, without a unit.
+  std::shared_ptr<const Plan> finish_streamed() {
+    flush_all();
+    while (UnitBatch* b = take_ready()) {
+      count(*b);
+      recycle(b);
+    }
+    Plan& p = *plan;
+    replayed.resize(p.sessions.size());
+    std::vector<Session> kept;
+    const bool open_end = window.end == std::numeric_limits<Nanos>::max();
+    uint64_t units = 0, stmts = 0, txns = 0;
+    for (size_t i = 0; i < p.sessions.size(); ++i) {
+      Session s = p.sessions[i];
+      const Replayed& r = replayed[i];
+      bool overlaps = rel(s.begin) < window.end && rel(s.end) >= window.begin;
+      if (r.units == 0 && !overlaps) continue;
+      if (rel(s.begin) < window.begin) s.begin = origin + window.begin;
+      if (!open_end && rel(s.end) > window.end) s.end = origin + window.end;
+      s.first_unit = 0;
+      s.n_units = r.units;
+      s.captured_transactions = r.transactions;
+      if (r.units) {
+        s.begin = std::min(s.begin, r.first_ts);
+        s.end = std::max(s.end, std::max(r.last_ts, r.last_ready));
+      }
+      units += r.units;
+      stmts += r.stmts;
+      txns += r.transactions;
+      kept.push_back(s);
+    }
+    p.sessions = std::move(kept);
+    p.streamed = true;
+    for (const auto& [h, fp] : hash_fp) p.fp_by_hash.emplace(h, fp);
+    finish_sessions(units, stmts, txns);
     return plan;
+  }
+
+  // Streamed, at the end of the records: every session's last units go on.
+  void flush_all() {
+    for (auto& [id, sb] : sessions) {
+      finish_ext(sb);
+      if (sb.batch) emit(sb);
+    }
   }
 };
 
@@ -912,6 +1228,64 @@ Workload load(trace::Reader& reader, const Window& window, const Shard& shard) {
   trace::Record r;
   while (reader.next(r)) b.add(r);
   return Workload(b.finish());
+}
+
+std::shared_ptr<const Plan> plan_streamed(trace::Reader& reader, const Window& window, const Shard& shard) {
+  if (shard.count == 0 || shard.index >= shard.count)
+    throw InputError("shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) +
+                     ": the index must be below the count (0-based)");
+  PlanBuilder b(window, reader.header().start_mono_ns, shard);
+  PlanBuilder::Impl& m = *b.impl_;
+  m.stream = true;
+  trace::Record r;
+  while (reader.next(r)) {
+    m.add(r);
+    while (UnitBatch* batch = m.take_ready()) {
+      m.count(*batch);
+      m.recycle(batch);
+    }
+  }
+  return m.finish_streamed();
+}
+
+UnitStream::UnitStream(std::unique_ptr<trace::Reader> reader, const Plan& plan, const Window& window,
+                       const Shard& shard, const std::vector<uint32_t>& sessions)
+    : reader_(std::move(reader)), builder_(window, reader_->header().start_mono_ns, shard) {
+  PlanBuilder::Impl& m = *builder_.impl_;
+  m.stream = true;
+  m.filtered = true;
+  for (uint32_t i : sessions) m.keep.emplace(plan.sessions[i].id, i);
+  m.fixed_fps = true;
+  m.hash_fp.insert(plan.fp_by_hash.begin(), plan.fp_by_hash.end());
+  m.fps = &plan.fingerprints;
+}
+
+UnitStream::~UnitStream() = default;
+
+UnitBatch* UnitStream::next() {
+  PlanBuilder::Impl& m = *builder_.impl_;
+  for (;;) {
+    if (UnitBatch* b = m.take_ready()) return b;
+    if (ended_) return nullptr;
+    if (reader_->next(rec_)) {
+      m.add(rec_);
+    } else {
+      ended_ = true;
+      m.flush_all();
+    }
+  }
+}
+
+void UnitStream::recycle(UnitBatch* b) { builder_.impl_->recycle(b); }
+size_t UnitStream::batches() const { return builder_.impl_->batches.size(); }
+
+Workload stream(const std::string& path, const Window& window, const Shard& shard) {
+  std::unique_ptr<trace::Reader> reader = trace::open_reader(path);
+  Workload w(plan_streamed(*reader, window, shard));
+  w.path_ = path;
+  w.window_ = window;
+  w.shard_ = shard;
+  return w;
 }
 
 std::vector<uint64_t> max_speed_gates(const Plan& plan) {

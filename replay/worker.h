@@ -99,6 +99,9 @@ struct Shared {
   Nanos unix_offset = 0;              // CLOCK_REALTIME - CLOCK_MONOTONIC, for the log
   Connector* connector = nullptr;     // opens and closes the sessions' connections
   std::atomic<bool> stop{false};      // stop every session now (SIGINT, SIGTERM)
+  // A streamed plan (Plan::streamed): each worker's reader of its sessions'
+  // units, by worker index.
+  std::vector<UnitStream*> streams;
   // --sync commit or all with commit points to keep: their order; nullptr else.
   CommitOrder* order = nullptr;
   bool sync_all = false;              // --sync all: every commit before, not the listed ones
@@ -116,7 +119,12 @@ struct Slot {
   PGconn* conn = nullptr;
   uint32_t pw = kNone;               // libpq: the loop's watch on its socket
   uint32_t next = 0;                 // next unit, index within the session
-  uint32_t unit = kNone;             // unit in flight (Plan::units)
+  uint32_t unit = kNone;             // unit in flight (tab->units)
+  const Tables* tab = nullptr;       // what the unit in flight refers to: the Plan, or a batch
+  // Streamed (Shared::streams): the session's batches read and not yet
+  // replayed, the head first (its `pos` is the next unit).
+  UnitBatch* q_head = nullptr;
+  UnitBatch* q_tail = nullptr;
   uint32_t op = 0;                   // Extended: next op to get its result
   uint32_t copy = 0;                 // Copy: next chunk to queue
   Outcome agg;                       // Simple/Copy: answers folded
@@ -184,7 +192,14 @@ class Worker {
 
  private:
   const Session& session_of(const Slot& s) const { return plan_.sessions[s.session]; }
-  const Unit& unit_of(const Slot& s) const { return plan_.units[s.unit]; }
+  const Unit& unit_of(const Slot& s) const { return s.tab->units[s.unit]; }
+
+  // The session's next unit (s.next < n_units), its tables in *tab and its
+  // index there in *index. Streamed, read from the trace as needed (the
+  // batches of other sessions read on the way queue on their slots).
+  const Unit& next_unit(uint32_t slot, const Tables** tab, uint32_t* index);
+  // Streamed: the batches still queued on the slot go back to the stream.
+  void drop_queue(Slot& s);
 
   // One round's events: the inbox, libpq sockets ready, directly driven
   // sessions' answers and sends.
@@ -252,7 +267,7 @@ class Worker {
 
   void send_unit(uint32_t slot, Nanos now);
 
-  bool send_execute(PGconn* c, const Op& op);
+  bool send_execute(PGconn* c, const Tables& t, const Op& op);
 
   void on_event(uint32_t slot, uint32_t ev);
 
@@ -329,6 +344,8 @@ class Worker {
 
   Shared& sh_;
   const Plan& plan_;
+  UnitStream* stream_ = nullptr;     // streamed: this worker's sessions' units
+  std::vector<uint32_t> slot_of_;    // streamed: plan session -> slot
   const int index_;                  // the worker's number, for the connection thread
   std::vector<Slot> slots_;
   TimerHeap timers_;
