@@ -210,7 +210,7 @@ struct PlanBuilder::Impl {
   // A simple query's text -> its fingerprint, by the text's hash; emptied
   // when it grows past kQueryCache (texts with literals are many).
   std::unordered_map<uint64_t, uint32_t> query_fp;
-  static constexpr size_t kQueryCache = 1 << 16;
+  static constexpr size_t kQueryCache = 4096;
   uint64_t open_seq = 0;
 
   Tables& T(SessionBuild& sb) {

@@ -13,6 +13,8 @@ Worker::Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live
   if (plan_.streamed) {
     stream_ = sh.streams.at(index);
     slot_of_.assign(plan_.sessions.size(), kNone);
+    starved_.reserve(sessions.size());
+    waking_.reserve(sessions.size());
     for (size_t i = 0; i < sessions.size(); ++i) slot_of_[sessions[i]] = static_cast<uint32_t>(i);
   }
   held_.reserve(sessions.size());
@@ -62,6 +64,7 @@ void Worker::run() {
       connect(gated_[gate_next_++], now);
     }
     if (sync_check_) sync_wake(now);
+    if (stream_moved_) stream_wake(now);
     while (!timers_.empty() && timers_.top_due() <= now) on_timer(timers_.pop(), now);
     if (active_ == 0) break;
     // The next unit's due time, absolute: the loop wakes at it to the
@@ -72,7 +75,7 @@ void Worker::run() {
     // Connected sessions held for the start: look again soon (the other
     // workers' sessions may be the last to connect).
     if (!started_ && !held_.empty()) sooner(now + 20000);
-    if (sync_check_) sooner(now);  // waiting slots may go: look without sleeping
+    if (sync_check_ || stream_moved_) sooner(now);  // waiting slots may go: look without sleeping
     int n = loop_->wait_until(evs, kMaxEvents, deadline);
     if (n < 0) throw RuntimeError(errno_message(std::string("replay: ") + loop_->backend() + " wait", -n));
     dispatch(evs, n);
@@ -166,7 +169,7 @@ void Worker::finish_slot(uint32_t slot, Nanos now) {
   sh_.connector->close(s.conn);
   s.conn = nullptr;
   timers_.cancel(slot);
-  if (stream_) drop_queue(s);
+  if (stream_) drop_queue(slot);
   if (sh_.order) {
     // The session's commit points still to come never will: done now, so
     // that no one waits for them.
@@ -290,9 +293,16 @@ void Worker::connected(uint32_t slot, Nanos now) {
 void Worker::schedule_next(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
   const Session& ps = session_of(s);
-  const Tables* tab;
-  uint32_t index;
-  Nanos due = s.next < ps.n_units ? sh_.sched.at(next_unit(slot, &tab, &index).ts) : sh_.sched.at(ps.end);
+  Nanos due;
+  if (s.next < ps.n_units) {
+    const Tables* tab;
+    uint32_t index;
+    const Unit* u = next_unit(slot, &tab, &index);
+    if (!u) return;  // streamed: read when another session's batch goes (stream_wake)
+    due = sh_.sched.at(u->ts);
+  } else {
+    due = sh_.sched.at(ps.end);
+  }
   if (due <= now) on_timer(slot, now);
   else timers_.set(slot, due);
 }
@@ -309,7 +319,9 @@ void Worker::on_timer(uint32_t slot, Nanos now) {
   }
   const Tables* tab;
   uint32_t unit;
-  const Unit& u = next_unit(slot, &tab, &unit);
+  const Unit* next = next_unit(slot, &tab, &unit);
+  if (!next) return;
+  const Unit& u = *next;
   const bool go = sh_.sync_all ? sync_ready(slot, u.sync_all, nullptr, 0, now)
                                : sync_ready(slot, u.sync_need, plan_.sync_deps.data() + u.sync_dep, u.n_sync_deps, now);
   if (!go) return;
@@ -318,24 +330,40 @@ void Worker::on_timer(uint32_t slot, Nanos now) {
   send_unit(slot, now);
 }
 
-const Unit& Worker::next_unit(uint32_t slot, const Tables** tab, uint32_t* index) {
+const Unit* Worker::next_unit(uint32_t slot, const Tables** tab, uint32_t* index) {
   Slot& s = slots_[slot];
   if (!stream_) {
     *tab = &plan_;
     *index = plan_.session_units[session_of(s).first_unit + s.next];
-    return plan_.units[*index];
+    return &plan_.units[*index];
   }
   for (;;) {
     if (UnitBatch* h = s.q_head) {
       if (h->pos < h->order.size()) {
         *tab = h;
         *index = h->order[h->pos];
-        return h->units[*index];
+        return &h->units[*index];
       }
       s.q_head = h->next;
       if (!s.q_head) s.q_tail = nullptr;
+      --s.queued;
       stream_->recycle(h);
+      if (held_batch_ && slot_of_[held_batch_->session] == slot) {
+        enqueue(s, held_batch_);
+        held_batch_ = nullptr;
+        stream_moved_ = true;
+      }
       continue;
+    }
+    // Invariant: a held batch's session has kQueueBatches queued, so this
+    // one (with none) is not its session; it waits for that one to send.
+    if (held_batch_) {
+      assert(slot_of_[held_batch_->session] != slot);
+      if (!s.starved) {
+        s.starved = true;
+        starved_.push_back(slot);
+      }
+      return nullptr;
     }
     UnitBatch* b = stream_->next();
     if (!b)
@@ -346,18 +374,42 @@ const Unit& Worker::next_unit(uint32_t slot, const Tables** tab, uint32_t* index
       stream_->recycle(b);
       continue;
     }
-    if (to.q_tail) to.q_tail->next = b;
-    else to.q_head = b;
-    to.q_tail = b;
+    if (to.queued >= kQueueBatches) held_batch_ = b;
+    else enqueue(to, b);
   }
 }
 
-void Worker::drop_queue(Slot& s) {
+void Worker::enqueue(Slot& s, UnitBatch* b) {
+  if (s.q_tail) s.q_tail->next = b;
+  else s.q_head = b;
+  s.q_tail = b;
+  ++s.queued;
+}
+
+void Worker::stream_wake(Nanos now) {
+  stream_moved_ = false;
+  std::swap(starved_, waking_);
+  for (uint32_t slot : waking_) {
+    Slot& s = slots_[slot];
+    s.starved = false;
+    if (s.state == State::Idle && !timers_.armed(slot) && (started_ || !sh_.sched.max_speed)) schedule_next(slot, now);
+  }
+  waking_.clear();
+}
+
+void Worker::drop_queue(uint32_t slot) {
+  Slot& s = slots_[slot];
   while (UnitBatch* h = s.q_head) {
     s.q_head = h->next;
     stream_->recycle(h);
   }
   s.q_tail = nullptr;
+  s.queued = 0;
+  if (held_batch_ && slot_of_[held_batch_->session] == slot) {
+    stream_->recycle(held_batch_);
+    held_batch_ = nullptr;
+    stream_moved_ = true;
+  }
 }
 
 bool Worker::sync_ready(uint32_t slot, uint32_t need, const uint32_t* deps, uint32_t n, Nanos now) {
