@@ -19,6 +19,8 @@
 #include <thread>
 #include <cstring>
 #include <deque>
+#include <fstream>
+#include <sstream>
 #include <span>
 #include <random>
 #include <string>
@@ -430,4 +432,142 @@ TEST_CASE("a streamed replay holds a window of the trace, not the trace", "[repl
   // filled up to their limit), not the units.
   CHECK(s_large - s_small < (l_large - l_small) / 10);
   CHECK(s_large <= s_small + s_small / 4);
+}
+
+namespace {
+
+// What two replays of one workload must agree on, whatever their timing.
+void check_same_report(const Report& a, const Report& b) {
+  CHECK(a.sessions == b.sessions);
+  CHECK(a.sessions_failed == b.sessions_failed);
+  CHECK(a.statements == b.statements);
+  CHECK(a.transactions == b.transactions);
+  CHECK(a.failed_transactions == b.failed_transactions);
+  CHECK(a.errors == b.errors);
+  CHECK(a.errors_by_sqlstate == b.errors_by_sqlstate);
+  CHECK(a.divergence_error_status == b.divergence_error_status);
+  CHECK(a.divergence_row_count == b.divergence_row_count);
+  CHECK(a.divergence_new_errors == b.divergence_new_errors);
+  CHECK(a.unsupported == b.unsupported);
+  CHECK(a.log_lines == b.log_lines);
+  REQUIRE(a.fingerprints.size() == b.fingerprints.size());
+  for (size_t i = 0; i < a.fingerprints.size(); ++i) {
+    CHECK(a.fingerprints[i].sql == b.fingerprints[i].sql);
+    CHECK(a.fingerprints[i].count == b.fingerprints[i].count);
+    CHECK(a.fingerprints[i].pairs == b.fingerprints[i].pairs);
+    CHECK(a.fingerprints[i].captured_ns == b.fingerprints[i].captured_ns);
+  }
+}
+
+// A --log file's lines without their times: session, unit, captured
+// latency and result, sorted.
+std::vector<std::string> log_without_times(const std::string& path) {
+  std::vector<std::string> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream f(line);
+    std::vector<std::string> col;
+    for (std::string c; f >> c;) col.push_back(c);
+    REQUIRE(col.size() == 10);
+    out.push_back(col[0] + " " + col[1] + " " + col[8] + " " + col[9]);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a streamed replay reports what the loaded one does: max speed, timed, --log, shards, a window",
+          "[replay][pg][stream]") {
+  auto& pg = tierlab::test::shared_server();
+  tierlab::test::TempDir dir;
+  const std::string path = dir.file("mixed.tlt");
+  write_trace(path, mixed_trace(30));
+  Options o;
+  o.conninfo = pg.conninfo();
+  o.user = pg.superuser();
+  o.database = "postgres";  // the trace's sessions name "db"
+  o.threads = 2;
+  o.sync = false;
+  Window window;
+  Shard shard;
+  SECTION("max speed") { o.max_speed = true; }
+  SECTION("timed") { o.speed = 2; }
+  SECTION("max speed, direct, one thread, --log") {
+    o.max_speed = true;
+    o.threads = 1;
+    o.direct = true;
+  }
+  SECTION("shards") {
+    o.max_speed = true;
+    shard = Shard{1, 2};
+  }
+  SECTION("a window") {
+    o.max_speed = true;
+    window.begin = 9 * kMs + 200000;
+    window.end = 25 * kMs;
+  }
+  o.log_path = dir.file("loaded.log");
+  auto reader = trace::open_reader(path);
+  const Report a = run(load(*reader, window, shard), o);
+  o.log_path = dir.file("streamed.log");
+  const Report b = run(stream(path, window, shard), o);
+  CHECK(a.statements > 0);
+  check_same_report(a, b);
+  CHECK(log_without_times(dir.file("loaded.log")) == log_without_times(dir.file("streamed.log")));
+}
+
+TEST_CASE("a streamed replay does not stall when sessions start as others end, with more units than its window",
+          "[replay][pg][stream]") {
+  // One worker: a long session throughout, and 12 short ones one after
+  // another, each of more units than a session's read-ahead, so that one
+  // session's queue is full while others wait for the trace (max speed:
+  // each short session starts once the one before it has ended).
+  auto& pg = tierlab::test::shared_server();
+  tierlab::test::TempDir dir;
+  const std::string path = dir.file("relay.tlt");
+  {
+    trace::WriterOptions wo;
+    wo.start_mono_ns = 0;
+    auto w = trace::open_writer(path, wo);
+    std::vector<std::pair<Nanos, std::pair<uint64_t, int>>> sends;  // time, (session, kind)
+    for (int k = 0; k < 1200; ++k) sends.push_back({k * kMs / 10, {1, 0}});
+    for (uint64_t s = 2; s < 14; ++s) {
+      const Nanos begin = static_cast<Nanos>(s - 2) * 10 * kMs + kMs / 20;
+      sends.push_back({begin, {s, 1}});  // begin
+      for (int k = 0; k < 60; ++k) sends.push_back({begin + 1000 + k * (kMs / 7), {s, 0}});
+      sends.push_back({begin + 9 * kMs, {s, 2}});  // end
+    }
+    std::stable_sort(sends.begin(), sends.end(), [](auto& x, auto& y) { return x.first < y.first; });
+    w->write(0, 1, trace::SessionBegin{"", "", "", "", 0, 0});
+    w->write(0, 1, trace::Ready{'I'});
+    for (auto& [ts, what] : sends) {
+      const auto [s, kind] = what;
+      if (kind == 1) {
+        w->write(ts, s, trace::SessionBegin{"", "", "", "", 0, 0});
+        w->write(ts, s, trace::Ready{'I'});
+      } else if (kind == 2) {
+        w->write(ts, s, trace::SessionEnd{trace::EndReason::Clean});
+      } else {
+        w->write(ts, s, trace::Query{"SELECT 1"});
+        w->write(ts + 500, s, trace::Result{"SELECT 1", true, 1});
+        w->write(ts + 500, s, trace::Ready{'I'});
+      }
+    }
+    w->write(130 * kMs, 1, trace::SessionEnd{trace::EndReason::Clean});
+    w->close();
+  }
+  Options o;
+  o.conninfo = pg.conninfo();
+  o.user = pg.superuser();
+  o.threads = 1;
+  o.sync = false;
+  o.max_speed = GENERATE(true, false);
+  INFO((o.max_speed ? "max speed" : "timed"));
+  const Report r = run(stream(path), o);
+  CHECK(r.sessions == 13);
+  CHECK(r.sessions_failed == 0);
+  CHECK(r.statements == 1200 + 12 * 60);
+  CHECK(r.errors == 0);
 }
