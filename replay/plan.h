@@ -156,7 +156,7 @@ struct Session {
 
 // The units and what they refer to by index (Unit::first_op, ...). A loaded
 // Plan holds every unit of the trace in one; a streamed replay
-// (replay/stream.h) holds a few units of one session at a time in each.
+// (replay/stream.cpp) holds a few units of one session at a time in each.
 struct Tables {
   explicit Tables(size_t arena_block = size_t{1} << 20) : arena(arena_block) {}
   Arena arena;
@@ -185,7 +185,7 @@ struct UnitBatch : Tables {
 };
 
 // Loaded (load(), PlanBuilder): every table holds the whole trace, and
-// session_units lists each session's units. Streamed (replay/stream.h):
+// session_units lists each session's units. Streamed (replay/stream.cpp):
 // the tables are empty and Session::n_units counts what the stream will
 // deliver; commit order (sync_deps, Unit::commit) is not planned.
 struct Plan : Tables {
