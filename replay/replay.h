@@ -157,9 +157,8 @@ Workload load(trace::Reader& reader, const Window& window = {}, const Shard& sha
 // the report need (each session's span and counts, the fingerprints), and
 // again by run(), each worker reading its sessions' units as it replays
 // them and freeing each once answered. Memory grows with the sessions, the
-// distinct statements and the units read ahead of the replay (a session's
-// units up to the point in the trace the replay has read to), not with the
-// trace's length. The summary is load()'s. Commit order (Options::sync)
+// distinct statements and the units read ahead of the replay (at most
+// detail::kQueueBatches batches a session), not with the trace's length. The summary is load()'s. Commit order (Options::sync)
 // needs load(): run() refuses a streamed workload with it. The trace must
 // not change until run() returns. Throws like trace::Reader.
 Workload stream(const std::string& path, const Window& window = {}, const Shard& shard = {});
