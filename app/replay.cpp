@@ -179,8 +179,14 @@ void run_replay(const ReplayOptions& o) {
   OutputFile json(o.json, "--json");
   // With the JSON on standard output, the text goes to standard error.
   std::ostream& text = o.json == "-" ? std::cerr : std::cout;
-  auto reader = trace::open_reader(o.file);
-  replay::Workload w = replay::load(*reader, window, shard);
+  // Without commit order the trace is streamed (read twice, its units
+  // held only while they are replayed); commit order plans over the whole
+  // trace, loaded.
+  replay::Workload w = [&] {
+    if (o.dry_run || !opts.sync) return replay::stream(o.file, window, shard);
+    auto reader = trace::open_reader(o.file);
+    return replay::load(*reader, window, shard);
+  }();
   if (window.begin > w.summary().trace_end_ns)
     throw InputError("--begin " + o.begin + " is past the end of the trace: " + o.file + " is " +
                      seconds(w.summary().trace_end_ns) + " long");
@@ -324,7 +330,8 @@ void setup_replay(CLI::App& parent) {
                   "(or row key) it touches in a way where order matters, has committed in the replay; "
                   "all: it, and a session's start, wait for every such transaction, whatever it touched "
                   "(for links the SQL text does not show: triggers, views, functions); none: sessions "
-                  "race, keeping only their own order")
+                  "race, keeping only their own order, and the trace is streamed (memory does not grow "
+                  "with its length; commit and all load the whole trace)")
       ->check(CLI::IsMember({"commit", "all", "none"}))
       ->capture_default_str();
   cmd->add_option("--sync-timeout", o->sync_timeout,

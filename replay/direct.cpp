@@ -206,7 +206,7 @@ void Worker::answer(Slot& s, bool error, const char* state, bool has_rows, uint6
   out.has_rows = has_rows;
   out.rows = rows;
   s.aborted = error;
-  record(plan_.stmts[u.first_stmt + s.op++], out, now_ns() - s.sent_at);
+  record(s.tab->stmts[u.first_stmt + s.op++], out, now_ns() - s.sent_at);
 }
 
 void Worker::finish_direct(uint32_t slot) {
@@ -216,7 +216,7 @@ void Worker::finish_direct(uint32_t slot) {
   if (u.kind == UnitKind::Extended) {
     Outcome skipped;
     skipped.status = Status::Skipped;
-    while (s.op < u.n_stmts) record(plan_.stmts[u.first_stmt + s.op++], skipped, now - s.sent_at);
+    while (s.op < u.n_stmts) record(s.tab->stmts[u.first_stmt + s.op++], skipped, now - s.sent_at);
   }
   if (s.state == State::CopyOut) move(s, Event::CopyFinished);  // no CopyDone came
   // A COPY that failed while its data was still going out: the server
@@ -232,7 +232,7 @@ bool Worker::push_copy(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
   const Unit& u = unit_of(s);
   while (s.copy < u.n_copy) {
-    const CopyChunk& ch = plan_.copy_chunks[u.first_copy + s.copy];
+    const CopyChunk& ch = s.tab->copy_chunks[u.first_copy + s.copy];
     int r = PQputCopyData(s.conn, ch.data, static_cast<int>(ch.len));
     if (r < 0) return fail(slot, now), false;
     if (r == 0) {

@@ -207,6 +207,8 @@ void check_speed(const Workload& w, double speed) {
 
 Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   const Plan& plan = w.plan();
+  if (plan.streamed && opts.sync)
+    throw InputError("commit order needs the whole trace loaded (load()); a streamed workload replays without it");
   if (!opts.max_speed) {
     try {
       check_speed(w, opts.speed);
@@ -313,6 +315,14 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   for (int t = 0; t < threads; ++t) per_size[t] = per[t].size();
   // Started before the workers, at the normal priority (not --rt's): its
   // work is not on the schedule.
+  // Streamed: each worker reads the trace again for its sessions' units.
+  std::vector<std::unique_ptr<UnitStream>> streams;
+  if (plan.streamed) {
+    for (int t = 0; t < threads; ++t) {
+      streams.push_back(std::make_unique<UnitStream>(trace::open_reader(w.path()), plan, w.window(), w.shard(), per[t]));
+      sh.streams.push_back(streams.back().get());
+    }
+  }
   Connector connector(opts.conninfo, sh.params, per_size);
   sh.connector = &connector;
   connector.start();
@@ -349,6 +359,9 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
         workers[t]->run();
       } catch (...) {
         errors[t] = std::current_exception();
+        // The others stop too: their sessions may wait for this one's.
+        sh.stop.store(true);
+        for (int o = 0; o < threads; ++o) connector.poke(o);
       }
       cpu_ns[t] = clock_ns(CLOCK_THREAD_CPUTIME_ID);
       running.fetch_sub(1);

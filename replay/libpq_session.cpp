@@ -5,10 +5,10 @@
 
 namespace tierlab::replay::detail {
 
-bool Worker::send_execute(PGconn* c, const Op& op) {
-  return PQsendQueryPrepared(c, op.name, op.nparams, plan_.param_values.data() + op.params,
-                             plan_.param_lengths.data() + op.params,
-                             plan_.param_formats.data() + op.params, op.result_format) == 1;
+bool Worker::send_execute(PGconn* c, const Tables& t, const Op& op) {
+  return PQsendQueryPrepared(c, op.name, op.nparams, t.param_values.data() + op.params,
+                             t.param_lengths.data() + op.params,
+                             t.param_formats.data() + op.params, op.result_format) == 1;
 }
 
 void Worker::on_event(uint32_t slot, uint32_t ev) {
@@ -70,7 +70,7 @@ void Worker::on_result(Slot& s, PGresult* res, ExecStatusType st) {
     return fold(s, error, state, has_rows, rows);
   }
   if (s.op >= u.n_ops) return;  // more results than commands: ignore
-  const Op& op = plan_.ops[u.first_op + s.op++];
+  const Op& op = s.tab->ops[u.first_op + s.op++];
   if (op.kind != OpKind::Execute) {
     if (error) {
       char state[6];
@@ -100,7 +100,7 @@ void Worker::on_result(Slot& s, PGresult* res, ExecStatusType st) {
     out.status = Status::Ok;
     out.has_rows = result_rows(res, &out.rows);
   }
-  record(plan_.stmts[op.stmt], out, now_ns() - s.sent_at);
+  record(s.tab->stmts[op.stmt], out, now_ns() - s.sent_at);
 }
 
 }  // namespace tierlab::replay::detail

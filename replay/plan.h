@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 namespace tierlab::replay {
@@ -17,14 +18,22 @@ namespace tierlab::replay {
 // life of the arena.
 class Arena {
  public:
+  // Strings are copied into blocks of `block` bytes; one longer than a
+  // quarter of that gets a block of its own.
+  explicit Arena(size_t block = size_t{1} << 20) : block_(block) {}
   // Copies `s` and a terminating NUL; returns the copy.
   const char* copy(std::string_view s);
   uint64_t bytes() const { return bytes_; }
+  // Forgets every string (their pointers dangle), keeping the blocks of
+  // the usual size for the next ones.
+  void reset();
 
  private:
-  static constexpr size_t kBlock = 1 << 20;
-  std::vector<std::unique_ptr<char[]>> blocks_;
-  size_t used_ = kBlock;  // bytes used in the last block
+  size_t block_;
+  std::vector<std::unique_ptr<char[]>> blocks_;  // of block_ bytes
+  size_t in_use_ = 0;  // blocks_ holding strings; the last of them is being filled
+  size_t used_ = 0;    // bytes used in blocks_[in_use_ - 1]
+  std::vector<std::unique_ptr<char[]>> big_;     // a string each
   uint64_t bytes_ = 0;
 };
 
@@ -145,11 +154,13 @@ struct Session {
   uint32_t sync_all = 0;
 };
 
-struct Plan {
+// The units and what they refer to by index (Unit::first_op, ...). A loaded
+// Plan holds every unit of the trace in one; a streamed replay
+// (replay/stream.cpp) holds a few units of one session at a time in each.
+struct Tables {
+  explicit Tables(size_t arena_block = size_t{1} << 20) : arena(arena_block) {}
   Arena arena;
-  std::vector<Session> sessions;
   std::vector<Unit> units;
-  std::vector<uint32_t> session_units;  // unit indices, grouped by session
   std::vector<Op> ops;
   std::vector<Stmt> stmts;
   std::vector<CopyChunk> copy_chunks;
@@ -157,7 +168,32 @@ struct Plan {
   std::vector<const char*> param_values;
   std::vector<int> param_lengths;
   std::vector<int> param_formats;
+  // Empties every table, keeping the capacity (and the arena's first block).
+  void clear();
+};
+
+// Some units of one session, in a streamed replay: those it sent from one
+// idle point (every answer in) to the next, usually one. Pooled: cleared
+// and refilled, so a replay in its steady state allocates none.
+struct UnitBatch : Tables {
+  static constexpr size_t kArenaBlock = 4096;
+  UnitBatch() : Tables(kArenaBlock) {}
+  uint32_t session = 0;          // its session's index in the Plan
+  std::vector<uint32_t> order;   // the units replayed, in order (into units)
+  uint32_t pos = 0;              // the next of them to send
+  UnitBatch* next = nullptr;     // queue link
+};
+
+// Loaded (load(), PlanBuilder): every table holds the whole trace, and
+// session_units lists each session's units. Streamed (replay/stream.cpp):
+// the tables are empty and Session::n_units counts what the stream will
+// deliver; commit order (sync_deps, Unit::commit) is not planned.
+struct Plan : Tables {
+  bool streamed = false;
+  std::vector<Session> sessions;
+  std::vector<uint32_t> session_units;  // unit indices, grouped by session
   std::vector<std::string> fingerprints;  // normalised text by fp index
+  std::unordered_map<uint64_t, uint32_t> fp_by_hash;  // streamed: hash_text(text) -> fp index
   Nanos t0 = 0;                         // schedule origin (capture clock)
   // Commit points, numbered 0..commits-1 in capture order (by their
   // ReadyForQuery time): a unit whose ReadyForQuery said idle ('I') and
@@ -205,8 +241,46 @@ class PlanBuilder {
   std::shared_ptr<const Plan> finish();
 
  private:
+  friend class UnitStream;
+  friend std::shared_ptr<const Plan> plan_streamed(trace::Reader&, const Window&, const Shard&);
   struct Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// A streamed replay reads the trace twice. Pass 1 (plan_streamed) keeps of
+// each session only what the schedule and the report need (its span, how
+// many units it replays, its transactions) and the fingerprints: a Plan
+// with Plan::streamed and no unit, whose memory grows with the sessions
+// and the distinct statements, not with the trace's length. Window and
+// shard as load() applies them. Throws like trace::Reader.
+std::shared_ptr<const Plan> plan_streamed(trace::Reader& reader, const Window& window, const Shard& shard);
+
+// Pass 2: the units of `sessions` (indices in `plan`, which plan_streamed
+// made of the same trace, window and shard), read again from `reader` and
+// made as load() makes them, one batch (UnitBatch) at a time: each session's
+// in order, a session's next once the trace has its answers. A batch is
+// the caller's until recycle(); batches are reused, so memory grows with
+// the batches held at once, not with the trace. Throws like trace::Reader,
+// and RuntimeError when the trace holds a statement pass 1 did not see.
+class UnitStream {
+ public:
+  UnitStream(std::unique_ptr<trace::Reader> reader, const Plan& plan, const Window& window, const Shard& shard,
+             const std::vector<uint32_t>& sessions);
+  ~UnitStream();
+  UnitStream(const UnitStream&) = delete;
+  UnitStream& operator=(const UnitStream&) = delete;
+  // The next batch, nullptr at the trace's end. Its `order` may be empty
+  // (units the window leaves out).
+  UnitBatch* next();
+  void recycle(UnitBatch* b);
+  // Batches made so far: the most held at once.
+  size_t batches() const;
+
+ private:
+  std::unique_ptr<trace::Reader> reader_;
+  PlanBuilder builder_;
+  trace::Record rec_;
+  bool ended_ = false;
 };
 
 }  // namespace tierlab::replay

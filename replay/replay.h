@@ -131,9 +131,18 @@ class Workload {
   explicit Workload(std::shared_ptr<const Plan> plan);
   const WorkloadSummary& summary() const;
   const Plan& plan() const { return *plan_; }
+  // Streamed (stream()): the trace run() reads again, as it was read.
+  bool streamed() const { return !path_.empty(); }
+  const std::string& path() const { return path_; }
+  const Window& window() const { return window_; }
+  const Shard& shard() const { return shard_; }
 
  private:
+  friend Workload stream(const std::string&, const Window&, const Shard&);
   std::shared_ptr<const Plan> plan_;
+  std::string path_;
+  Window window_;
+  Shard shard_;
 };
 
 // Reads every record of `reader` (the Reader's strings are copied into one
@@ -143,6 +152,16 @@ class Workload {
 // that shards started at one time (Options::start_at) replay together on
 // the captured schedule.
 Workload load(trace::Reader& reader, const Window& window = {}, const Shard& shard = {});
+
+// The trace at `path`, streamed: read once here for what the schedule and
+// the report need (each session's span and counts, the fingerprints), and
+// again by run(), each worker reading its sessions' units as it replays
+// them and freeing each once answered. Memory grows with the sessions, the
+// distinct statements and the units read ahead of the replay (at most
+// detail::kQueueBatches batches a session), not with the trace's length. The summary is load()'s. Commit order (Options::sync)
+// needs load(): run() refuses a streamed workload with it. The trace must
+// not change until run() returns. Throws like trace::Reader.
+Workload stream(const std::string& path, const Window& window = {}, const Shard& shard = {});
 
 // --- running it ------------------------------------------------------------------
 

@@ -10,6 +10,13 @@ Worker::Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live
       stats_(sh.plan->fingerprints.size()),
       live_(live), log_(sh.log_fd, &sh.log_lock) {
   for (size_t i = 0; i < sessions.size(); ++i) slots_[i].session = sessions[i];
+  if (plan_.streamed) {
+    stream_ = sh.streams.at(index);
+    slot_of_.assign(plan_.sessions.size(), kNone);
+    starved_.reserve(sessions.size());
+    waking_.reserve(sessions.size());
+    for (size_t i = 0; i < sessions.size(); ++i) slot_of_[sessions[i]] = static_cast<uint32_t>(i);
+  }
   held_.reserve(sessions.size());
   watching_.reserve(sessions.size());
   woken_.reserve(sessions.size());
@@ -57,6 +64,7 @@ void Worker::run() {
       connect(gated_[gate_next_++], now);
     }
     if (sync_check_) sync_wake(now);
+    if (stream_moved_) stream_wake(now);
     while (!timers_.empty() && timers_.top_due() <= now) on_timer(timers_.pop(), now);
     if (active_ == 0) break;
     // The next unit's due time, absolute: the loop wakes at it to the
@@ -67,7 +75,7 @@ void Worker::run() {
     // Connected sessions held for the start: look again soon (the other
     // workers' sessions may be the last to connect).
     if (!started_ && !held_.empty()) sooner(now + 20000);
-    if (sync_check_) sooner(now);  // waiting slots may go: look without sleeping
+    if (sync_check_ || stream_moved_) sooner(now);  // waiting slots may go: look without sleeping
     int n = loop_->wait_until(evs, kMaxEvents, deadline);
     if (n < 0) throw RuntimeError(errno_message(std::string("replay: ") + loop_->backend() + " wait", -n));
     dispatch(evs, n);
@@ -161,6 +169,7 @@ void Worker::finish_slot(uint32_t slot, Nanos now) {
   sh_.connector->close(s.conn);
   s.conn = nullptr;
   timers_.cancel(slot);
+  if (stream_) drop_queue(slot);
   if (sh_.order) {
     // The session's commit points still to come never will: done now, so
     // that no one waits for them.
@@ -284,9 +293,16 @@ void Worker::connected(uint32_t slot, Nanos now) {
 void Worker::schedule_next(uint32_t slot, Nanos now) {
   Slot& s = slots_[slot];
   const Session& ps = session_of(s);
-  Nanos due = s.next < ps.n_units
-                  ? sh_.sched.at(plan_.units[plan_.session_units[ps.first_unit + s.next]].ts)
-                  : sh_.sched.at(ps.end);
+  Nanos due;
+  if (s.next < ps.n_units) {
+    const Tables* tab;
+    uint32_t index;
+    const Unit* u = next_unit(slot, &tab, &index);
+    if (!u) return;  // streamed: read when another session's batch goes (stream_wake)
+    due = sh_.sched.at(u->ts);
+  } else {
+    due = sh_.sched.at(ps.end);
+  }
   if (due <= now) on_timer(slot, now);
   else timers_.set(slot, due);
 }
@@ -301,13 +317,99 @@ void Worker::on_timer(uint32_t slot, Nanos now) {
     move(s, Event::Ended);
     return finish_slot(slot, now);
   }
-  const uint32_t unit = plan_.session_units[ps.first_unit + s.next];
-  const Unit& u = plan_.units[unit];
+  const Tables* tab;
+  uint32_t unit;
+  const Unit* next = next_unit(slot, &tab, &unit);
+  if (!next) return;
+  const Unit& u = *next;
   const bool go = sh_.sync_all ? sync_ready(slot, u.sync_all, nullptr, 0, now)
                                : sync_ready(slot, u.sync_need, plan_.sync_deps.data() + u.sync_dep, u.n_sync_deps, now);
   if (!go) return;
   s.unit = unit;
+  s.tab = tab;
   send_unit(slot, now);
+}
+
+const Unit* Worker::next_unit(uint32_t slot, const Tables** tab, uint32_t* index) {
+  Slot& s = slots_[slot];
+  if (!stream_) {
+    *tab = &plan_;
+    *index = plan_.session_units[session_of(s).first_unit + s.next];
+    return &plan_.units[*index];
+  }
+  for (;;) {
+    if (UnitBatch* h = s.q_head) {
+      if (h->pos < h->order.size()) {
+        *tab = h;
+        *index = h->order[h->pos];
+        return &h->units[*index];
+      }
+      s.q_head = h->next;
+      if (!s.q_head) s.q_tail = nullptr;
+      --s.queued;
+      stream_->recycle(h);
+      if (held_batch_ && slot_of_[held_batch_->session] == slot) {
+        enqueue(s, held_batch_);
+        held_batch_ = nullptr;
+        stream_moved_ = true;
+      }
+      continue;
+    }
+    // Invariant: a held batch's session has kQueueBatches queued, so this
+    // one (with none) is not its session; it waits for that one to send.
+    if (held_batch_) {
+      assert(slot_of_[held_batch_->session] != slot);
+      if (!s.starved) {
+        s.starved = true;
+        starved_.push_back(slot);
+      }
+      return nullptr;
+    }
+    UnitBatch* b = stream_->next();
+    if (!b)
+      throw RuntimeError("replay: the trace ended before session " + std::to_string(session_of(s).id) +
+                         "'s unit " + std::to_string(s.next) + " (did it change while it was replayed?)");
+    Slot& to = slots_[slot_of_.at(b->session)];
+    if (to.state == State::Done) {  // failed or stopped: nothing more of it is sent
+      stream_->recycle(b);
+      continue;
+    }
+    if (to.queued >= kQueueBatches) held_batch_ = b;
+    else enqueue(to, b);
+  }
+}
+
+void Worker::enqueue(Slot& s, UnitBatch* b) {
+  if (s.q_tail) s.q_tail->next = b;
+  else s.q_head = b;
+  s.q_tail = b;
+  ++s.queued;
+}
+
+void Worker::stream_wake(Nanos now) {
+  stream_moved_ = false;
+  std::swap(starved_, waking_);
+  for (uint32_t slot : waking_) {
+    Slot& s = slots_[slot];
+    s.starved = false;
+    if (s.state == State::Idle && !timers_.armed(slot) && (started_ || !sh_.sched.max_speed)) schedule_next(slot, now);
+  }
+  waking_.clear();
+}
+
+void Worker::drop_queue(uint32_t slot) {
+  Slot& s = slots_[slot];
+  while (UnitBatch* h = s.q_head) {
+    s.q_head = h->next;
+    stream_->recycle(h);
+  }
+  s.q_tail = nullptr;
+  s.queued = 0;
+  if (held_batch_ && slot_of_[held_batch_->session] == slot) {
+    stream_->recycle(held_batch_);
+    held_batch_ = nullptr;
+    stream_moved_ = true;
+  }
 }
 
 bool Worker::sync_ready(uint32_t slot, uint32_t need, const uint32_t* deps, uint32_t n, Nanos now) {
@@ -462,8 +564,9 @@ void Worker::send_unit(uint32_t slot, Nanos now) {
     send_direct(slot);
     return;
   }
+  const Tables& tab = *s.tab;
   const bool one_execute = u.kind == UnitKind::Extended && u.n_ops == 1 &&
-                           plan_.ops[u.first_op].kind == OpKind::Execute;
+                           tab.ops[u.first_op].kind == OpKind::Execute;
   const bool pipelined = u.kind == UnitKind::Extended && !one_execute;
   bool ok = true;
   if (s.pipeline != pipelined) {
@@ -471,18 +574,18 @@ void Worker::send_unit(uint32_t slot, Nanos now) {
     if (ok) s.pipeline = pipelined;
   }
   if (!pipelined) {
-    ok = ok && (one_execute ? send_execute(c, plan_.ops[u.first_op]) : PQsendQuery(c, u.sql) == 1);
+    ok = ok && (one_execute ? send_execute(c, tab, tab.ops[u.first_op]) : PQsendQuery(c, u.sql) == 1);
   } else {
     for (uint32_t i = 0; ok && i < u.n_ops; ++i) {
-      const Op& op = plan_.ops[u.first_op + i];
+      const Op& op = tab.ops[u.first_op + i];
       switch (op.kind) {
         case OpKind::Prepare:
           ok = PQsendPrepare(c, op.name, op.sql, op.nparams,
-                             op.nparams ? reinterpret_cast<const Oid*>(plan_.types.data() + op.types)
+                             op.nparams ? reinterpret_cast<const Oid*>(tab.types.data() + op.types)
                                         : nullptr) == 1;
           break;
         case OpKind::Execute:
-          ok = send_execute(c, op);
+          ok = send_execute(c, tab, op);
           break;
         case OpKind::DescribeStmt:
           ok = PQsendDescribePrepared(c, op.name) == 1;
@@ -528,7 +631,7 @@ void Worker::unit_done(uint32_t slot, Nanos now) {
   const Unit& u = unit_of(s);
   if (u.kind != UnitKind::Extended && u.n_stmts) {
     if (s.agg.status != Status::Error) s.agg.status = Status::Ok;
-    record(plan_.stmts[u.first_stmt], s.agg, now - s.sent_at);
+    record(s.tab->stmts[u.first_stmt], s.agg, now - s.sent_at);
   }
   s.stmts_since_idle += u.n_stmts;
   if (s.direct ? s.ready == 'I' : PQtransactionStatus(s.conn) == PQTRANS_IDLE) {
@@ -562,6 +665,8 @@ void Worker::unit_done(uint32_t slot, Nanos now) {
   s.free_at = now;
   ++s.next;
   s.unit = kNone;
+  s.tab = nullptr;
+  if (stream_) ++s.q_head->pos;  // the unit sent was the head's (next_unit)
   schedule_next(slot, now);
 }
 

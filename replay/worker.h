@@ -72,6 +72,9 @@ constexpr uint32_t kInBuf = 16384;
 // time (a COPY's data need not be held encrypted all at once).
 constexpr uint32_t kTlsPiece = 65536;
 constexpr uint32_t kMaxMessage = 1u << 30;
+// A streamed replay reads ahead at most this many batches of a session
+// (Worker::next_unit): the window that bounds its memory.
+constexpr uint32_t kQueueBatches = 16;
 // CopyDone, for a COPY FROM STDIN the capture holds no data for (it began
 // before the capture); after a COPY started by Execute, a Sync follows (the
 // server ignored the unit's Sync while it waited for the data), as libpq's
@@ -99,6 +102,9 @@ struct Shared {
   Nanos unix_offset = 0;              // CLOCK_REALTIME - CLOCK_MONOTONIC, for the log
   Connector* connector = nullptr;     // opens and closes the sessions' connections
   std::atomic<bool> stop{false};      // stop every session now (SIGINT, SIGTERM)
+  // A streamed plan (Plan::streamed): each worker's reader of its sessions'
+  // units, by worker index.
+  std::vector<UnitStream*> streams;
   // --sync commit or all with commit points to keep: their order; nullptr else.
   CommitOrder* order = nullptr;
   bool sync_all = false;              // --sync all: every commit before, not the listed ones
@@ -116,7 +122,14 @@ struct Slot {
   PGconn* conn = nullptr;
   uint32_t pw = kNone;               // libpq: the loop's watch on its socket
   uint32_t next = 0;                 // next unit, index within the session
-  uint32_t unit = kNone;             // unit in flight (Plan::units)
+  uint32_t unit = kNone;             // unit in flight (tab->units)
+  const Tables* tab = nullptr;       // what the unit in flight refers to: the Plan, or a batch
+  // Streamed (Shared::streams): the session's batches read and not yet
+  // replayed, the head first (its `pos` is the next unit).
+  UnitBatch* q_head = nullptr;
+  UnitBatch* q_tail = nullptr;
+  uint32_t queued = 0;
+  bool starved = false;              // waits for the stream (Worker::next_unit)
   uint32_t op = 0;                   // Extended: next op to get its result
   uint32_t copy = 0;                 // Copy: next chunk to queue
   Outcome agg;                       // Simple/Copy: answers folded
@@ -184,7 +197,21 @@ class Worker {
 
  private:
   const Session& session_of(const Slot& s) const { return plan_.sessions[s.session]; }
-  const Unit& unit_of(const Slot& s) const { return plan_.units[s.unit]; }
+  const Unit& unit_of(const Slot& s) const { return s.tab->units[s.unit]; }
+
+  // The session's next unit (s.next < n_units), its tables in *tab and its
+  // index there in *index. Streamed, read from the trace as needed: the
+  // batches of other sessions read on the way queue on their slots, up to
+  // kQueueBatches each; a batch for a full queue is held, and the reading
+  // stops until that session sends (nullptr: the slot waits, starved_,
+  // until stream_wake). On a trace in time order this cannot hold every
+  // session back: the full queue's units come before the starved one's.
+  const Unit* next_unit(uint32_t slot, const Tables** tab, uint32_t* index);
+  void enqueue(Slot& s, UnitBatch* b);
+  // Streamed: a held batch went to its queue; the starved slots look again.
+  void stream_wake(Nanos now);
+  // Streamed: the batches still queued for the slot go back to the stream.
+  void drop_queue(uint32_t slot);
 
   // One round's events: the inbox, libpq sockets ready, directly driven
   // sessions' answers and sends.
@@ -252,7 +279,7 @@ class Worker {
 
   void send_unit(uint32_t slot, Nanos now);
 
-  bool send_execute(PGconn* c, const Op& op);
+  bool send_execute(PGconn* c, const Tables& t, const Op& op);
 
   void on_event(uint32_t slot, uint32_t ev);
 
@@ -329,6 +356,11 @@ class Worker {
 
   Shared& sh_;
   const Plan& plan_;
+  UnitStream* stream_ = nullptr;     // streamed: this worker's sessions' units
+  std::vector<uint32_t> slot_of_;    // streamed: plan session -> slot
+  UnitBatch* held_batch_ = nullptr;  // read, for a session whose queue is full
+  std::vector<uint32_t> starved_, waking_;  // slots waiting for the stream
+  bool stream_moved_ = false;        // a held batch was queued: starved slots may go
   const int index_;                  // the worker's number, for the connection thread
   std::vector<Slot> slots_;
   TimerHeap timers_;

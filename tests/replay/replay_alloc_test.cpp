@@ -19,12 +19,14 @@
 #include "support/alloc_counter.h"
 #include "support/support.h"
 #include "support/tls_server.h"
+#include "trace/writer.h"
 
 #include <catch2/catch.hpp>
 #include <openssl/crypto.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,15 +53,14 @@ const bool openssl_counted = CRYPTO_set_mem_functions(openssl_malloc, openssl_re
 
 // 4 sessions, each: a simple query, a prepared statement executed `n`
 // times, unnamed extended statements `n` times, simple queries `n` times,
-// and a COPY.
-std::shared_ptr<const Plan> workload(int n) {
-  PlanBuilder b;
+// and a COPY: its records, to `out`.
+void workload_records(int n, const std::function<void(const trace::Record&)>& out) {
   const Nanos ms = 1000000;
   std::vector<uint32_t> types{23};
   std::vector<int16_t> fmts;
   for (uint64_t s = 1; s <= 4; ++s) {
     Nanos ts = 0;
-    auto add = [&](trace::Body body) { b.add(trace::Record{ts, s, std::move(body)}); };
+    auto add = [&](trace::Body body) { out(trace::Record{ts, s, std::move(body)}); };
     add(trace::SessionBegin{"", "", "", "", 0, 0});
     add(trace::Query{"CREATE TEMP TABLE t(a int)"});
     add(trace::Result{"CREATE TABLE", false, 0});
@@ -95,7 +96,21 @@ std::shared_ptr<const Plan> workload(int n) {
     add(trace::Ready{'I'});
     add(trace::SessionEnd{});
   }
+}
+
+std::shared_ptr<const Plan> workload(int n) {
+  PlanBuilder b;
+  workload_records(n, [&](const trace::Record& r) { b.add(r); });
   return b.finish();
+}
+
+// The same workload as a trace file, for a streamed replay.
+void write_workload(const std::string& path, int n) {
+  trace::WriterOptions o;
+  o.start_mono_ns = 0;
+  auto w = trace::open_writer(path, o);
+  workload_records(n, [&](const trace::Record& r) { w->write(r); });
+  w->close();
 }
 
 // 4 sessions, each `n` times: a simple query on a table the target does
@@ -247,4 +262,39 @@ TEST_CASE("replay dispatch over TLS allocates nothing per statement, OpenSSL inc
                           static_cast<double>(large.statements - small.statements);
   INFO("OpenSSL's allocations per statement: " << per_stmt);
   CHECK(per_stmt <= 4.05);
+}
+
+TEST_CASE("a streamed replay allocates nothing per statement: unit batches are pooled", "[replay][pg][alloc][stream]") {
+  auto& pg = tierlab::test::shared_server();
+  const bool direct = GENERATE(true, false);
+  INFO((direct ? "driven directly" : "through libpq"));
+  tierlab::test::TempDir dir;
+  write_workload(dir.file("small.tlt"), 50);
+  write_workload(dir.file("large.tlt"), 500);
+  auto allocations = [&](const std::string& path, Report* r) {
+    Workload w = stream(path);  // pass 1 (not counted: it reads the trace before the replay)
+    Options o;
+    o.conninfo = pg.conninfo();
+    o.user = pg.superuser();
+    o.threads = 2;
+    o.max_speed = true;
+    o.direct = direct;
+    o.sync = false;
+    uint64_t before = test::allocations_all_threads();
+    *r = run(w, o);
+    return test::allocations_all_threads() - before;
+  };
+  Report small, large;
+  allocations(dir.file("small.tlt"), &small);  // warm up libpq and the server
+  const uint64_t a_small = allocations(dir.file("small.tlt"), &small);
+  const uint64_t a_large = allocations(dir.file("large.tlt"), &large);
+  INFO("allocations: " << a_small << " for " << small.statements << " statements, " << a_large << " for "
+                       << large.statements);
+  REQUIRE(small.statements == 4 * (3 * 50 + 2));
+  REQUIRE(large.statements == 4 * (3 * 500 + 2));
+  CHECK(large.errors == 0);
+  CHECK(a_small > 0);
+  // 5,400 more statements read, made into units and replayed: the same
+  // allocations (the trace reader's, the stream's pool, set-up).
+  CHECK(a_large == a_small);
 }
