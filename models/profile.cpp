@@ -116,10 +116,20 @@ struct Session {
   int nstmt = 0;
   uint64_t fp = 0;
   std::string text;
+  Nanos last_stmt = 0;      // when the transaction's latest statement began
+  bool last_commit = false;  // and whether it is COMMIT or END
   bool had_tx = false;
   std::unordered_map<std::string, std::string> prepared;  // statement name -> sql
   std::unordered_map<std::string, std::string> portals;   // portal -> sql
 };
+
+// COMMIT or END as fingerprint_sql writes it (lower case), with or
+// without WORK/TRANSACTION and AND CHAIN's absence.
+bool is_commit(std::string_view f) {
+  while (!f.empty() && (f.back() == ';' || f.back() == ' ')) f.remove_suffix(1);
+  return f == "commit" || f == "end" || f == "commit work" || f == "commit transaction" || f == "end work" ||
+         f == "end transaction";
+}
 
 struct Template {
   uint64_t id = 0;
@@ -174,6 +184,8 @@ struct ProfileBuilder::Impl {
   // flushes (fdatasync recorded), [1] counting them as I/O too.
   uint64_t quiet[2] = {0, 0};
   double quiet_ns[2] = {0, 0};
+  uint64_t commits = 0;  // transactions ending with COMMIT/END, and that statement's time
+  double commit_ns = 0;
   StackDistances file_stack, block_stack;
   std::unordered_map<std::string, uint64_t> file_ids;
   std::map<std::string, Counter> counters;
@@ -197,6 +209,8 @@ struct ProfileBuilder::Impl {
     ++statements;
     ++s.nstmt;
     std::string f = fingerprint_sql(sql);
+    s.last_stmt = ts;
+    s.last_commit = is_commit(f);
     s.fp = fnv1a(f, fnv1a(";", s.fp));
     while (!f.empty() && (f.back() == ';' || f.back() == ' ')) f.pop_back();
     if (s.text.size() < 300) {
@@ -227,6 +241,10 @@ struct ProfileBuilder::Impl {
     }
     Template& t = templates[it->second];
     ++t.count;
+    if (s.last_commit && s.nstmt >= 2 && ts >= s.last_stmt) {
+      ++commits;
+      commit_ns += static_cast<double>(ts - s.last_stmt);
+    }
     double lat = static_cast<double>(ts - s.tx_start) / kNs;
     t.latency_sum_s += lat;
     tx_latency.record(ts - s.tx_start);
@@ -636,6 +654,8 @@ void ProfileBuilder::Impl::block_io(Profile& p, Nanos w0, Nanos w1) {
   p.quiet_transactions = quiet[any_file_flush ? 1 : 0];
   const double quiet_ns_all = quiet_ns[any_file_flush ? 1 : 0];
   p.quiet_latency_s = p.quiet_transactions ? quiet_ns_all / kNs / static_cast<double>(p.quiet_transactions) : 0;
+  p.commit_statements = commits;
+  p.commit_statement_s = commits ? commit_ns / kNs / static_cast<double>(commits) : 0;
   detect_cap(p, w0, w1);
   if (!p.has_block_io)
     p.notes.push_back("no block I/O in the trace: device reads and writes per transaction unknown");

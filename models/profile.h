@@ -141,6 +141,13 @@ struct Profile {
   // calibration of "other").
   uint64_t quiet_transactions = 0;
   double quiet_latency_s = 0;
+  // Transactions that end with an explicit COMMIT (or END) after other
+  // statements: their count and the mean time of that last statement (its
+  // query to the ReadyForQuery: the wait for the WAL flush and for the lock
+  // behind other backends' flushes). At a write cap that wait is the cap's
+  // (see project's calibration of "other").
+  uint64_t commit_statements = 0;
+  double commit_statement_s = 0;
   // The capture looks bound by an IOPS cap: the device's per-second count
   // of one op held steady (the middle 80% of the whole seconds within 10%
   // of their median) while that op's requests waited before their issue at

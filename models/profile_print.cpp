@@ -164,6 +164,7 @@ std::string profile_json(const Profile& p, int indent) {
   per["wal_flushes"] = p.flushes_per_tx;
   per["queued_ms"] = p.has_queue_times ? nlohmann::json(p.queued_s_per_tx * 1e3) : nlohmann::json();
   j["quiet_transactions"] = {{"count", p.quiet_transactions}, {"latency_ms", p.quiet_latency_s * 1e3}};
+  j["commit_statements"] = {{"count", p.commit_statements}, {"latency_ms", p.commit_statement_s * 1e3}};
   auto opt = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(); };
   per["pg_blks_read"] = opt(p.pg_blks_read_per_tx);
   per["pg_blks_hit"] = opt(p.pg_blks_hit_per_tx);

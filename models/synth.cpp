@@ -616,6 +616,11 @@ Profile profile_from_json(const std::string& text, const std::string& name) {
     p.quiet_transactions = static_cast<uint64_t>(std::max(0.0, num(q, "count", w + ".quiet_transactions")));
     p.quiet_latency_s = num(q, "latency_ms", w + ".quiet_transactions") / 1e3;
   }
+  if (j.contains("commit_statements") && j["commit_statements"].is_object()) {
+    const auto& q = j["commit_statements"];
+    p.commit_statements = static_cast<uint64_t>(std::max(0.0, num(q, "count", w + ".commit_statements")));
+    p.commit_statement_s = num(q, "latency_ms", w + ".commit_statements") / 1e3;
+  }
   p.pg_blks_read_per_tx = num(per, "pg_blks_read", pw, -1);
   p.pg_blks_hit_per_tx = num(per, "pg_blks_hit", pw, -1);
   p.pg_wal_bytes_per_tx = num(per, "pg_wal_bytes", pw, -1);

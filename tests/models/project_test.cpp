@@ -732,3 +732,42 @@ TEST_CASE("capacity: data growth reads the miss-ratio curve at memory / growth",
   o.data_growth = 0;
   CHECK_THROWS_AS(project(base_profile(), {read_capped("x", 0.2, 0)}, o), InputError);
 }
+
+TEST_CASE("project: at its cap, a capture's COMMIT statements measure the commit station and stay out of 'other'",
+          "[project][capped]") {
+  Profile p = base_profile();
+  p.sync_writes_per_tx = 0.5;
+  p.write_bytes_per_tx = 0.5 * 8192;
+  p.flushes_per_tx = 0.5;
+  one_writing_template(p, 0.5);
+  // 4 clients, 1 ms of think and 8 ms of latency (444 tps), of which the
+  // COMMIT statements took 7 ms (flushes the cap held, and the lock behind
+  // them).
+  p.tps = 4 / 0.009;
+  p.duration_s = p.transactions / p.tps;
+  p.latency = {10000, 0.008, 0.002, 0.15};
+  ProjectOptions o;
+  o.captured_iops_cap = 2000;
+  o.capture_at_cap = 1;
+  const std::vector<Tier> tiers{fixed_tier("uncapped", 0.1, 0)};
+  auto residual = project(p, tiers, o);
+  p.commit_statements = 9000;  // the others ended without an explicit COMMIT
+  p.commit_statement_s = 0.007 * 10000 / 9000;
+  auto measured = project(p, tiers, o);
+  REQUIRE(measured.capture_capped);
+  REQUIRE(measured.group_commit);
+  // The residual holds the commits' wait beyond the modelled cycle; with the
+  // commits measured, "other" is what is left of the 1 ms outside them.
+  CHECK(residual.other_s > 0.0012);
+  CHECK(measured.other_s < 0.0005);
+  CHECK(measured.other_s < residual.other_s - 0.001);
+  CHECK(measured.tiers[0].tps > residual.tiers[0].tps);
+  bool noted = false;
+  for (const auto& n : measured.notes) noted |= n.find("'other' calibrated without the commits") != std::string::npos;
+  CHECK(noted);
+  // Not at its cap (or too few commits): the residual as before.
+  o.capture_at_cap = 0;
+  Profile no_commits = p;
+  no_commits.commit_statements = 0;
+  CHECK(project(p, tiers, o).other_s == Approx(project(no_commits, tiers, o).other_s));
+}
