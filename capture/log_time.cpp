@@ -25,8 +25,9 @@ int num(std::string_view s, size_t pos, size_t n) {
 
 bool tz_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-'; }
 
-// Seconds whose nanoseconds (plus a fraction and a zone) fit in int64_t:
-// years 1678 to 2261.
+// Seconds whose nanoseconds (plus a fraction and a zone) fit in int64_t,
+// from the epoch on, so that the distance between any two times fits too:
+// years 1970 to 2261.
 constexpr int64_t kMaxSecs = INT64_MAX / 1'000'000'000 - 86400;
 
 }  // namespace
@@ -65,7 +66,7 @@ std::optional<int64_t> parse_time_prefix(std::string_view s, size_t& len, bool w
   } else if (with_zone) {
     return std::nullopt;
   }
-  if (secs > kMaxSecs || secs < -kMaxSecs) return std::nullopt;
+  if (secs > kMaxSecs || secs < 0) return std::nullopt;
   len = p;
   return secs * 1'000'000'000 + ns;
 }

@@ -1,5 +1,5 @@
-// capture log on input built to break it (both found by tests/fuzz/server_log):
-// times past what int64_t nanoseconds hold, and a pgreplay record claiming a
+// capture log on input built to break it (found by tests/fuzz/server_log):
+// times past what int64_t nanoseconds hold, or before the epoch, and a pgreplay record claiming a
 // string far longer than the file.
 #include "capture/log.h"
 
@@ -14,7 +14,11 @@ using namespace tierlab;
 
 TEST_CASE("capture log: times past what int64_t nanoseconds hold are not times", "[log]") {
   CHECK(capture::parse_log_time("2261-12-31 23:59:59 UTC").has_value());
-  CHECK(capture::parse_log_time("1678-01-02 00:00:00").has_value());
+  CHECK(capture::parse_log_time("1970-01-01 00:00:00").has_value());
+  // Before the epoch: two such times could be further apart than int64_t
+  // nanoseconds reach (a log of 1714 and 2026 overflowed ts - start).
+  CHECK_FALSE(capture::parse_log_time("1714-01-02 00:00:00").has_value());
+  CHECK_FALSE(capture::parse_log_time("1969-12-31 23:59:59 UTC").has_value());
   CHECK_FALSE(capture::parse_log_time("4052-12-03 10:00:00.001 UTC").has_value());
   CHECK_FALSE(capture::parse_log_time("9999-12-31 23:59:59").has_value());
   CHECK_FALSE(capture::parse_log_time("0000-01-01 00:00:00").has_value());
