@@ -54,3 +54,20 @@ TEST_CASE("capture log: a pgreplay record claiming an 800 MB string in a short f
   CHECK(st.queries == 1);
   CHECK(test::peak_rss() - rss_before < (64u << 20));
 }
+
+TEST_CASE("capture log: a process id past int32_t is a line no prefix matches", "[log]") {
+  std::unique_ptr<trace::Writer> w;
+  capture::LogCapture cap({}, [&](int64_t start) -> trace::Writer& {
+    trace::WriterOptions wo;
+    wo.start_mono_ns = 0;
+    wo.realtime_offset_ns = start;
+    w = std::make_unique<trace::Writer>(std::make_unique<trace::MemorySink>(), wo);
+    return *w;
+  });
+  cap.read_text("2026-12-03 10:00:00.000 UTC [9] LOG:  statement: SELECT 1\n"
+                "2026-12-03 10:00:00.001 UTC [10177777777] LOG:  statement: SELECT 2\n",
+                "pg.log", capture::LogFormat::Stderr);
+  const capture::LogStats st = cap.finish();
+  CHECK(st.queries == 1);
+  CHECK(st.unparsed == 1);
+}
