@@ -85,6 +85,8 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   timespec start;
   clock_gettime(CLOCK_MONOTONIC, &start);
   const char* why = "stopped";
+  bool recording_stopped = false;
+  capture::ProxySummary at_stop;  // the event loops' counts when recording stopped
   for (;;) {
     int sig = signals.wait(200'000'000);
     if (sig == SIGINT || sig == SIGTERM) {
@@ -92,6 +94,16 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
       break;
     }
     if (proxy.failed()) break;
+    if (!recording_stopped && proxy.recording_stopped()) {
+      // The trace's disk is full (or failing): clients keep being served.
+      recording_stopped = true;
+      at_stop = proxy.progress();
+      std::fprintf(stderr,
+                   "tierlab capture proxy: RECORDING STOPPED: %s: --out %s cannot take more; still forwarding, "
+                   "nothing more is recorded (the trace so far is kept)\n",
+                   proxy.summary().recording_error.c_str(), o.out.c_str());
+      std::fflush(stderr);
+    }
     if (duration > 0) {
       timespec now;
       clock_gettime(CLOCK_MONOTONIC, &now);
@@ -130,7 +142,21 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   if (s.upstream_failures)
     std::printf("upstream connection failures: %llu\n", static_cast<unsigned long long>(s.upstream_failures));
   std::printf("trace: %s\n", o.out.c_str());
+  if (!s.recording_error.empty()) {
+    if (!recording_stopped) at_stop = s;  // stopped while closing: nothing forwarded after
+    std::printf("recording stopped after %.1f s: %s\n", static_cast<double>(s.recording_stopped_ns) / 1e9,
+                s.recording_error.c_str());
+    std::printf("not recorded: %llu records (the chunk being written and every one after), %llu connections "
+                "and %s forwarded after that; the trace ends there, without its end record\n",
+                static_cast<unsigned long long>(s.lost_records),
+                static_cast<unsigned long long>(s.connections - at_stop.connections),
+                format_bytes((s.bytes_to_server + s.bytes_to_client) -
+                             (at_stop.bytes_to_server + at_stop.bytes_to_client))
+                    .c_str());
+  }
   std::fflush(stdout);
+  if (!s.recording_error.empty())
+    throw RuntimeError("capture proxy: the trace " + o.out + " is incomplete: " + s.recording_error);
 }
 
 void setup_capture_proxy(CLI::App& parent) {

@@ -20,6 +20,7 @@ struct SniffCli {
   capture::SniffOptions opts;
   std::string duration;     // "60s", "5m", "250ms", "1h", or seconds
   std::string buffer_size;  // "64M", "1G", "65536"
+  std::string reassembly_buffer;  // "" = SniffOptions' default
   std::string conninfo;     // "" = --host (or 127.0.0.1) and --port, dbname=postgres
   double progress_s = -1;   // -P: see progress_period()
 };
@@ -29,6 +30,8 @@ void on_sniff_stop_signal(int) { capture::stop_sniff(); }
 void run_sniff_cli(SniffCli& cli) {
   if (!cli.duration.empty()) cli.opts.duration_s = static_cast<double>(parse_positive_duration("--duration", cli.duration)) / 1e9;
   if (!cli.buffer_size.empty()) cli.opts.buffer_bytes = parse_size("--buffer-size", cli.buffer_size);
+  if (!cli.reassembly_buffer.empty())
+    cli.opts.reassembly_bytes = parse_size("--reassembly-buffer", cli.reassembly_buffer);
   if (!cli.opts.pcap_file.empty() && !cli.opts.interface.empty())
     throw InputError("capture sniff: give either --interface or --pcap, not both");
   if (!cli.opts.pcap_file.empty() && !cli.duration.empty())
@@ -113,6 +116,9 @@ void setup_capture_sniff(CLI::App& parent) {
   sub->add_option("--max-connections", o.max_connections,
                   "connections tracked at once (the least recently active is dropped beyond)")
       ->capture_default_str();
+  sub->add_option("--reassembly-buffer", cli->reassembly_buffer,
+                  "memory for segments held back behind a hole in their stream, 64K to 16G (default 64M; a "
+                  "connection holds at most 1/64 of it, or 256K); beyond, the hole becomes a stream gap");
   sub->add_option("--conninfo", cli->conninfo,
                   "libpq connection string to read the server's durability settings (fsync, synchronous_commit, "
                   "...) into the trace (default: --host, or 127.0.0.1, and --port, dbname=postgres; "

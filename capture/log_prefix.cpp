@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -125,9 +126,12 @@ std::optional<size_t> typed(char esc, std::string_view s, OwnedEntry& e) {
       while (n < v.size() && std::isdigit(static_cast<unsigned char>(v[n]))) ++n;
       if (esc == 'p') {
         if (n == 0) return std::nullopt;
-        int32_t pid = 0;
-          for (size_t k = 0; k < n; ++k) pid = pid * 10 + (v[k] - '0');
-          e.pid = pid;
+        int64_t pid = 0;
+          for (size_t k = 0; k < n; ++k) {
+            pid = pid * 10 + (v[k] - '0');
+            if (pid > INT32_MAX) return std::nullopt;  // no process has it
+          }
+          e.pid = static_cast<int32_t>(pid);
       }
       return lead + n;
     }

@@ -353,8 +353,16 @@ void LogCapture::Impl::read_pgreplay(LogSource& in) {
     is_null = len == 0x80000000u;
     if (is_null) return true;
     if (len > (1u << 30)) return false;
-    out.resize(len);
-    return len == 0 || in.read_bytes(out.data(), len);
+    // Grown as the bytes arrive: a record claiming a long string in a short
+    // file costs what the file holds, not what it claims.
+    for (size_t got = 0; got < len;) {
+      const size_t step = std::min<size_t>(len - got, 1u << 20);
+      if (out.capacity() < got + step) out.reserve(std::max(out.capacity() * 2, got + step));
+      out.resize(got + step);
+      if (!in.read_bytes(out.data() + got, step)) return false;
+      got += step;
+    }
+    return true;
   };
   for (;;) {
     const uint64_t at = in.offset();

@@ -3,6 +3,7 @@
 #include "common/clock.h"
 
 #include <cctype>
+#include <cstdint>
 
 namespace tierlab::capture {
 namespace logimpl {
@@ -23,6 +24,11 @@ int num(std::string_view s, size_t pos, size_t n) {
 
 
 bool tz_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '-'; }
+
+// Seconds whose nanoseconds (plus a fraction and a zone) fit in int64_t,
+// from the epoch on, so that the distance between any two times fits too:
+// years 1970 to 2261.
+constexpr int64_t kMaxSecs = INT64_MAX / 1'000'000'000 - 86400;
 
 }  // namespace
 
@@ -60,6 +66,7 @@ std::optional<int64_t> parse_time_prefix(std::string_view s, size_t& len, bool w
   } else if (with_zone) {
     return std::nullopt;
   }
+  if (secs > kMaxSecs || secs < 0) return std::nullopt;
   len = p;
   return secs * 1'000'000'000 + ns;
 }
@@ -68,7 +75,10 @@ std::optional<int64_t> parse_time_prefix(std::string_view s, size_t& len, bool w
 std::optional<int64_t> parse_epoch_prefix(std::string_view s, size_t& len) {
   size_t p = 0;
   int64_t secs = 0;
-  while (p < s.size() && std::isdigit(static_cast<unsigned char>(s[p]))) secs = secs * 10 + (s[p++] - '0');
+  while (p < s.size() && std::isdigit(static_cast<unsigned char>(s[p]))) {
+    secs = secs * 10 + (s[p++] - '0');
+    if (secs > kMaxSecs) return std::nullopt;
+  }
   if (p == 0) return std::nullopt;
   int64_t ns = 0;
   if (p < s.size() && s[p] == '.') {

@@ -490,6 +490,8 @@ void Proxy::stop() {
 
 bool Proxy::failed() const { return impl_->recorder->failed(); }
 
+bool Proxy::recording_stopped() const { return impl_->recorder->recording_stopped(); }
+
 ProxySummary Proxy::progress() const {
   const Impl& px = *impl_;
   ProxySummary s;
@@ -515,6 +517,11 @@ ProxySummary Proxy::summary() const {
   s.dropped = rs.dropped;
   s.queue_waits = rs.waits;
   s.duration_ns = (px.t1 ? px.t1 : now_ns()) - px.t0;
+  if (px.recorder->recording_stopped()) {
+    s.recording_error = px.recorder->stop_error();
+    s.recording_stopped_ns = px.recorder->stopped_at() - px.t0;
+    s.lost_records = rs.lost;
+  }
   return s;
 }
 

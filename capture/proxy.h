@@ -101,6 +101,12 @@ struct ProxySummary {
   uint64_t upstream_failures = 0;
   uint64_t queue_waits = 0;   // times an event loop waited for the writer
   trace::Nanos duration_ns = 0;
+  // When the trace could not be written (a full disk): the error, how long
+  // after start() it happened, and the records not in the trace (those of
+  // the chunk that failed and every one after). records counts those in it.
+  std::string recording_error;
+  trace::Nanos recording_stopped_ns = 0;
+  uint64_t lost_records = 0;
 };
 
 class Proxy {
@@ -123,10 +129,15 @@ class Proxy {
   // Starts the event-loop threads and the writer thread.
   void start();
   // Ends open sessions (SessionEnd{CaptureEnd}), joins the threads, closes
-  // the trace. Idempotent. Throws if the trace could not be written.
+  // the trace. Idempotent. Throws if the writer thread failed.
   void stop();
   // True when the writer thread has failed; stop() rethrows its error.
   bool failed() const;
+  // True once the trace could not be written (a full disk, an I/O error):
+  // the proxy goes on forwarding every session and stops recording; the
+  // trace keeps every chunk written before (readable, without its end
+  // record) and summary() says what was lost. Safe from any thread.
+  bool recording_stopped() const;
 
   ProxySummary summary() const;
   // The event loops' counts so far, for a status line: safe from any thread

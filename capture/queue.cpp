@@ -359,11 +359,11 @@ size_t Recorder::drain(ByteRing& ring, size_t max) {
       std::unique_ptr<std::vector<uint8_t>> own(heap);
       if (!decoder_.decode(heap->data(), heap->size(), r))
         throw RuntimeError("capture queue: undecodable record");
-      writer_->write(r);
+      write(r);
     } else {
       if (!decoder_.decode(p + 1, len - 1, r))
         throw RuntimeError("capture queue: undecodable record");
-      writer_->write(r);
+      write(r);
     }
     ring.pop();
     ++done;
@@ -374,10 +374,39 @@ size_t Recorder::drain(ByteRing& ring, size_t max) {
 void Recorder::write_loss() {
   uint64_t d = dropped_.load(std::memory_order_relaxed);
   if (d > dropped_written_) {
-    writer_->write(now_ns(), 0,
-                   trace::Loss{trace::LossKind::QueueOverflow, d - dropped_written_});
+    write(trace::Record{now_ns(), 0, trace::Loss{trace::LossKind::QueueOverflow, d - dropped_written_}});
     dropped_written_ = d;
   }
+}
+
+void Recorder::write(const trace::Record& r) {
+  if (!stopped_.load(std::memory_order_relaxed)) {
+    try {
+      writer_->write(r);
+      return;
+    } catch (const RuntimeError& e) {
+      stop_recording(e);
+    }
+  }
+  lost_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Recorder::flush() {
+  if (stopped_.load(std::memory_order_relaxed)) return;
+  try {
+    writer_->flush();
+  } catch (const RuntimeError& e) {
+    stop_recording(e);
+  }
+}
+
+void Recorder::stop_recording(const RuntimeError& e) {
+  // The sink refuses every later append (trace/writer.h): the trace ends
+  // with the last chunk written; the records of the chunk that failed are lost.
+  stop_error_ = e.what();
+  stopped_at_ = now_ns();
+  lost_.fetch_add(writer_->records_written() - writer_->records_flushed(), std::memory_order_relaxed);
+  stopped_.store(true, std::memory_order_release);
 }
 
 void Recorder::run() {
@@ -397,7 +426,7 @@ void Recorder::run() {
       if (n) dirty = true;
       trace::Nanos now = now_ns();
       if (dirty && now - last_flush >= kFlushEvery) {
-        writer_->flush();
+        flush();
         last_flush = now;
         dirty = false;
       }
@@ -425,12 +454,18 @@ void Recorder::stop() {
   // Without a thread (never started), drain here.
   for (auto& ring : rings_) drain(*ring, SIZE_MAX);
   write_loss();
-  writer_->close();
+  if (stopped_.load()) return;  // the trace ends where writing failed
+  try {
+    writer_->close();
+  } catch (const RuntimeError& e) {
+    stop_recording(e);
+  }
 }
 
 RecorderStats Recorder::stats() const {
   RecorderStats s;
-  s.records_written = writer_->records_written();
+  s.records_written = recording_stopped() ? writer_->records_flushed() : writer_->records_written();
+  s.lost = lost_.load();
   s.dropped = dropped_.load();
   for (const auto& p : producers_) s.waits += p->waits_;
   return s;

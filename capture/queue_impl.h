@@ -9,6 +9,7 @@
 #pragma once
 
 #include "capture/wire.h"
+#include "common/error.h"
 #include "trace/record.h"
 #include "trace/writer.h"
 
@@ -135,9 +136,13 @@ class ByteRing {
 // --- the recorder: rings + writer thread ---------------------------------------
 
 struct RecorderStats {
-  uint64_t records_written = 0;  // by trace::Writer, including Meta and Loss
+  uint64_t records_written = 0;  // in the trace, including Meta and Loss
   uint64_t dropped = 0;          // records dropped on queue overflow
   uint64_t waits = 0;            // times a producer waited for room
+  // After the trace could not be written (recording_stopped()): records
+  // given to the writer but not in the trace, and records taken from the
+  // rings afterwards and thrown away.
+  uint64_t lost = 0;
 };
 
 class Recorder {
@@ -173,11 +178,24 @@ class Recorder {
   RecorderStats stats() const;
   // True once the writer thread has failed (the error is rethrown by stop()).
   bool failed() const { return failed_.load(std::memory_order_relaxed); }
+  // True once writing the trace failed (a full disk, an I/O error): the
+  // writer thread goes on emptying the rings, so producers never wait, and
+  // counts what it throws away (stats().lost); the trace keeps every chunk
+  // written before, and stop() neither writes nor throws for it.
+  bool recording_stopped() const { return stopped_.load(std::memory_order_acquire); }
+  // The write's error ("PATH: write: No space left on device") and when it
+  // happened (now_ns()); valid once recording_stopped().
+  const std::string& stop_error() const { return stop_error_; }
+  trace::Nanos stopped_at() const { return stopped_at_; }
 
  private:
   void run();
   size_t drain(ByteRing& ring, size_t max);
   void write_loss();
+  // writer_->write / flush, or once the trace could not be written, count.
+  void write(const trace::Record& r);
+  void flush();
+  void stop_recording(const RuntimeError& e);
 
   std::unique_ptr<trace::Writer> writer_;
   std::vector<std::unique_ptr<ByteRing>> rings_;
@@ -190,6 +208,10 @@ class Recorder {
   std::atomic<bool> server_version_seen_{false};
   std::atomic<uint64_t> dropped_{0};
   uint64_t dropped_written_ = 0;
+  std::atomic<bool> stopped_{false};
+  std::string stop_error_;          // written before stopped_ is set
+  trace::Nanos stopped_at_ = 0;
+  std::atomic<uint64_t> lost_{0};
   std::exception_ptr error_;
   bool closed_ = false;
 };

@@ -428,6 +428,9 @@ void check_sniff_options(const SniffOptions& o, const std::string& who) {
   if (!o.interface.empty() && o.interface != "any" && ::if_nametoindex(o.interface.c_str()) == 0)
     throw InputError(who + ": --interface " + o.interface + ": no such interface");
   if (o.snaplen < 128) throw InputError(who + ": --snaplen must be at least 128");
+  if (o.reassembly_bytes < (64u << 10) || o.reassembly_bytes > (16ull << 30))
+    throw InputError(who + ": --reassembly-buffer " + format_bytes(static_cast<double>(o.reassembly_bytes)) +
+                     ": must be 64 KiB to 16 GiB");
   if (!o.interface.empty() && (o.buffer_bytes < kMinRingBytes || o.buffer_bytes > kMaxRingBytes))
     throw InputError(who + ": --buffer-size " +
                      format_bytes(static_cast<double>(o.buffer_bytes)) + ": must be 64 KiB to 1 GiB");
@@ -622,6 +625,9 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
   sum.gap_bytes = rs.gap_bytes;
   sum.out_of_order = rs.out_of_order;
   sum.retransmitted = rs.retransmitted;
+  sum.evicted = rs.evicted;
+  sum.held_per_connection_full = rs.held_per_dir_full;
+  sum.held_pool_full = rs.held_pool_full;
   sum.records = sink.records;
   sum.seconds = live ? static_cast<double>(end_ts - start_mono) / 1e9
                      : static_cast<double>(run.last_rt - run.first_rt) / 1e9;
@@ -655,6 +661,13 @@ void print_summary(const SniffSummary& s, bool live, std::ostream& out) {
   if (s.fragments || s.malformed) {
     std::snprintf(buf, sizeof buf, "IP fragments: %" PRIu64 ", malformed frames: %" PRIu64 "\n",
                   s.fragments, s.malformed);
+    out << buf;
+  }
+  if (s.evicted || s.held_per_connection_full || s.held_pool_full) {
+    std::snprintf(buf, sizeof buf,
+                  "caps reached: connections evicted: %" PRIu64 " (--max-connections), reassembly buffer full: %" PRIu64
+                  " per connection, %" PRIu64 " in all (--reassembly-buffer); their holes became stream gaps\n",
+                  s.evicted, s.held_per_connection_full, s.held_pool_full);
     out << buf;
   }
   out << "records written: " << s.records << "\n";

@@ -95,6 +95,14 @@ struct SniffSummary {
   uint64_t retransmitted = 0;
   uint64_t decode_failures = 0;  // sessions whose stream stopped validating
   uint64_t hunt_discarded = 0;   // bytes skipped while resynchronising
+  // Caps on memory that hostile or unusual traffic reached (each a count
+  // of times): connections dropped from a full table (--max-connections),
+  // segments with no room to be held behind a hole in their connection
+  // (1/64 of the pool, at least 256 KiB) or in the whole pool
+  // (--reassembly-buffer); the holes became stream gaps.
+  uint64_t evicted = 0;
+  uint64_t held_per_connection_full = 0;
+  uint64_t held_pool_full = 0;
   uint64_t records = 0;        // trace records written
   double seconds = 0;          // capture time (packet time for files)
   uint64_t buffer_bytes = 0;   // live: the kernel ring asked for

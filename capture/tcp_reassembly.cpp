@@ -406,8 +406,14 @@ struct Reassembler::Impl {
   // bound has no room.
   bool hold(Half& hf, uint32_t seq, const uint8_t* data, uint32_t len, bool fin, Nanos ts) {
     uint32_t need = (len + kBlock - 1) / kBlock;
-    if (hf.ooo_bytes + len > opts.max_buffered_per_dir) return false;
-    if (free_nodes.empty() || free_blocks.size() < need) return false;
+    if (hf.ooo_bytes + len > opts.max_buffered_per_dir) {
+      ++st.held_per_dir_full;
+      return false;
+    }
+    if (free_nodes.empty() || free_blocks.size() < need) {
+      ++st.held_pool_full;
+      return false;
+    }
     // Find the insertion point; a duplicate of a held segment is dropped.
     uint32_t prev = kNil, cur = hf.ooo;
     while (cur != kNil && !seq_lt(seq, nodes[cur].seq)) {

@@ -120,6 +120,11 @@ struct ReassemblyStats {
   uint64_t connections = 0;     // connections opened
   uint64_t joined = 0;          // of which already open at capture start
   uint64_t evicted = 0;         // connections dropped because the table was full
+  // Segments that found no room to be held back, their oldest hole
+  // declared a gap: the connection's direction had max_buffered_per_dir
+  // held, or the pool (buffer_bytes) was used up.
+  uint64_t held_per_dir_full = 0;
+  uint64_t held_pool_full = 0;
   uint64_t ignored = 0;         // segments of no tracked connection (stray FIN/RST/ACK)
 };
 

@@ -487,11 +487,14 @@ void SessionDecoder::gap(Direction d, uint64_t bytes, trace::Nanos ts) {
 }
 
 bool SessionDecoder::hunt(Direction d, Dir& s, const uint8_t* p, size_t n, trace::Nanos ts) {
-  if (s.buf.size() < kHuntWindow) s.buf.resize(kHuntWindow);
   // Invariant: s.buf[0, s.body_have) holds bytes not yet decoded; the first
   // of them is at stream offset s.offset - s.body_have.
   while (n > 0) {
     size_t take = std::min(n, kHuntWindow - s.body_have);
+    // The window grows with what arrives: a sniffer joins thousands of
+    // connections, most of which never send a window's worth of bytes.
+    if (s.buf.size() < s.body_have + take)
+      s.buf.resize(std::min(kHuntWindow, std::max(s.buf.size() * 2, s.body_have + take)));
     std::memcpy(s.buf.data() + s.body_have, p, take);
     s.body_have += static_cast<uint32_t>(take);
     s.offset += take;

@@ -61,12 +61,22 @@ class FileSink : public Sink {
     if (fd_ >= 0) ::close(fd_);
   }
 
-  // One write() per call in the normal case.
+  // One write() per call in the normal case. A failed append (a full disk)
+  // cuts a regular file back to where it began, so the file ends after the
+  // last whole append; the sink then refuses everything (the same error),
+  // so nothing can follow a gap.
   void append(const void* data, size_t len) override {
-    if (int err = write_all(fd_, data, len)) throw RuntimeError(errno_message(path_ + ": write", err));
+    if (!error_.empty()) throw RuntimeError(error_);
+    if (int err = write_all(fd_, data, len)) {
+      if (regular_) (void)::ftruncate(fd_, static_cast<off_t>(size_));
+      error_ = errno_message(path_ + ": write", err);
+      throw RuntimeError(error_);
+    }
+    size_ += len;
   }
 
   void sync() override {
+    if (!error_.empty()) throw RuntimeError(error_);
     if (regular_ && ::fdatasync(fd_) != 0) throw RuntimeError(errno_message(path_ + ": fdatasync", errno));
   }
 
@@ -74,6 +84,8 @@ class FileSink : public Sink {
   std::string path_;
   int fd_ = -1;
   bool regular_ = true;
+  uint64_t size_ = 0;   // bytes appended
+  std::string error_;   // the failed append's error; "" while none failed
 };
 
 // Byte equality; short strings compared inline.
@@ -283,6 +295,7 @@ struct Writer::Impl {
   uint64_t chunks = 0;
   uint64_t records = 0;  // in the file, BlockQueued included (the End record's count)
   uint64_t written = 0;  // given to write()
+  uint64_t flushed = 0;  // of them, in chunks the sink took
   uint64_t bytes = 0;
   bool closed = false;
 
@@ -641,6 +654,7 @@ struct Writer::Impl {
     // every earlier chunk intact.
     sink->append(hdr, kChunkHeaderLen + stored);
     bytes += kChunkHeaderLen + stored;
+    flushed += chunk_records;
     ++chunks;
     used = 0;
     reset_chunk_state();
@@ -704,6 +718,7 @@ void Writer::close() {
 }
 
 uint64_t Writer::records_written() const { return impl_->written; }
+uint64_t Writer::records_flushed() const { return impl_->flushed; }
 uint64_t Writer::bytes_written() const { return impl_->bytes; }
 
 std::unique_ptr<Writer> open_writer(const std::string& path, WriterOptions opts) {

@@ -25,7 +25,8 @@ namespace tierlab::trace {
 class Sink {
  public:
   virtual ~Sink() = default;
-  // Appends all of `data` or throws RuntimeError.
+  // Appends all of `data` or throws RuntimeError. A file sink whose append
+  // failed holds only the earlier appends and refuses later ones.
   virtual void append(const void* data, size_t len) = 0;
   // Makes appended bytes durable (fdatasync for files). Default: nothing.
   virtual void sync() {}
@@ -83,7 +84,11 @@ class Writer {
   // Flushes, writes the end record and syncs. Further writes throw.
   void close();
 
+  // Records given to write(), and of them those in chunks the sink took
+  // (the rest are in the chunk being filled). After the sink failed (a
+  // full disk) the trace holds records_flushed() records.
   uint64_t records_written() const;
+  uint64_t records_flushed() const;
   uint64_t bytes_written() const;
 
  private:

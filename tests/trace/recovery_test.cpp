@@ -11,6 +11,7 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -354,4 +355,69 @@ TEST_CASE("damaged payloads behind a valid CRC fail cleanly, never crash", "[tra
     }
   }
   CHECK(errors > 100);
+}
+
+TEST_CASE("a write that fails for want of space leaves a trace that reads back, and nothing after it",
+          "[trace][recovery]") {
+  // RLIMIT_FSIZE stands in for a full disk (EFBIG instead of ENOSPC: the
+  // same short write, then an error), in a child so that the limit and the
+  // ignored SIGXFSZ stay there.
+  TempDir dir;
+  const std::string path = dir.file("full.tlt");
+  const std::string flushed_path = dir.file("flushed");
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{};
+    ::getrlimit(RLIMIT_FSIZE, &lim);
+    const rlim_t old = lim.rlim_cur;
+    lim.rlim_cur = 100'000;  // not a chunk boundary: the failing chunk is written in part
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(5);
+    WriterOptions o;
+    o.chunk_bytes = 4096;
+    o.compression_level = 0;
+    auto w = open_writer(path, o);
+    std::string s;
+    try {
+      for (uint64_t i = 0; i < 1'000'000; ++i) w->write(nth(i, &s));
+      _exit(6);  // never failed
+    } catch (const RuntimeError&) {
+    }
+    const uint64_t flushed = w->records_flushed();
+    // Space comes back: the writer still must not append after the gap.
+    lim.rlim_cur = old;
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    int code = 0;
+    try {
+      w->write(nth(0, &s));
+      w->close();
+      code = 4;  // wrote after the failed chunk
+    } catch (const RuntimeError&) {
+    }
+    FILE* f = std::fopen(flushed_path.c_str(), "w");
+    std::fprintf(f, "%llu\n", static_cast<unsigned long long>(flushed));
+    std::fclose(f);
+    w.reset();  // the destructor's close must not write either
+    _exit(code);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  unsigned long long flushed = 0;
+  FILE* f = std::fopen(flushed_path.c_str(), "r");
+  REQUIRE(f);
+  REQUIRE(std::fscanf(f, "%llu", &flushed) == 1);
+  std::fclose(f);
+  struct stat st {};
+  REQUIRE(::stat(path.c_str(), &st) == 0);
+  CHECK(st.st_size < 100'000);
+  auto r = open_reader(path);
+  CHECK(check_prefix(*r) == flushed);
+  CHECK(flushed > 100);
+  CHECK_FALSE(r->stats().terminated);
+  // Cut back to the last whole chunk: no partial tail either.
+  CHECK(r->stats().recovered_tail_bytes == 0);
+  CHECK(r->stats().bytes == static_cast<uint64_t>(st.st_size));
 }

@@ -1,0 +1,208 @@
+// tierlab capture proxy when the trace's disk fills: a small tmpfs as
+// --out's directory (mounting it needs root). The proxy keeps forwarding
+// every session, stops recording with one loud line, prints what it lost,
+// and the trace written until then reads back (`tierlab trace info`/`dump`).
+#include "support/support.h"
+#include "trace/reader.h"
+
+#include <catch2/catch.hpp>
+#include <libpq-fe.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace tierlab;
+using tierlab::test::TempDir;
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+size_t occurrences(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A tmpfs of `size` mounted on a new directory, unmounted by the destructor.
+class SmallTmpfs {
+ public:
+  SmallTmpfs(const TempDir& dir, const std::string& size) : path_(dir.file("full")) {
+    ::mkdir(path_.c_str(), 0755);
+    if (::mount("tierlab-test", path_.c_str(), "tmpfs", 0, ("size=" + size).c_str()) != 0)
+      test::skip("cannot mount a tmpfs on " + path_ + ": " + std::strerror(errno));
+  }
+  ~SmallTmpfs() { ::umount2(path_.c_str(), MNT_DETACH); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// `tierlab capture proxy` as a child, stdout and stderr into files.
+class Proxy {
+ public:
+  Proxy(const TempDir& dir, const std::vector<std::string>& extra)
+      : out_(dir.file("proxy.out")), err_(dir.file("proxy.err")) {
+    std::vector<std::string> args = {TIERLAB_BINARY, "capture", "proxy", "--listen", "127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      int o = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int e = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(o, 1);
+      dup2(e, 2);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
+    for (int i = 0; i < 400; ++i) {
+      std::smatch m;
+      std::string err = slurp(err_);
+      if (std::regex_search(err, m, re)) {
+        port_ = std::stoi(m[1]);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    }
+    FAIL("tierlab capture proxy did not start: " << slurp(err_));
+  }
+  ~Proxy() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+  int port() const { return port_; }
+  std::string err() const { return slurp(err_); }
+  // SIGINT, then the exit status.
+  int stop() {
+    kill(pid_, SIGINT);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+    out_text = slurp(out_);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  std::string out_text;
+
+ private:
+  std::string out_, err_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+PGconn* connect_to(int port, const pgtmp::Server& pg) {
+  const std::string ci = "host=127.0.0.1 port=" + std::to_string(port) + " dbname=postgres user=" + pg.superuser();
+  PGconn* c = PQconnectdb(ci.c_str());
+  if (PQstatus(c) != CONNECTION_OK) FAIL("connect through the proxy: " << PQerrorMessage(c));
+  return c;
+}
+
+// A statement whose answer is known: 8 KiB of text built from `i`, sent as
+// a parameter and returned. Fails the test unless the answer comes back.
+void round_trip(PGconn* c, int i) {
+  const std::string v(8192, static_cast<char>('a' + i % 26));
+  const char* params[] = {v.c_str()};
+  PGresult* r = PQexecParams(c, "SELECT $1::text || $1::text", 1, nullptr, params, nullptr, nullptr, 0);
+  INFO("statement " << i << ": " << PQerrorMessage(c));
+  REQUIRE(PQresultStatus(r) == PGRES_TUPLES_OK);
+  REQUIRE(std::string(PQgetvalue(r, 0, 0)) == v + v);
+  PQclear(r);
+}
+
+}  // namespace
+
+TEST_CASE("proxy: the trace's disk fills: forwarding goes on, recording stops loudly, the trace reads back",
+          "[proxy][disk-full]") {
+  test::require_root("mounting a small tmpfs for the trace");
+  auto& pg = test::shared_server();
+  TempDir dir;
+  SmallTmpfs full(dir, "512k");
+  const std::string trace = full.file("capture.tlt");
+  Proxy px(dir, {"--upstream", pg.host() + ":" + std::to_string(pg.port()), "--out", trace, "--compress-level",
+                 "0"});
+
+  // One session across the moment the disk fills; each statement records
+  // about 24 KiB (its parameter, and the result twice as long), so a few
+  // dozen fill 512 KiB.
+  PGconn* c = connect_to(px.port(), pg);
+  int i = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (px.err().find("RECORDING STOPPED") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    round_trip(c, i++);
+  }
+  INFO(px.err());
+  CHECK(i > 10);
+  // Still served: the same session, and new ones.
+  for (int k = 0; k < 50; ++k) round_trip(c, i++);
+  PQfinish(c);
+  for (int s = 0; s < 3; ++s) {
+    PGconn* more = connect_to(px.port(), pg);
+    for (int k = 0; k < 10; ++k) round_trip(more, i++);
+    PQfinish(more);
+  }
+
+  const int status = px.stop();
+  const std::string err = px.err();
+  INFO("stdout:\n" << px.out_text << "stderr:\n" << err);
+  // Exit 1: the trace is incomplete; one loud line when it happened, one
+  // naming the trace at the end.
+  CHECK(status == 1);
+  CHECK(occurrences(err, "RECORDING STOPPED") == 1);
+  CHECK(err.find("No space left on device") != std::string::npos);
+  CHECK(err.find("--out " + trace) != std::string::npos);
+  CHECK(err.find("is incomplete") != std::string::npos);
+  std::smatch m;
+  REQUIRE(std::regex_search(px.out_text, m, std::regex("not recorded: ([0-9]+) records.*, ([0-9]+) connections")));
+  CHECK(std::stoull(m[1]) > 0);
+  CHECK(std::stoull(m[2]) == 3);
+  REQUIRE(std::regex_search(px.out_text, m, std::regex("\nrecords: ([0-9]+)\n")));
+  const uint64_t said = std::stoull(m[1]);
+  CHECK(px.out_text.find("recording stopped after ") != std::string::npos);
+
+  // What was written reads back: every record the summary counts, up to the
+  // last whole chunk, without an end record and without a damaged tail.
+  auto rd = trace::open_reader(trace);
+  trace::Record rec;
+  uint64_t records = 0, queries = 0;
+  while (rd->next(rec)) {
+    ++records;
+    queries += rec.kind() == trace::Kind::Execute;
+  }
+  CHECK(records == said);
+  CHECK(queries > 5);
+  CHECK(queries < static_cast<uint64_t>(i));
+  CHECK_FALSE(rd->stats().terminated);
+  CHECK(rd->stats().recovered_tail_bytes == 0);
+  auto info = test::run_tierlab({"trace", "info", trace});
+  INFO(info.err);
+  CHECK(info.status == 0);
+  auto dump = test::run_tierlab({"trace", "dump", trace});
+  CHECK(dump.status == 0);
+  CHECK(test::count_lines(dump.out) >= records);
+}
