@@ -82,26 +82,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
     return line;
   });
 
-  timespec start;
-  clock_gettime(CLOCK_MONOTONIC, &start);
-  const char* why = "stopped";
-  for (;;) {
-    int sig = signals.wait(200'000'000);
-    if (sig == SIGINT || sig == SIGTERM) {
-      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      break;
-    }
-    if (proxy.failed()) break;
-    if (duration > 0) {
-      timespec now;
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      int64_t el = (now.tv_sec - start.tv_sec) * 1'000'000'000LL + (now.tv_nsec - start.tv_nsec);
-      if (el >= duration) {
-        why = "duration reached";
-        break;
-      }
-    }
-  }
+  const char* why = signals.until_stop(duration, [&] { return proxy.failed(); }, "stopped");
   progress.stop();
   proxy.stop();
   auto s = proxy.summary();
