@@ -73,7 +73,9 @@ void run_block(const BlockOptions& o) {
             << capture::describe(st, !o.pids.empty()) << "\n";
 }
 
-void setup_block(CLI::App& parent) {
+}  // namespace
+
+void setup_capture_block(CLI::App& parent) {
   auto& cap = group(parent, "capture");
   auto* sub = cap.add_subcommand("block", "record block I/O requests of a device from kernel tracepoints (root)");
   auto opt = std::make_shared<BlockOptions>();
@@ -86,7 +88,4 @@ void setup_block(CLI::App& parent) {
   sub->callback([opt] { run_block(*opt); });
 }
 
-const Registration reg{"capture-block", 31, &setup_block};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -114,6 +114,8 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   std::fflush(stdout);
 }
 
+}  // namespace
+
 void setup_capture_proxy(CLI::App& parent) {
   auto& capture = group(parent, "capture");
   auto opt = std::make_shared<CaptureProxyOptions>();
@@ -148,7 +150,4 @@ void setup_capture_proxy(CLI::App& parent) {
   cmd->callback([opt] { run_capture_proxy(*opt); });
 }
 
-const Registration reg{"capture proxy", 20, &setup_capture_proxy};
-
-}  // namespace
 }  // namespace tierlab::app

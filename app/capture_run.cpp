@@ -536,6 +536,8 @@ void run_capture_run(const CaptureRunOptions& o) {
   std::fflush(stdout);
 }
 
+}  // namespace
+
 void setup_capture_run(CLI::App& parent) {
   auto& capture = group(parent, "capture");
   auto opt = std::make_shared<CaptureRunOptions>();
@@ -598,7 +600,4 @@ void setup_capture_run(CLI::App& parent) {
   });
 }
 
-const Registration reg{"capture run", 19, &setup_capture_run};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -67,6 +67,8 @@ void run_sniff_cli(SniffCli& cli) {
   capture::print_summary(sum, live, std::cout);
 }
 
+}  // namespace
+
 void setup_capture_sniff(CLI::App& parent) {
   auto& cap = group(parent, "capture");
   auto cli = std::make_shared<SniffCli>();
@@ -104,7 +106,4 @@ void setup_capture_sniff(CLI::App& parent) {
   sub->callback([cli] { run_sniff_cli(*cli); });
 }
 
-const Registration reg{"capture sniff", 21, &setup_capture_sniff};
-
-}  // namespace
 }  // namespace tierlab::app

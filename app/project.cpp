@@ -196,6 +196,8 @@ void run_project(const ProjectCliOptions& o) {
   html.write(html_text);
 }
 
+}  // namespace
+
 void setup_project(CLI::App& parent) {
   auto opts = std::make_shared<ProjectCliOptions>();
   auto* sub = parent.add_subcommand(
@@ -247,7 +249,4 @@ void setup_project(CLI::App& parent) {
   sub->callback([opts] { run_project(*opts); });
 }
 
-const Registration reg{"project", 61, &setup_project};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -239,6 +239,8 @@ void run_replay(const ReplayOptions& o) {
                        " failed that succeeded at capture; errors by SQLSTATE above)");
 }
 
+}  // namespace
+
 void setup_replay(CLI::App& parent) {
   auto o = std::make_shared<ReplayOptions>();
   auto* cmd = parent.add_subcommand(
@@ -335,7 +337,4 @@ void setup_replay(CLI::App& parent) {
   cmd->callback([o] { run_replay(*o); });
 }
 
-const Registration reg{"replay", 30, &setup_replay};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -77,6 +77,8 @@ void run_merge(const MergeOptions& o) {
   }
 }
 
+}  // namespace
+
 void setup_report(CLI::App& parent) {
   auto* report = parent.add_subcommand("report", "combine replay reports");
   report->require_subcommand(1);
@@ -98,7 +100,4 @@ void setup_report(CLI::App& parent) {
   merge->callback([o] { run_merge(*o); });
 }
 
-const Registration reg{"report", 35, &setup_report};
-
-}  // namespace
 }  // namespace tierlab::app
