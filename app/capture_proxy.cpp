@@ -43,7 +43,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   po.upstream = o.upstream;
   po.out = o.out;
   po.threads = o.threads;
-  po.io = o.io;
+  po.io = io_choice(o.io, "TIERLAB_PROXY_IO");
   po.compression_level = o.compression_level;
   apply_proxy_tls_flags(o.tls, po);
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");

@@ -161,7 +161,7 @@ class ProxyCapture : public TxCapture {
     po.upstream = o.upstream;
     po.out = part;
     po.threads = o.threads;
-    po.io = o.io;
+    po.io = io_choice(o.io, "TIERLAB_PROXY_IO");
     apply_proxy_tls_flags(o.tls, po);
     proxy_ = std::make_unique<capture::Proxy>(po);
   }

@@ -90,6 +90,15 @@ void setup_all(CLI::App& app) {
 
 void set_exit_status(int status) { g_exit_status = status; }
 
+std::string io_choice(const std::string& asked, const char* env) {
+  const char* value = std::getenv(env);
+  if (!value || !*value) return asked;
+  const std::string io = value;
+  if (io != "auto" && io != "io_uring" && io != "epoll")
+    throw InputError(std::string(env) + " " + io + ": expected auto, io_uring or epoll");
+  return io;
+}
+
 void check_rt(bool rt) {
   if (!rt) return;
   try {

@@ -78,6 +78,14 @@ decltype(auto) for_flag(const std::string& flag, F&& check) {
   }
 }
 
+// The event loop a command runs (its --io value, `asked`), or the value of
+// the environment variable `env` (TIERLAB_PROXY_IO, TIERLAB_REPLAY_IO) when
+// it is set and not empty: the tests run the proxy and the replay once
+// more on epoll with it. InputError "ENV VALUE: expected auto, io_uring or
+// epoll" for another value in `env`. Libraries take the choice as a value
+// (ProxyOptions::io, replay::Options::io) and read no environment.
+std::string io_choice(const std::string& asked, const char* env);
+
 // --rt: that the calling thread can have real-time priority (common/
 // realtime.h: RealTimeScope), checked before a run starts; RuntimeError
 // "--rt: ..." when it cannot.

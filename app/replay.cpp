@@ -160,7 +160,7 @@ void run_replay(const ReplayOptions& o) {
   opts.realtime = o.rt;
   opts.hold_cpu_latency = !o.no_pm_qos;
   opts.direct = o.wire == "direct";
-  opts.io = o.io;
+  opts.io = io_choice(o.io, "TIERLAB_REPLAY_IO");
   opts.log_path = o.log;
   opts.sync = o.sync != "none";
   opts.sync_all = o.sync == "all";
