@@ -249,10 +249,11 @@ void run_capture_run(const CaptureRunOptions& o) {
   int64_t duration = o.duration.empty() ? 0 : parse_positive_duration("--duration", o.duration);
   int64_t interval = parse_positive_duration("--sample-interval", o.sample_interval);
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
-  capture::check_pid("--pid", o.pid);
+  for_flag("--pid", [&] { capture::check_pid(o.pid); });
   if (o.hostless && (!o.device.empty() || o.pid != 0))
     throw InputError("capture run: --hostless samples the server over SQL only: no --device or --pid with it");
-  if (!o.device.empty()) capture::resolve_block_device(o.device);  // bad name -> exit 2 now
+  if (!o.device.empty())  // a bad name: exit 2 now
+    for_flag("--device", [&] { capture::resolve_block_device(o.device); });
   capture::SniffOptions so;
   if (passive) {
     so.interface = o.interface;

@@ -251,6 +251,7 @@ void run_iosim(const RunOptions& o) {
   eo.target = o.target;
   eo.direct = o.direct;
   eo.iodepth = o.iodepth;
+  for_flag("--iodepth", [&] { iosim::check_iodepth(o.iodepth); });
   eo.submit_batch = o.iodepth_batch;
   eo.verify = o.verify;
   eo.realtime = o.rt;
