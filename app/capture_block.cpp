@@ -31,8 +31,12 @@ void run_block(const BlockOptions& o) {
   co.pids = o.pids;
   co.buffer_kb = o.buffer_kb;
   if (!o.duration.empty()) co.duration_ns = parse_positive_duration("--duration", o.duration);
-  capture::check_block_capture_options(co);  // every flag before --out is created
-  capture::BlockDevice dev = capture::resolve_block_device(o.device);
+  // Every flag before --out is created.
+  for_flag("--pid", [&] {
+    for (int32_t pid : co.pids) capture::check_pid(pid);
+  });
+  for_flag("--buffer-kb", [&] { capture::check_buffer_kb(co.buffer_kb); });
+  capture::BlockDevice dev = for_flag("--device", [&] { return capture::resolve_block_device(o.device); });
   capture::require_block_tracing("");  // root and tracefs: before creating --out
   if (dev.from_partition)
     std::cerr << "capture block: block requests are issued to the whole disk; recording " << dev.name << "\n";
@@ -73,7 +77,9 @@ void run_block(const BlockOptions& o) {
             << capture::describe(st, !o.pids.empty()) << "\n";
 }
 
-void setup_block(CLI::App& parent) {
+}  // namespace
+
+void setup_capture_block(CLI::App& parent) {
   auto& cap = group(parent, "capture");
   auto* sub = cap.add_subcommand("block", "record block I/O requests of a device from kernel tracepoints (root)");
   auto opt = std::make_shared<BlockOptions>();
@@ -86,7 +92,4 @@ void setup_block(CLI::App& parent) {
   sub->callback([opt] { run_block(*opt); });
 }
 
-const Registration reg{"capture-block", 31, &setup_block};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -100,7 +100,9 @@ void run_import(const ImportOptions& o) {
   std::cout << "\n";
 }
 
-void setup_import(CLI::App& parent) {
+}  // namespace
+
+void setup_capture_import(CLI::App& parent) {
   auto& cap = group(parent, "capture");
   auto* sub = cap.add_subcommand(
       "import",
@@ -122,7 +124,4 @@ void setup_import(CLI::App& parent) {
   sub->callback([opt] { run_import(*opt); });
 }
 
-const Registration reg{"capture-import", 32, &setup_import};
-
-}  // namespace
 }  // namespace tierlab::app

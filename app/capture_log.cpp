@@ -80,7 +80,9 @@ void run_log(const LogOptions& o) {
   std::cout << "  not in a log: row counts, result sizes, parameter types; times at the log's precision\n";
 }
 
-void setup_log(CLI::App& parent) {
+}  // namespace
+
+void setup_capture_log(CLI::App& parent) {
   auto& cap = group(parent, "capture");
   auto* sub = cap.add_subcommand(
       "log", "read PostgreSQL server logs (stderr, csvlog, jsonlog; gzip'd too) written with "
@@ -103,7 +105,4 @@ void setup_log(CLI::App& parent) {
   sub->callback([opt] { run_log(*opt); });
 }
 
-const Registration reg{"capture-log", 33, &setup_log};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -43,7 +43,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   po.upstream = o.upstream;
   po.out = o.out;
   po.threads = o.threads;
-  po.io = o.io;
+  po.io = io_choice(o.io, "TIERLAB_PROXY_IO");
   po.compression_level = o.compression_level;
   apply_proxy_tls_flags(o.tls, po);
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
@@ -82,38 +82,24 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
     return line;
   });
 
-  timespec start;
-  clock_gettime(CLOCK_MONOTONIC, &start);
-  const char* why = "stopped";
   bool recording_stopped = false;
   capture::ProxySummary at_stop;  // the event loops' counts when recording stopped
-  for (;;) {
-    int sig = signals.wait(200'000'000);
-    if (sig == SIGINT || sig == SIGTERM) {
-      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      break;
-    }
-    if (proxy.failed()) break;
-    if (!recording_stopped && proxy.recording_stopped()) {
-      // The trace's disk is full (or failing): clients keep being served.
-      recording_stopped = true;
-      at_stop = proxy.progress();
-      std::fprintf(stderr,
-                   "tierlab capture proxy: RECORDING STOPPED: %s: --out %s cannot take more; still forwarding, "
-                   "nothing more is recorded (the trace so far is kept)\n",
-                   proxy.summary().recording_error.c_str(), o.out.c_str());
-      std::fflush(stderr);
-    }
-    if (duration > 0) {
-      timespec now;
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      int64_t el = (now.tv_sec - start.tv_sec) * 1'000'000'000LL + (now.tv_nsec - start.tv_nsec);
-      if (el >= duration) {
-        why = "duration reached";
-        break;
-      }
-    }
-  }
+  const char* why = signals.until_stop(
+      duration,
+      [&] {
+        if (!recording_stopped && proxy.recording_stopped()) {
+          // The trace's disk is full (or failing): clients keep being served.
+          recording_stopped = true;
+          at_stop = proxy.progress();
+          std::fprintf(stderr,
+                       "tierlab capture proxy: RECORDING STOPPED: %s: --out %s cannot take more; still forwarding, "
+                       "nothing more is recorded (the trace so far is kept)\n",
+                       proxy.summary().recording_error.c_str(), o.out.c_str());
+          std::fflush(stderr);
+        }
+        return proxy.failed();
+      },
+      "stopped");
   progress.stop();
   proxy.stop();
   auto s = proxy.summary();
@@ -159,6 +145,8 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
     throw RuntimeError("capture proxy: the trace " + o.out + " is incomplete: " + s.recording_error);
 }
 
+}  // namespace
+
 void setup_capture_proxy(CLI::App& parent) {
   auto& capture = group(parent, "capture");
   auto opt = std::make_shared<CaptureProxyOptions>();
@@ -193,7 +181,4 @@ void setup_capture_proxy(CLI::App& parent) {
   cmd->callback([opt] { run_capture_proxy(*opt); });
 }
 
-const Registration reg{"capture proxy", 20, &setup_capture_proxy};
-
-}  // namespace
 }  // namespace tierlab::app

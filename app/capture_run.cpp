@@ -5,6 +5,7 @@
 #include "app/capture_server.h"
 #include "app/command.h"
 #include "app/progress.h"
+#include "app/sniff_thread.h"
 #include "app/stop_signals.h"
 #include "common/units.h"
 #include "capture/block.h"
@@ -161,7 +162,7 @@ class ProxyCapture : public TxCapture {
     po.upstream = o.upstream;
     po.out = part;
     po.threads = o.threads;
-    po.io = o.io;
+    po.io = io_choice(o.io, "TIERLAB_PROXY_IO");
     apply_proxy_tls_flags(o.tls, po);
     proxy_ = std::make_unique<capture::Proxy>(po);
   }
@@ -194,100 +195,27 @@ class ProxyCapture : public TxCapture {
   capture::ProxySummary prev_;
 };
 
-// Hands each complete line written to it to a function.
-class LineBuf : public std::streambuf {
- public:
-  explicit LineBuf(std::function<void(const std::string&)> on_line) : on_line_(std::move(on_line)) {}
-
- protected:
-  int overflow(int c) override {
-    if (c == traits_type::eof()) return traits_type::not_eof(c);
-    if (c == '\n') {
-      on_line_(line_);
-      line_.clear();
-    } else {
-      line_.push_back(static_cast<char>(c));
-    }
-    return c;
-  }
-
- private:
-  std::function<void(const std::string&)> on_line_;
-  std::string line_;
-};
-
-// capture sniff's recorder (capture/sniff.h) on its own thread. run_sniff()
-// logs "capturing on ..." once packets flow: that line is the start signal
-// here; the rest of its log (warnings) goes to stderr.
+// capture sniff's recorder on its own thread (app/sniff_thread.h); its
+// "capturing on ..." line is the start signal here, the start line says
+// where it records.
 class SniffCapture : public TxCapture {
  public:
-  explicit SniffCapture(capture::SniffOptions so)
-      : opts_(std::move(so)), buf_([this](const std::string& line) { on_log(line); }), log_(&buf_) {
-    opts_.live_packets = &packets_;
-    opts_.live_bytes = &bytes_;
-  }
-  std::string progress(double secs) override {
-    const uint64_t p = packets_.load(std::memory_order_relaxed), b = bytes_.load(std::memory_order_relaxed);
-    char line[96];
-    std::snprintf(line, sizeof line, "%.0f packets/s, %s", double(p - prev_packets_) / secs,
-                  rate_mb(double(b - prev_bytes_), secs).c_str());
-    prev_packets_ = p;
-    prev_bytes_ = b;
-    return line;
-  }
-  ~SniffCapture() override {
-    try {
-      stop();
-    } catch (...) {
-    }
-  }
+  explicit SniffCapture(capture::SniffOptions so) : sniff_(std::move(so), false) {}
+  std::string progress(double secs) override { return sniff_.progress(secs); }
   void start() override {
-    thread_ = std::thread([this] {
-      std::exception_ptr e;
-      capture::SniffSummary s;
-      try {
-        s = capture::run_sniff(opts_, log_);
-      } catch (...) {
-        e = std::current_exception();
-      }
-      std::lock_guard<std::mutex> l(mu_);
-      summary_ = s;
-      error_ = e;
-      done_ = true;
-      cv_.notify_all();
-    });
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait(l, [&] { return live_ || done_; });
-    if (!live_) {
-      l.unlock();
-      stop();  // rethrows the recorder's error
-      throw RuntimeError("capture run: packet capture on " + opts_.interface + " ended before it started");
-    }
+    sniff_.start();
+    if (!sniff_.wait_live())
+      throw RuntimeError("capture run: packet capture on " + sniff_.options().interface + " ended before it started");
   }
   std::string where() const override {
-    return "capturing on " + opts_.interface + ", port " + std::to_string(opts_.port) +
-           (opts_.host.empty() ? std::string() : ", host " + opts_.host);
+    const auto& o = sniff_.options();
+    return "capturing on " + o.interface + ", port " + std::to_string(o.port) +
+           (o.host.empty() ? std::string() : ", host " + o.host);
   }
-  bool failed() const override {
-    std::lock_guard<std::mutex> l(mu_);
-    return done_;
-  }
-  void stop() override {
-    if (!thread_.joinable()) return;
-    {
-      // A stop_sniff() that comes before run_sniff() is listening is
-      // forgotten: repeat it until the recorder has ended.
-      std::unique_lock<std::mutex> l(mu_);
-      while (!done_) {
-        capture::stop_sniff();
-        cv_.wait_for(l, std::chrono::milliseconds(100));
-      }
-    }
-    thread_.join();
-    if (error_) std::rethrow_exception(error_);
-  }
+  bool failed() const override { return sniff_.done(); }
+  void stop() override { sniff_.stop(); }
   void print_summary(const char* why) const override {
-    const auto& s = summary_;
+    const auto& s = sniff_.summary();
     std::printf("capture run: %s after %.1f s\n", why, s.seconds);
     print_counts(s.sessions, s.statements, s.transactions, s.errors);
     std::printf("packets: %llu (%.1f MB), kernel drops: %llu, interface drops: %llu, stream gaps: %llu (%llu bytes)\n",
@@ -305,28 +233,7 @@ class SniffCapture : public TxCapture {
   }
 
  private:
-  void on_log(const std::string& line) {
-    if (line.rfind("capturing on", 0) == 0) {
-      std::lock_guard<std::mutex> l(mu_);
-      live_ = true;
-      cv_.notify_all();
-      return;
-    }
-    std::fprintf(stderr, "%s\n", line.c_str());
-    std::fflush(stderr);
-  }
-
-  capture::SniffOptions opts_;
-  LineBuf buf_;
-  std::ostream log_;
-  std::thread thread_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool live_ = false, done_ = false;
-  capture::SniffSummary summary_;
-  std::exception_ptr error_;
-  std::atomic<uint64_t> packets_{0}, bytes_{0};
-  uint64_t prev_packets_ = 0, prev_bytes_ = 0;
+  SniffThread sniff_;
 };
 
 void run_capture_run(const CaptureRunOptions& o) {
@@ -343,10 +250,11 @@ void run_capture_run(const CaptureRunOptions& o) {
   int64_t duration = o.duration.empty() ? 0 : parse_positive_duration("--duration", o.duration);
   int64_t interval = parse_positive_duration("--sample-interval", o.sample_interval);
   if (o.threads < 0) throw InputError("--threads " + std::to_string(o.threads) + ": must be >= 0");
-  capture::check_pid("--pid", o.pid);
+  for_flag("--pid", [&] { capture::check_pid(o.pid); });
   if (o.hostless && (!o.device.empty() || o.pid != 0))
     throw InputError("capture run: --hostless samples the server over SQL only: no --device or --pid with it");
-  if (!o.device.empty()) capture::resolve_block_device(o.device);  // bad name -> exit 2 now
+  if (!o.device.empty())  // a bad name: exit 2 now
+    for_flag("--device", [&] { capture::resolve_block_device(o.device); });
   capture::SniffOptions so;
   if (passive) {
     so.interface = o.interface;
@@ -620,29 +528,7 @@ void run_capture_run(const CaptureRunOptions& o) {
     return line;
   });
 
-  timespec start;
-  clock_gettime(CLOCK_MONOTONIC, &start);
-  const char* why = "stopped";
-  for (;;) {
-    int sig = signals.wait(200'000'000);
-    if (sig == SIGINT || sig == SIGTERM) {
-      why = sig == SIGINT ? "SIGINT" : "SIGTERM";
-      break;
-    }
-    if (tx->failed()) {
-      why = "transaction capture failed";
-      break;
-    }
-    if (duration > 0) {
-      timespec now;
-      clock_gettime(CLOCK_MONOTONIC, &now);
-      int64_t el = (now.tv_sec - start.tv_sec) * 1'000'000'000LL + (now.tv_nsec - start.tv_nsec);
-      if (el >= duration) {
-        why = "duration reached";
-        break;
-      }
-    }
-  }
+  const char* why = signals.until_stop(duration, [&] { return tx->failed(); }, "transaction capture failed");
   progress.stop();
   std::exception_ptr tx_error;
   try {
@@ -676,6 +562,8 @@ void run_capture_run(const CaptureRunOptions& o) {
   std::printf("trace: %s (%llu records)\n", o.out.c_str(), static_cast<unsigned long long>(records));
   std::fflush(stdout);
 }
+
+}  // namespace
 
 void setup_capture_run(CLI::App& parent) {
   auto& capture = group(parent, "capture");
@@ -739,7 +627,4 @@ void setup_capture_run(CLI::App& parent) {
   });
 }
 
-const Registration reg{"capture run", 19, &setup_capture_run};
-
-}  // namespace
 }  // namespace tierlab::app

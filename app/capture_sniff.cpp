@@ -2,11 +2,12 @@
 #include "app/capture_server.h"
 #include "app/command.h"
 #include "app/progress.h"
+#include "app/sniff_thread.h"
+#include "app/stop_signals.h"
 #include "common/units.h"
 #include "capture/sniff.h"
 #include "common/error.h"
 
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -24,8 +25,6 @@ struct SniffCli {
   std::string conninfo;     // "" = --host (or 127.0.0.1) and --port, dbname=postgres
   double progress_s = -1;   // -P: see progress_period()
 };
-
-void on_sniff_stop_signal(int) { capture::stop_sniff(); }
 
 void run_sniff_cli(SniffCli& cli) {
   if (!cli.duration.empty()) cli.opts.duration_s = static_cast<double>(parse_positive_duration("--duration", cli.duration)) / 1e9;
@@ -52,40 +51,26 @@ void run_sniff_cli(SniffCli& cli) {
   }
   if (!no_settings.empty()) say_settings_skipped("capture sniff", no_settings);
 
-  struct sigaction sa {}, old_int{}, old_term{};
-  sa.sa_handler = on_sniff_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  struct Restore {
-    struct sigaction i, t;
-    ~Restore() {
-      sigaction(SIGINT, &i, nullptr);
-      sigaction(SIGTERM, &t, nullptr);
-    }
-  } restore{old_int, old_term};
-
+  // SIGINT/SIGTERM are taken with sigtimedwait; block them before the
+  // recorder's and the status line's threads start, so that they inherit
+  // the mask. --duration is the recorder's own (it drains what is in
+  // flight when it passes).
+  StopSignals signals;
+  SniffThread sniff(cli.opts, true);
   // The status line: the packets captured over the last period.
-  std::atomic<uint64_t> packets{0}, bytes{0};
-  cli.opts.live_packets = &packets;
-  cli.opts.live_bytes = &bytes;
-  uint64_t prev_packets = 0, prev_bytes = 0;
-  ProgressLine progress(progress_period(cli.progress_s), [&](double secs) {
-    const uint64_t p = packets.load(std::memory_order_relaxed), b = bytes.load(std::memory_order_relaxed);
-    char line[96];
-    std::snprintf(line, sizeof line, "%.0f packets/s, %s", double(p - prev_packets) / secs,
-                  rate_mb(double(b - prev_bytes), secs).c_str());
-    prev_packets = p;
-    prev_bytes = b;
-    return std::string(line);
-  });
-  capture::SniffSummary sum = capture::run_sniff(cli.opts, std::cerr);
+  ProgressLine progress(progress_period(cli.progress_s), [&](double secs) { return sniff.progress(secs); });
+  sniff.start();
+  signals.until_stop(0, [&] { return sniff.done(); }, "ended");
   progress.stop();
+  sniff.stop();
+  const capture::SniffSummary& sum = sniff.summary();
   bool live = !cli.opts.interface.empty();
   std::cout << "capture sniff: " << (live ? "interface " + cli.opts.interface : cli.opts.pcap_file)
             << ", port " << cli.opts.port << " -> " << cli.opts.out << "\n";
   capture::print_summary(sum, live, std::cout);
 }
+
+}  // namespace
 
 void setup_capture_sniff(CLI::App& parent) {
   auto& cap = group(parent, "capture");
@@ -127,7 +112,4 @@ void setup_capture_sniff(CLI::App& parent) {
   sub->callback([cli] { run_sniff_cli(*cli); });
 }
 
-const Registration reg{"capture sniff", 21, &setup_capture_sniff};
-
-}  // namespace
 }  // namespace tierlab::app

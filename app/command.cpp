@@ -8,7 +8,6 @@
 #include <csignal>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <cerrno>
@@ -21,17 +20,6 @@
 
 namespace tierlab::app {
 namespace {
-
-struct Entry {
-  const char* name;
-  int order;
-  SetupFn setup;
-};
-
-std::vector<Entry>& registry() {
-  static std::vector<Entry> entries;
-  return entries;
-}
 
 int g_exit_status = 0;
 
@@ -89,19 +77,27 @@ void drop_pending(const char* path) {
 
 }  // namespace
 
-Registration::Registration(const char* name, int order, SetupFn setup) {
-  registry().push_back({name, order, setup});
-}
-
 void setup_all(CLI::App& app) {
-  auto entries = registry();
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.order != b.order ? a.order < b.order : std::string(a.name) < b.name;
-  });
-  for (const auto& e : entries) e.setup(app);
+  // --help lists commands and groups in the order they are added here; a
+  // group ("capture") where its first command is added.
+  using SetupFn = void (*)(CLI::App&);
+  for (SetupFn setup : {setup_capture_run, setup_capture_proxy, setup_capture_sniff, setup_capture_block,
+                        setup_capture_import, setup_capture_log, setup_replay, setup_report, setup_iosim_simulate,
+                        setup_iosim_run, setup_iosim_emulate, setup_trace, setup_profile, setup_profile_synth,
+                        setup_tiers, setup_project, setup_sandbox})
+    setup(app);
 }
 
 void set_exit_status(int status) { g_exit_status = status; }
+
+std::string io_choice(const std::string& asked, const char* env) {
+  const char* value = std::getenv(env);
+  if (!value || !*value) return asked;
+  const std::string io = value;
+  if (io != "auto" && io != "io_uring" && io != "epoll")
+    throw InputError(std::string(env) + " " + io + ": expected auto, io_uring or epoll");
+  return io;
+}
 
 void check_rt(bool rt) {
   if (!rt) return;

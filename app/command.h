@@ -1,15 +1,13 @@
-// Subcommand registry of the tierlab CLI.
+// The subcommands of the tierlab CLI.
 //
 // Each app/<name>.cpp holds one subcommand (or one group of them): an options
 // struct with defaults for every member, a setup function that declares the
-// flags on a CLI::App, and a run function. It registers itself with
-//
-//   static const tierlab::app::Registration reg{"trace", 10, &setup_trace};
-//
-// where the number orders the subcommands in --help. setup() must attach a
-// callback (CLI::App::callback) that runs the command; the options struct is
-// kept alive by a shared_ptr captured in that callback. run functions throw
-// InputError / RuntimeError; main() turns them into one line and an exit code.
+// flags on a CLI::App, and a run function. The setup functions are declared
+// below and called in one list, setup_all() (app/command.cpp), in the order
+// --help shows them. setup() must attach a callback (CLI::App::callback)
+// that runs the command; the options struct is kept alive by a shared_ptr
+// captured in that callback. run functions throw InputError /
+// RuntimeError; run_cli() turns them into one line and an exit code.
 #pragma once
 
 #include "common/error.h"
@@ -25,13 +23,28 @@
 
 namespace tierlab::app {
 
-using SetupFn = void (*)(CLI::App& parent);
+// The subcommands' setup functions, one per app/<name>.cpp. A command of
+// a group ("capture run") adds itself to the group (see group() below).
+void setup_capture_run(CLI::App& parent);
+void setup_capture_proxy(CLI::App& parent);
+void setup_capture_sniff(CLI::App& parent);
+void setup_capture_block(CLI::App& parent);
+void setup_capture_import(CLI::App& parent);
+void setup_capture_log(CLI::App& parent);
+void setup_replay(CLI::App& parent);
+void setup_report(CLI::App& parent);
+void setup_iosim_simulate(CLI::App& parent);
+void setup_iosim_run(CLI::App& parent);
+void setup_iosim_emulate(CLI::App& parent);
+void setup_trace(CLI::App& parent);
+void setup_profile(CLI::App& parent);
+void setup_profile_synth(CLI::App& parent);  // "profile synth": after setup_profile
+void setup_tiers(CLI::App& parent);
+void setup_project(CLI::App& parent);
+void setup_sandbox(CLI::App& parent);
 
-struct Registration {
-  Registration(const char* name, int order, SetupFn setup);
-};
-
-// Builds the whole CLI on `app`, every registered subcommand in order.
+// Builds the whole CLI on `app`: every subcommand, in the order --help
+// lists them.
 void setup_all(CLI::App& app);
 
 // Parses and runs `args` (without argv[0]) as the tierlab binary would.
@@ -39,8 +52,8 @@ void setup_all(CLI::App& app);
 int run_cli(const std::vector<std::string>& args);
 
 // Exit status set by a command's callback when it completes without throwing
-// but wants a non-zero status (e.g. replay's divergence above
-// --max-divergence).
+// but wants a non-zero status (e.g. 128 + the signal that stopped a replay or
+// an iosim run, or the status of the command sandbox ran).
 void set_exit_status(int status);
 
 }  // namespace tierlab::app
@@ -64,6 +77,14 @@ decltype(auto) for_flag(const std::string& flag, F&& check) {
     throw InputError(flag + " " + e.what());
   }
 }
+
+// The event loop a command runs (its --io value, `asked`), or the value of
+// the environment variable `env` (TIERLAB_PROXY_IO, TIERLAB_REPLAY_IO) when
+// it is set and not empty: the tests run the proxy and the replay once
+// more on epoll with it. InputError "ENV VALUE: expected auto, io_uring or
+// epoll" for another value in `env`. Libraries take the choice as a value
+// (ProxyOptions::io, replay::Options::io) and read no environment.
+std::string io_choice(const std::string& asked, const char* env);
 
 // --rt: that the calling thread can have real-time priority (common/
 // realtime.h: RealTimeScope), checked before a run starts; RuntimeError

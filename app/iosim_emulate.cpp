@@ -137,6 +137,8 @@ void run_emulate(const EmulateOpts& o) {
                t.lat.quantile(0.99) / 1e6, (unsigned long long)t.slower_than_tier, (unsigned long long)t.errors);
 }
 
+}  // namespace
+
 void setup_iosim_emulate(CLI::App& parent) {
   auto& io = group(parent, "iosim");
   auto* sub = io.add_subcommand(
@@ -160,7 +162,4 @@ void setup_iosim_emulate(CLI::App& parent) {
   sub->callback([opt] { run_emulate(*opt); });
 }
 
-const Registration reg{"iosim-emulate", 42, &setup_iosim_emulate};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -251,6 +251,7 @@ void run_iosim(const RunOptions& o) {
   eo.target = o.target;
   eo.direct = o.direct;
   eo.iodepth = o.iodepth;
+  for_flag("--iodepth", [&] { iosim::check_iodepth(o.iodepth); });
   eo.submit_batch = o.iodepth_batch;
   eo.verify = o.verify;
   eo.realtime = o.rt;
@@ -402,6 +403,8 @@ void run_iosim(const RunOptions& o) {
   }
 }
 
+}  // namespace
+
 void setup_iosim_run(CLI::App& parent) {
   auto& io = group(parent, "iosim");
   auto* sub = io.add_subcommand("run", "real I/O through io_uring, closed loop (pattern) or open loop (--trace), "
@@ -447,7 +450,4 @@ void setup_iosim_run(CLI::App& parent) {
   sub->callback([opt] { run_iosim(*opt); });
 }
 
-const Registration reg{"iosim-run", 41, &setup_iosim_run};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -336,7 +336,9 @@ void run_simulate(const SimulateOptions& o) {
   json.write(doc.dump(2) + "\n");
 }
 
-void setup_simulate(CLI::App& parent) {
+}  // namespace
+
+void setup_iosim_simulate(CLI::App& parent) {
   auto& iosim = group(parent, "iosim");
   auto o = std::make_shared<SimulateOptions>();
   auto* cmd = iosim.add_subcommand(
@@ -386,7 +388,4 @@ void setup_simulate(CLI::App& parent) {
   cmd->callback([o] { run_simulate(*o); });
 }
 
-const Registration reg{"iosim simulate", 41, &setup_simulate};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -31,6 +31,8 @@ void run_profile(const ProfileOptions& o) {
   models::print_steadiness(std::cout, p, steady);
 }
 
+}  // namespace
+
 void setup_profile(CLI::App& parent) {
   auto opts = std::make_shared<ProfileOptions>();
   auto* sub = parent.add_subcommand(
@@ -47,7 +49,4 @@ void setup_profile(CLI::App& parent) {
   });
 }
 
-const Registration reg{"profile", 60, &setup_profile};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -118,7 +118,9 @@ void run_synth(const SynthCliOptions& o) {
   }
 }
 
-void setup_synth(CLI::App& parent) {
+}  // namespace
+
+void setup_profile_synth(CLI::App& parent) {
   auto* profile = parent.get_subcommand("profile");
   auto opts = std::make_shared<SynthCliOptions>();
   auto* sub = profile->add_subcommand(
@@ -155,7 +157,4 @@ void setup_synth(CLI::App& parent) {
   sub->callback([opts] { run_synth(*opts); });
 }
 
-const Registration reg{"profile_synth", 60, &setup_synth};
-
-}  // namespace
 }  // namespace tierlab::app

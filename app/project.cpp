@@ -224,8 +224,6 @@ void add_projection_flags(CLI::App* sub, ProjectCliOptions* opts) {
                   "also write a self-contained HTML report to this file (- : HTML on stdout only)");
 }
 
-namespace {
-
 void setup_project(CLI::App& parent) {
   auto opts = std::make_shared<ProjectCliOptions>();
   auto* sub = parent.add_subcommand(
@@ -237,7 +235,4 @@ void setup_project(CLI::App& parent) {
   sub->callback([opts] { run_project(*opts); });
 }
 
-const Registration reg{"project", 61, &setup_project};
-
-}  // namespace
 }  // namespace tierlab::app

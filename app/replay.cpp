@@ -160,7 +160,7 @@ void run_replay(const ReplayOptions& o) {
   opts.realtime = o.rt;
   opts.hold_cpu_latency = !o.no_pm_qos;
   opts.direct = o.wire == "direct";
-  opts.io = o.io;
+  opts.io = io_choice(o.io, "TIERLAB_REPLAY_IO");
   opts.log_path = o.log;
   opts.sync = o.sync != "none";
   opts.sync_all = o.sync == "all";
@@ -244,6 +244,8 @@ void run_replay(const ReplayOptions& o) {
                        std::to_string(r.divergence_new_errors) + " of " + std::to_string(r.statements) +
                        " failed that succeeded at capture; errors by SQLSTATE above)");
 }
+
+}  // namespace
 
 void setup_replay(CLI::App& parent) {
   auto o = std::make_shared<ReplayOptions>();
@@ -342,7 +344,4 @@ void setup_replay(CLI::App& parent) {
   cmd->callback([o] { run_replay(*o); });
 }
 
-const Registration reg{"replay", 30, &setup_replay};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -80,6 +80,8 @@ void run_merge(const MergeOptions& o) {
   }
 }
 
+}  // namespace
+
 void setup_report(CLI::App& parent) {
   auto* report = parent.add_subcommand(
       "report", "one self-contained HTML report of a projection (FILE --tier ... --html OUT), or `report merge` "
@@ -118,7 +120,4 @@ void setup_report(CLI::App& parent) {
   merge->callback([o] { run_merge(*o); });
 }
 
-const Registration reg{"report", 35, &setup_report};
-
-}  // namespace
 }  // namespace tierlab::app

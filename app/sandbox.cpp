@@ -385,6 +385,8 @@ void run_sandbox(const SandboxOptions& o) {
   set_exit_status(status);
 }
 
+}  // namespace
+
 void setup_sandbox(CLI::App& parent) {
   auto o = std::make_shared<SandboxOptions>();
   auto* sub = parent.add_subcommand(
@@ -416,7 +418,4 @@ void setup_sandbox(CLI::App& parent) {
   sub->callback([o] { run_sandbox(*o); });
 }
 
-const Registration reg{"sandbox", 90, &setup_sandbox};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <csignal>
+#include <cstdint>
+#include <functional>
 
 namespace tierlab::app {
 
@@ -21,6 +23,13 @@ class StopSignals {
 
   // Waits up to timeout_ns for SIGINT or SIGTERM; returns the signal, or 0.
   int wait(long timeout_ns);
+
+  // A capture's wait for its end: until SIGINT or SIGTERM comes,
+  // `duration_ns` has passed since the call (0: no limit) or `ended()`
+  // (asked every 200 ms: the capture failed or finished on its own) is
+  // true. Returns why, for the summary: "SIGINT", "SIGTERM", "duration
+  // reached" or `ended_why`.
+  const char* until_stop(int64_t duration_ns, const std::function<bool()>& ended, const char* ended_why);
 
  private:
   sigset_t set_;

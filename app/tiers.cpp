@@ -110,6 +110,8 @@ void run_show(const TiersOptions& o) {
   print_latency("flush", t.flush);
 }
 
+}  // namespace
+
 void setup_tiers(CLI::App& parent) {
   auto* tiers = parent.add_subcommand("tiers", "list and show the storage tier models");
   tiers->require_subcommand(1);
@@ -127,7 +129,4 @@ void setup_tiers(CLI::App& parent) {
   show->callback([so] { run_show(*so); });
 }
 
-const Registration reg{"tiers", 60, &setup_tiers};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -506,6 +506,8 @@ void run_merge(const MergeOptions& o) {
   std::fflush(stdout);
 }
 
+}  // namespace
+
 void setup_trace(CLI::App& parent) {
   auto& tr = group(parent, "trace");
 
@@ -548,7 +550,4 @@ void setup_trace(CLI::App& parent) {
   sm->callback([merge] { run_merge(*merge); });
 }
 
-const Registration reg{"trace", 50, &setup_trace};
-
-}  // namespace
 }  // namespace tierlab::app

@@ -354,7 +354,7 @@ std::string require_block_tracing(const std::string& tracefs) {
 }
 
 BlockDevice resolve_block_device(const std::string& spec) {
-  if (spec.empty()) throw InputError("--device: no device given");
+  if (spec.empty()) throw InputError("no block device given");
   unsigned maj = 0, min = 0;
   if (!parse_mm(spec, maj, min)) {
     struct stat st{};
@@ -366,7 +366,7 @@ BlockDevice resolve_block_device(const std::string& spec) {
     }
     if (!path.empty()) {
       if (::stat(path.c_str(), &st) != 0)
-        throw InputError(errno_message("--device " + spec, errno));
+        throw InputError(errno_message(spec, errno));
       if (S_ISBLK(st.st_mode)) {
         maj = major(st.st_rdev);
         min = minor(st.st_rdev);
@@ -380,12 +380,12 @@ BlockDevice resolve_block_device(const std::string& spec) {
   std::string mm = std::to_string(maj) + ":" + std::to_string(min);
   std::string sys = "/sys/dev/block/" + mm;
   if (::access(sys.c_str(), F_OK) != 0)
-    throw InputError("--device " + spec + ": " + mm + " is not a block device (no " + sys + ")");
+    throw InputError(spec + ": " + mm + " is not a block device (no " + sys + ")");
   BlockDevice d;
   if (::access((sys + "/partition").c_str(), F_OK) == 0) {
     // Requests are issued to the whole disk: record that one.
     std::string parent = trim(read_file(sys + "/../dev"));
-    if (!parse_mm(parent, maj, min)) throw InputError("--device " + spec + ": cannot find the disk of partition " + mm);
+    if (!parse_mm(parent, maj, min)) throw InputError(spec + ": cannot find the disk of partition " + mm);
     sys = "/sys/dev/block/" + parent;
     d.from_partition = true;
   }
@@ -398,27 +398,31 @@ BlockDevice resolve_block_device(const std::string& spec) {
   return d;
 }
 
-void check_pid(const std::string& flag, int64_t pid) {
-  if (pid < 0) throw InputError(flag + " " + std::to_string(pid) + ": must be a process id");
+void check_pid(int64_t pid) {
+  if (pid < 0) throw InputError(std::to_string(pid) + ": must be a process id");
 }
 
-void check_block_capture_options(const BlockCaptureOptions& opts) {
-  for (int32_t pid : opts.pids) check_pid("--pid", pid);
+void check_buffer_kb(uint32_t buffer_kb) {
   // tracefs refuses 0; the kernel allocates the ring on every CPU at once.
   constexpr uint32_t kMaxBufferKb = 1u << 20;
-  if (opts.buffer_kb == 0 || opts.buffer_kb > kMaxBufferKb)
-    throw InputError("--buffer-kb " + std::to_string(opts.buffer_kb) + ": must be 1 to " +
+  if (buffer_kb == 0 || buffer_kb > kMaxBufferKb)
+    throw InputError(std::to_string(buffer_kb) + ": must be 1 to " +
                      std::to_string(kMaxBufferKb) + " (KiB per CPU)");
   long cpus = ::sysconf(_SC_NPROCESSORS_CONF);
   long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (cpus > 0 && pages > 0 && page > 0) {
-    uint64_t want = uint64_t(opts.buffer_kb) * 1024 * uint64_t(cpus);
+    uint64_t want = uint64_t(buffer_kb) * 1024 * uint64_t(cpus);
     uint64_t mem = uint64_t(pages) * uint64_t(page);
     if (want > mem / 2)
-      throw InputError("--buffer-kb " + std::to_string(opts.buffer_kb) + ": " + std::to_string(cpus) +
+      throw InputError(std::to_string(buffer_kb) + ": " + std::to_string(cpus) +
                        " CPUs would take " + format_bytes(double(want)) + ", more than half of memory (" +
                        format_bytes(double(mem)) + ")");
   }
+}
+
+void check_block_capture_options(const BlockCaptureOptions& opts) {
+  for (int32_t pid : opts.pids) check_pid(pid);
+  check_buffer_kb(opts.buffer_kb);
 }
 
 BlockCaptureStats capture_block(const BlockCaptureOptions& opts, trace::Writer& out,

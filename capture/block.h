@@ -54,7 +54,8 @@ struct BlockDevice {
 };
 
 // Resolves "vda", "/dev/vda", "254:0" or a path on a mounted file system to
-// the whole disk that block requests are issued to. Throws InputError.
+// the whole disk that block requests are issued to. Throws InputError
+// "SPEC: what is wrong".
 BlockDevice resolve_block_device(const std::string& spec);
 
 // Throws RuntimeError ("capture block needs root ...") unless the process
@@ -84,14 +85,19 @@ struct BlockCaptureOptions {
   std::atomic<uint64_t>* live_ios = nullptr;
 };
 
-// Throws InputError "FLAG PID: must be a process id" when `pid` is
-// negative: the check of every --pid flag of the capture commands (0 keeps
-// the meaning the command gives it).
-void check_pid(const std::string& flag, int64_t pid);
+// Throws InputError "PID: must be a process id" when `pid` is negative: the
+// check of every pid the capture commands take (0 keeps the meaning the
+// command gives it).
+void check_pid(int64_t pid);
 
-// Throws InputError, one line naming the flag (--pid, --buffer-kb), for
-// options capture_block() would refuse; callers check before creating the
-// trace. capture_block() calls it too.
+// Throws InputError "KB: ..." for a per-CPU ring buffer size tracefs
+// refuses (0, above 1 GiB) or that would take more than half of memory on
+// all CPUs.
+void check_buffer_kb(uint32_t buffer_kb);
+
+// Throws InputError, one line naming the bad value (check_pid,
+// check_buffer_kb), for options capture_block() would refuse; callers check
+// before creating the trace. capture_block() calls it too.
 void check_block_capture_options(const BlockCaptureOptions& opts);
 
 struct BlockCaptureStats {

@@ -369,7 +369,7 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   // the machine's busy CPU per transaction 0.98x (lower in 12 of 20 rounds
   // measured). Earlier builds measured the opposite (the server and
   // clients behind the io_uring loop spent more); --io epoll stays.
-  px.uring = use_uring(opts.io, "TIERLAB_PROXY_IO", "capture proxy", true, &detail::uring_unsupported);
+  px.uring = use_uring(opts.io, "capture proxy", true, &detail::uring_unsupported);
   // Two descriptors per session: allow as many as the hard limit does.
   rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

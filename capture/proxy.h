@@ -57,9 +57,9 @@ struct ProxyOptions {
   bool drop_on_overflow = false;          // drop records instead of waiting
   // Event loop: "io_uring", "epoll", or "auto" (io_uring where the kernel
   // has what it needs, else epoll: see Proxy::Proxy in capture/proxy.cpp
-  // for why); `capture proxy --io`. The environment variable
-  // TIERLAB_PROXY_IO, when set, overrides it (the proxy tests run once more
-  // with it set to epoll: tests/CMakeLists.txt).
+  // for why); `capture proxy --io` (or TIERLAB_PROXY_IO, which the app
+  // reads: the proxy tests run once more with it set to epoll,
+  // tests/CMakeLists.txt).
   std::string io = "auto";
   uint32_t max_message = 1u << 30;        // largest message accepted
   size_t queue_bytes = 8u << 20;          // record queue per thread

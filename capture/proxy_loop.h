@@ -2,7 +2,7 @@
 //
 // A loop owns its sessions (client connection, upstream connection, one
 // SessionDecoder each) and runs on one thread. Its session policy
-// (capture/proxy_session.cpp) is written once over common/loop.h, whose
+// (capture/proxy_session.h) is written once over common/loop.h, whose
 // backend is chosen once (Proxy::Proxy says why "auto" picks io_uring):
 //  - io_uring: multishot receives into a ring of provided buffers, sends
 //    queued as submissions and handed to the kernel together with the wait,

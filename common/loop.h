@@ -1,7 +1,7 @@
 // One event loop for tierlab's network code, with two backends chosen once
 // (make_loop): io_uring where the kernel has what it needs, epoll elsewhere
 // or on request (the caller says which). What a session does with the bytes (the capture
-// proxy's policy: capture/proxy_session.cpp) is written once above it.
+// proxy's policy: capture/proxy_session.h) is written once above it.
 //
 // A Loop runs on one thread and owns its connections: a connection is a
 // slot index (also the io_uring user_data, with the operation in the low

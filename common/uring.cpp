@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
 
 namespace tierlab {
@@ -123,12 +122,8 @@ std::string uring_missing(const UringNeeds& need) {
   return "";
 }
 
-bool use_uring(const std::string& asked, const char* env, const char* who, bool auto_uring,
-               std::string (*missing)()) {
-  const char* env_io = std::getenv(env);
-  std::string io = env_io && *env_io ? env_io : asked;
-  if (io != "auto" && io != "io_uring" && io != "epoll")
-    throw InputError(std::string(env) + " " + io + ": expected auto, io_uring or epoll");
+bool use_uring(const std::string& io, const char* who, bool auto_uring, std::string (*missing)()) {
+  if (io != "auto" && io != "io_uring" && io != "epoll") throw InputError(io + ": expected auto, io_uring or epoll");
   if (io == "epoll") return false;
   if (io == "auto") return auto_uring && missing().empty();
   if (std::string why = missing(); !why.empty()) throw RuntimeError(std::string(who) + ": io_uring: " + why);

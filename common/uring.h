@@ -149,13 +149,11 @@ struct UringNeeds {
 // missing, in one line ("io_uring operation NAME not supported").
 std::string uring_missing(const UringNeeds& need);
 
-// An --io choice: `asked` ("auto", "io_uring" or "epoll"), or the value of
-// the environment variable `env` when it is set (tests run either loop with
-// it). True for io_uring: asked for by name, or "auto" when `auto_uring`
-// and `missing()` (why io_uring cannot run here, "" when it can) is empty.
-// InputError for another name; RuntimeError "WHO: io_uring: WHY" when
-// io_uring is asked for by name and missing.
-bool use_uring(const std::string& asked, const char* env, const char* who, bool auto_uring,
-               std::string (*missing)());
+// An --io choice, `io` ("auto", "io_uring" or "epoll"). True for io_uring:
+// asked for by name, or "auto" when `auto_uring` and `missing()` (why
+// io_uring cannot run here, "" when it can) is empty. InputError "IO:
+// expected auto, io_uring or epoll" for another name; RuntimeError "WHO:
+// io_uring: WHY" when io_uring is asked for by name and missing.
+bool use_uring(const std::string& io, const char* who, bool auto_uring, std::string (*missing)());
 
 }  // namespace tierlab

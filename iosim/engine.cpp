@@ -219,7 +219,7 @@ class Engine {
 };
 
 void Engine::open_target() {
-  if (o_.target.empty()) throw InputError("--target: no file or device given");
+  if (o_.target.empty()) throw InputError("no target file or device given");
   struct stat st{};
   bool exists = ::stat(o_.target.c_str(), &st) == 0;
   if (!exists && errno != ENOENT)
@@ -678,7 +678,7 @@ void Engine::loop(IoSource& src, bool open_loop, bool counted) {
 }
 
 EngineResult Engine::run(IoSource& src) {
-  if (o_.iodepth == 0 || o_.iodepth > 65536) throw InputError("--iodepth must be in 1..65536");
+  check_iodepth(o_.iodepth);
   open_target();
   setup_ring();
   verify_all_ = o_.verify && o_.verify_existing;
@@ -725,6 +725,10 @@ void probe_io_uring() {
   io_uring_probe* probe = io_uring_get_probe_ring(ring.get());
   if (!probe) throw RuntimeError("io_uring: the kernel has no IORING_REGISTER_PROBE (needs Linux 5.6+)");
   io_uring_free_probe(probe);
+}
+
+void check_iodepth(uint32_t iodepth) {
+  if (iodepth == 0 || iodepth > 65536) throw InputError(std::to_string(iodepth) + ": must be 1 to 65536");
 }
 
 EngineResult run_engine(const EngineOptions& opts, IoSource& source) {

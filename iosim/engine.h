@@ -193,6 +193,10 @@ struct EngineResult {
 // RuntimeError naming the first missing one.
 void probe_io_uring();
 
+// Throws InputError "N: must be 1 to 65536" for a number of request slots
+// (EngineOptions::iodepth) the engine does not run with.
+void check_iodepth(uint32_t iodepth);
+
 // Runs the I/Os of `source` against opts.target. See the file comment.
 EngineResult run_engine(const EngineOptions& opts, IoSource& source);
 

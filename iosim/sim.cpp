@@ -4,6 +4,7 @@
 #include "trace/reader.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cassert>
 #include <cmath>
 #include <cstring>
@@ -254,9 +255,13 @@ PatternArrivals::PatternArrivals(const PatternSpec& pattern, double rate_iops, b
       poisson_(poisson),
       count_(count),
       runtime_ns_(runtime_ns) {
-  if (!(rate_iops > 0)) throw InputError("--rate-iops: must be above 0");
+  if (!(rate_iops > 0)) {
+    char rate[32];
+    std::snprintf(rate, sizeof rate, "%g", rate_iops);
+    throw InputError(std::string("arrival rate ") + rate + " IOPS: must be above 0");
+  }
   if (count == 0 && runtime_ns <= 0)
-    throw InputError("an open loop needs --runtime or --ios to end");
+    throw InputError("an open loop needs a runtime or an I/O count to end");
 }
 
 bool PatternArrivals::next(Arrival& out) {
@@ -325,10 +330,10 @@ bool TraceArrivals::next(Arrival& out) {
 // --- the simulations ---------------------------------------------------------------
 
 SimResult simulate_closed(const models::Tier& tier, const ClosedLoop& loop, const SimOptions& opt) {
-  if (loop.iodepth == 0) throw InputError("--iodepth: must be at least 1");
+  if (loop.iodepth == 0) throw InputError("iodepth 0: must be at least 1");
   if (loop.runtime_ns <= 0 && loop.ios == 0)
-    throw InputError("a closed loop needs --runtime or --ios to end");
-  if (loop.think_ns < 0) throw InputError("--think: must not be negative");
+    throw InputError("a closed loop needs a runtime or an I/O count to end");
+  if (loop.think_ns < 0) throw InputError("think time " + std::to_string(loop.think_ns) + " ns: must not be negative");
 
   SimResult r;
   Shaper shaper(tier, opt.seed);
@@ -383,7 +388,7 @@ SimResult simulate_closed(const models::Tier& tier, const ClosedLoop& loop, cons
 }
 
 SimResult simulate_open(const models::Tier& tier, ArrivalSource& arrivals, const SimOptions& opt) {
-  if (opt.open_iodepth == 0) throw InputError("--iodepth: must be at least 1");
+  if (opt.open_iodepth == 0) throw InputError("iodepth 0: must be at least 1");
   SimResult r;
   r.open_loop = true;
   Shaper shaper(tier, opt.seed);

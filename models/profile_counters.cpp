@@ -201,8 +201,8 @@ void profile_from_counters(Profile& p, const CounterSeries& c, const std::map<st
                                        std::to_string(p.vcpus) + " vCPUs / TPS (the whole instance's CPU)");
         std::erase_if(p.notes, [](const std::string& n) { return starts(n, "no CPU samples in the trace"); });
       } else {
-        p.notes.push_back("CPUUtilization without the instance's vCPUs: CPU per transaction unknown (give "
-                          "--vcpus to capture import)");
+        p.notes.push_back("CPUUtilization without the instance's vCPU count: CPU per transaction unknown (an "
+                          "import of the metrics with the instance's vCPUs gives it)");
       }
     }
   }

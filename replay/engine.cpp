@@ -224,7 +224,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   sh.sched.max_speed = opts.max_speed;
   // auto: io_uring only for directly driven sessions (libpq's gain nothing
   // from it: libpq makes its own system calls).
-  sh.uring = use_uring(opts.io, "TIERLAB_REPLAY_IO", "replay", opts.direct, &uring_unsupported);
+  sh.uring = use_uring(opts.io, "replay", opts.direct, &uring_unsupported);
 
   // Who connects where: --user / --database, --user-map, else the captured
   // ones. A user or database the conninfo names is the default only for a

@@ -195,8 +195,8 @@ struct Options {
   // libpq's sockets are polls on the same ring), "epoll", or "auto":
   // io_uring where the kernel has what the loop needs and sessions are
   // driven directly (libpq makes its own system calls either way), else
-  // epoll. The environment variable TIERLAB_REPLAY_IO, when set,
-  // overrides it (tests run on either loop).
+  // epoll. `replay --io` (or TIERLAB_REPLAY_IO, which the app reads: tests
+  // run on either loop).
   std::string io = "auto";
   // --sync commit (true): a transaction or an autocommit statement waits
   // until every commit point (Plan::commits) that completed at capture

@@ -161,3 +161,28 @@ TEST_CASE("cli: --compress-level out of range is one line naming the flag and th
                   range);
   check_bad_input({"capture", "log", "/dev/null", "--out", "/dev/null", "--compress-level", "23"}, range);
 }
+
+TEST_CASE("cli: setup_all lists every subcommand, groups and their commands in the order --help shows", "[cli]") {
+  CLI::App app;
+  tierlab::app::setup_all(app);
+  auto names = [](CLI::App& parent) {
+    std::vector<std::string> n;
+    for (auto* sub : parent.get_subcommands({})) n.push_back(sub->get_name());
+    return n;
+  };
+  CHECK(names(app) == std::vector<std::string>{"capture", "replay", "report", "iosim", "trace", "profile", "tiers",
+                                               "project", "sandbox"});
+  CHECK(names(*app.get_subcommand("capture")) ==
+        std::vector<std::string>{"run", "proxy", "sniff", "block", "import", "log"});
+  CHECK(names(*app.get_subcommand("iosim")) == std::vector<std::string>{"simulate", "run", "emulate"});
+  CHECK(names(*app.get_subcommand("profile")) == std::vector<std::string>{"synth"});
+  // The help shows them in that order too.
+  const std::string help = app.help();
+  size_t at = 0;
+  for (const char* n : {"capture", "replay", "report", "iosim", "trace", "profile", "tiers", "project", "sandbox"}) {
+    INFO(n);
+    const size_t p = help.find(std::string("\n  ") + n + " ", at);
+    REQUIRE(p != std::string::npos);
+    at = p + 1;
+  }
+}

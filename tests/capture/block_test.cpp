@@ -115,7 +115,17 @@ TEST_CASE("block capture resolves devices by name, node, number and file", "[blo
   CHECK(bynode.dev == byfile.dev);
   CHECK(bynum.dev == byfile.dev);
   CHECK_THROWS_AS(capture::resolve_block_device("no-such-disk"), InputError);
+  // The library names the value; the command names its flag (app::for_flag).
+  CHECK_THROWS_WITH(capture::resolve_block_device("no-such-disk"),
+                    Catch::Matchers::StartsWith("no-such-disk: "));
   CHECK_THROWS_AS(capture::resolve_block_device("999:999"), InputError);
+}
+
+TEST_CASE("block capture's checks name the bad value, not a flag", "[block]") {
+  CHECK_THROWS_WITH(capture::check_pid(-5), "-5: must be a process id");
+  CHECK_NOTHROW(capture::check_pid(0));
+  CHECK_THROWS_WITH(capture::check_buffer_kb(0), Catch::Matchers::StartsWith("0: must be 1 to "));
+  CHECK_NOTHROW(capture::check_buffer_kb(8192));
 }
 
 TEST_CASE("block tracing is checked before a trace is created: root, a tracefs, the block tracepoints", "[block]") {

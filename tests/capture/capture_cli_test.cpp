@@ -233,7 +233,15 @@ TEST_CASE("capture flags checked late no longer overwrite an existing trace", "[
   }
   SECTION("block --buffer-kb 0") {
     auto r = run_tierlab({"capture", "block", "--device", "/", "--buffer-kb", "0", "--duration", "1s", "--out", keep});
-    require_refused(r, "--buffer-kb");
+    require_refused(r, "tierlab: --buffer-kb 0: must be 1 to ");
+  }
+  SECTION("block and run --device that names no disk") {
+    auto r = run_tierlab(
+        {"capture", "block", "--device", "no-such-disk9", "--duration", "1s", "--out", keep});
+    require_refused(r, "tierlab: --device no-such-disk9: ");
+    auto run = run_tierlab({"capture", "run", "--upstream", "127.0.0.1:1", "--device", "no-such-disk9",
+                            "--duration", "1s", "--out", keep});
+    require_refused(run, "tierlab: --device no-such-disk9: ");
   }
   SECTION("block --buffer-kb larger than memory") {
     auto r = run_tierlab(

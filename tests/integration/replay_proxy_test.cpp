@@ -3,6 +3,7 @@
 // transactions, with zero errors and no divergence; libpq's COPY FROM STDIN
 // by PQexecParams loads the same rows again.
 #include "replay/replay.h"
+#include "support/io_env.h"
 #include "support/support.h"
 #include "trace/reader.h"
 
@@ -117,6 +118,7 @@ TEST_CASE("pgbench captured through the proxy replays exactly, in each protocol 
     o.conninfo = pg.conninfo();
     o.threads = 2;
     o.max_speed = true;
+    o.io = tierlab::test::replay_io();
     replay::Report r = replay::run(w, o);
     CHECK(r.sessions_failed == 0);
     CHECK(r.first_session_error == "");
@@ -174,6 +176,7 @@ TEST_CASE("COPY FROM STDIN started by Execute, captured through the proxy, repla
     o.conninfo = pg.conninfo();
     o.max_speed = true;
     o.direct = direct;
+    o.io = tierlab::test::replay_io();
     replay::Report r = replay::run(w, o);
     CHECK(r.sessions_failed == 0);
     CHECK(r.statements == 2);

@@ -9,6 +9,7 @@
 // whose commit the others need busy first (pg_sleep, quick at capture or
 // not), so that without the commit order the others reliably go first.
 #include "replay/replay.h"
+#include "support/io_env.h"
 #include "support/support.h"
 #include "tests/integration/replay_traces.h"
 #include "trace/reader.h"
@@ -38,6 +39,7 @@ replay::Options opts_for(const pgtmp::Server& pg, bool sync, bool max_speed) {
   o.sync = sync;
   o.max_speed = max_speed;
   o.speed = 4;
+  o.io = tierlab::test::replay_io();
   return o;
 }
 

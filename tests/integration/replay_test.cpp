@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/realtime.h"
 #include "replay/replay.h"
+#include "support/io_env.h"
 #include "support/support.h"
 #include "tests/integration/replay_traces.h"
 #include "trace/reader.h"
@@ -43,6 +44,7 @@ replay::Options opts_for(const pgtmp::Server& pg) {
   replay::Options o;
   o.conninfo = pg.conninfo();
   o.threads = 2;
+  o.io = tierlab::test::replay_io();
   return o;
 }
 
@@ -58,7 +60,7 @@ void replay_both_ways(const replay::Workload& wl, replay::Options o, Check check
     o.io = way == "direct, io_uring" ? "io_uring" : "epoll";
     replay::Report r = replay::run(wl, o);
     INFO(r.first_session_error);
-    if (!std::getenv("TIERLAB_REPLAY_IO")) CHECK(r.io == o.io);
+    CHECK(r.io == o.io);
     check(o.direct, r);
   }
 }

@@ -120,6 +120,13 @@ TEST_CASE("cli: iosim run rejects bad input with one line and exit 2", "[engine]
   r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "0"});
   CHECK(r.status == 2);
   CHECK(r.err.find("--size: must be above 0") != std::string::npos);
+  // The engine's request slots: the message names the flag.
+  for (const char* depth : {"0", "65537"}) {
+    r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--iodepth", depth});
+    CHECK(r.status == 2);
+    CHECK(tierlab::test::count_lines(r.err) == 1);
+    CHECK(r.err == std::string("tierlab: --iodepth ") + depth + ": must be 1 to 65536\n");
+  }
   r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--size", "4m", "--runtime", "0"});
   CHECK(r.status == 2);
   CHECK(r.err.find("--runtime: '0' must be longer than 0") != std::string::npos);

@@ -186,7 +186,7 @@ TEST_CASE("replay dispatch allocates nothing per statement", "[replay][pg][alloc
   CHECK(large.divergence_error_status == 0);
   CHECK(large.divergence_row_count == 0);
   CHECK(large.sessions_direct == (direct ? 4u : 0u));
-  if (!std::getenv("TIERLAB_REPLAY_IO")) CHECK(large.io == io);
+  CHECK(large.io == io);
   // Every round trip logged: per session the CREATE, the PREPARE, three
   // per iteration and the COPY (tens of kB: the buffers were written out).
   CHECK(large.log_lines == (logged ? 4u * (3 * 500 + 3) : 0u));
