@@ -32,14 +32,9 @@
 using tierlab::test::run_tierlab;
 using tierlab::test::TempDir;
 
-namespace {
+using tierlab::test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+namespace {
 
 void spit(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);

@@ -18,14 +18,9 @@
 using namespace tierlab;
 using tierlab::test::TempDir;
 
-namespace {
+using tierlab::test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+namespace {
 
 void spit(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 

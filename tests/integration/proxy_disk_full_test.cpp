@@ -28,14 +28,9 @@
 using namespace tierlab;
 using tierlab::test::TempDir;
 
-namespace {
+using tierlab::test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+namespace {
 
 size_t occurrences(const std::string& s, const std::string& what) {
   size_t n = 0;

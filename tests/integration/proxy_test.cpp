@@ -29,14 +29,9 @@
 using namespace tierlab;
 using tierlab::test::TempDir;
 
-namespace {
+using tierlab::test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+namespace {
 
 // `tierlab capture proxy` running as a child process.
 class ProxyProcess {

@@ -35,17 +35,12 @@
 using namespace tierlab;
 using tierlab::test::TempDir;
 
+using tierlab::test::slurp;
+
 namespace {
 
 constexpr const char* kPassword = test::kTlsPassword;
 using test::TlsServer;
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // `tierlab capture proxy` as a child process.
 class ProxyProcess {

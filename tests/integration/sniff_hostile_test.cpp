@@ -23,14 +23,9 @@
 
 using namespace tierlab;
 
-namespace {
+using tierlab::test::slurp;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+namespace {
 
 struct Child {
   int status = -1;

@@ -17,6 +17,8 @@ using tierlab::test::count_lines;
 using tierlab::test::run_tierlab;
 using tierlab::test::TempDir;
 
+using tierlab::test::slurp;
+
 namespace {
 
 constexpr int64_t kMs = 1000000;
@@ -35,13 +37,6 @@ void write_proxy_trace(const std::string& path) {
     }
   for (uint64_t s = 1; s <= 4; ++s) w->write(400 * kMs, s, tierlab::trace::SessionEnd{});
   w->close();
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 bool exists(const std::string& path) {

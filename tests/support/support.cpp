@@ -2,6 +2,8 @@
 
 #include "common/error.h"
 
+#include <sstream>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -30,6 +32,7 @@
 extern char** environ;
 
 namespace tierlab::test {
+
 
 namespace {
 
@@ -210,6 +213,13 @@ bool wait_listening(int port) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
 }
 
 }  // namespace tierlab::test

@@ -59,6 +59,9 @@ constexpr int kNoSeccomp = 125;
 // skip()s unless running as root; `what` names what needs root.
 void require_root(const char* what);
 
+// The whole of a file's bytes ("" if it cannot be read).
+std::string slurp(const std::string& path);
+
 // Options for a test server whose commits do not wait for the device
 // (fsync=off): for tests that measure tierlab, not the machine's flush time.
 pgtmp::Options fast_server_options();
