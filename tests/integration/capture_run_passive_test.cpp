@@ -183,8 +183,9 @@ TEST_CASE("capture run --interface records pgbench from loopback packets with sa
   REQUIRE(j["templates"].size() >= 1);
   CHECK(j["templates"][0]["statements"] == kStatementsPerTx);
   CHECK(j["per_transaction"]["cpu_ms"].get<double>() > 0.01);
+  // (/proc counts CPU time in clock ticks: a short pgbench run may show 0.)
   REQUIRE(j["per_transaction"]["client_cpu_ms"].is_number());
-  CHECK(j["per_transaction"]["client_cpu_ms"].get<double>() > 0.0);
+  CHECK(j["per_transaction"]["client_cpu_ms"].get<double>() >= 0.0);
   CHECK(j["per_transaction"]["client_cpu_ms"].get<double>() < 5.0);
 }
 
