@@ -60,19 +60,8 @@ class Proxy {
       : out_(dir.file("proxy.out")), err_(dir.file("proxy.err")) {
     std::vector<std::string> args = {TIERLAB_BINARY, "capture", "proxy", "--listen", "127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = fork();
+    pid_ = test::spawn_to_files(args, out_, err_);
     REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      int o = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int e = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(o, 1);
-      dup2(e, 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
     std::regex re("listening on 127\\.0\\.0\\.1:([0-9]+)");
     for (int i = 0; i < 400; ++i) {
       std::smatch m;

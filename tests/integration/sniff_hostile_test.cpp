@@ -37,19 +37,8 @@ struct Child {
 Child run_measured(const test::TempDir& dir, std::vector<std::string> args) {
   args.insert(args.begin(), TIERLAB_BINARY);
   const std::string out = dir.file("sniff.out"), err = dir.file("sniff.err");
-  pid_t pid = fork();
+  pid_t pid = test::spawn_to_files(args, out, err);
   REQUIRE(pid >= 0);
-  if (pid == 0) {
-    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1);
-    dup2(e, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
   Child c;
   rusage ru{};
   int status = 0;

@@ -215,6 +215,23 @@ bool wait_listening(int port) {
   return false;
 }
 
+int spawn_to_files(const std::vector<std::string>& args, const std::string& out_path, const std::string& err_path) {
+  std::vector<std::string> a = args;
+  std::vector<char*> argv;
+  for (auto& s : a) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int o = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;

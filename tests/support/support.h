@@ -59,6 +59,10 @@ constexpr int kNoSeccomp = 125;
 // skip()s unless running as root; `what` names what needs root.
 void require_root(const char* what);
 
+// Starts `args` (args[0] the binary's path) with stdout and stderr written
+// to the two files; returns its pid (the caller waits for it).
+int spawn_to_files(const std::vector<std::string>& args, const std::string& out_path, const std::string& err_path);
+
 // The whole of a file's bytes ("" if it cannot be read).
 std::string slurp(const std::string& path);
 
