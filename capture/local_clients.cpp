@@ -18,8 +18,9 @@
 namespace tierlab::capture {
 namespace {
 
-bool hex_word(std::string_view s, uint32_t& out) {
-  if (s.size() != 8) return false;
+// A hexadecimal number of 1 to 8 digits.
+bool hex(std::string_view s, uint32_t& out) {
+  if (s.empty() || s.size() > 8) return false;
   uint32_t v = 0;
   for (char c : s) {
     int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
@@ -37,13 +38,9 @@ bool endpoint(std::string_view s, bool v6, std::array<uint32_t, 4>& addr, uint16
   if (colon != words * 8 || s.size() != colon + 5) return false;
   addr = {};
   for (size_t i = 0; i < words; ++i)
-    if (!hex_word(s.substr(i * 8, 8), addr[i])) return false;
+    if (!hex(s.substr(i * 8, 8), addr[i])) return false;
   uint32_t p = 0;
-  for (char c : s.substr(colon + 1)) {
-    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-    if (d < 0) return false;
-    p = p << 4 | static_cast<uint32_t>(d);
-  }
+  if (!hex(s.substr(colon + 1), p)) return false;
   port = static_cast<uint16_t>(p);
   return true;
 }
