@@ -98,9 +98,10 @@ stop_emulator() {
   kill -TERM "$emu_pid"; wait "$emu_pid" || true; emu_pid=
 }
 
-# pg_start / pg_stop: the server on $work/mnt/data, inside $pg_cgroups.
+# pg_start / pg_stop: the server on $work/mnt/data, inside $pg_cgroups;
+# $pg_listen (default none: the socket only) is its listen_addresses.
 pg_start() {
-  local opts="-p $port -k $work/run -c listen_addresses='' -c shared_buffers=32MB" join="" g
+  local opts="-p $port -k $work/run -c listen_addresses='${pg_listen:-}' -c shared_buffers=32MB" join="" g
   for g in $pg_cgroups; do join="$join echo \$\$ >$g/cgroup.procs &&"; done
   sh -c "$join exec runuser -u postgres -- $PGBIN/pg_ctl -D $work/mnt/data -w -l $work/run/log -o \"$opts\" start" >/dev/null
   pg_data=$work/mnt/data
@@ -139,4 +140,12 @@ pg_select_tps() {
     sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
   pg_stop
   umount "$work/mnt"
+}
+
+# profile_latency_us PROFILE_JSON read|write|flush: the mean device latency of
+# that kind in a `tierlab profile --json` file, in microseconds (100 if the
+# profile saw none).
+profile_latency_us() {
+  sed -n "/\"$2_latency\"/,/}/p" "$1" |
+    awk -F: '/"count"/ {n=$2+0} /"mean_ms"/ {m=$2+0} END {printf "%.1f", (n>0 ? m*1000 : 100)}'
 }
