@@ -24,10 +24,16 @@ using namespace tierlab;
 
 namespace {
 
-// A loop device over an image in /dev/shm, detached at the end.
+// A loop device over an image in /dev/shm, detached at the end. A run killed
+// before its destructor leaves its device attached: those of runs whose
+// process is gone are detached (and their images removed) first.
 struct Loop {
   std::string image, dev;
   Loop() {
+    std::system(
+        "losetup -nO NAME,BACK-FILE 2>/dev/null | while read -r d f; do "
+        "case $f in /dev/shm/tierlab-tree-*.img) p=${f#/dev/shm/tierlab-tree-}; p=${p%.img}; "
+        "[ -d /proc/$p ] || { losetup -d $d; rm -f $f; };; esac; done");
     image = "/dev/shm/tierlab-tree-" + std::to_string(::getpid()) + ".img";
     if (std::system(("truncate -s 16M " + image).c_str()) != 0) test::skip("cannot create " + image);
     dev = test::shell_output("losetup -f --show " + image + " 2>&1");
