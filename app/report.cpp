@@ -181,7 +181,12 @@ void setup_report(CLI::App& parent) {
       for (const auto& [flag, given] : {std::pair<const char*, bool>{"--load", !po->loads.empty()},
                                         {"--slo-p99", !po->slo_p99.empty()},
                                         {"--data-growth", !po->data_growth.empty()},
-                                        {"--json", !po->json_out.empty()}})
+                                        {"--json", !po->json_out.empty()},
+                                        {"--memory", !po->memory.empty()},
+                                        {"--clients", !po->clients.empty()},
+                                        {"--vcpus", po->vcpus.has_value()},
+                                        {"--windows", po->windows.has_value()},
+                                        {"--captured-on", !po->captured_on.empty()}})
         if (given) throw InputError(std::string("report: ") + flag + ": needs a projection: give --tier");
       run_report(*po, std::move(views));
       return;

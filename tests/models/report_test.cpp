@@ -259,6 +259,9 @@ TEST_CASE("report: project --html and profile --html are views of the report, an
   r = test::run_tierlab({"report", path, "--load", "1,2", "--html", html});
   CHECK(r.status == 2);
   CHECK(r.err == "tierlab: report: --load: needs a projection: give --tier\n");
+  r = test::run_tierlab({"report", path, "--memory", "1G", "--html", html});
+  CHECK(r.status == 2);
+  CHECK(r.err == "tierlab: report: --memory: needs a projection: give --tier\n");
   r = test::run_tierlab({"report", path, "--replay", dir.file("none.json"), "--html", html});
   CHECK(r.status == 2);
   CHECK(r.err.find("--replay") != std::string::npos);
