@@ -32,7 +32,9 @@ struct CaptureTimeline {
     double read_bytes = 0, write_bytes = 0;
     double read_latency_s = 0, write_latency_s = 0;  // sums (issue to completion)
   };
-  std::vector<Bucket> buckets;  // bucket i spans [i, i + 1) * bucket_s from the first record
+  // Bucket i spans [i, i + 1) * bucket_s from the first statement, error,
+  // transaction end or block I/O of the trace.
+  std::vector<Bucket> buckets;
   bool has_block_io = false;
   struct Statement {
     std::string sql;  // fingerprint (normalize_sql)

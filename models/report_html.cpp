@@ -209,15 +209,15 @@ void capture_section(std::ostringstream& h, const CaptureTimeline& c) {
   std::vector<Series> rates = {tx, st};
   if (errors) rates.push_back(er);
   h << "<div class=\"charts\"><div><h3>Rates over time</h3>\n";
-  xy_chart(h, "Transactions and statements per second over time", "seconds since the capture's first statement",
+  xy_chart(h, "Transactions and statements per second over time", "seconds from the capture's first statement or I/O",
            "per second", rates);
   h << "</div>";
   if (c.has_block_io) {
     h << "<div><h3>Block I/O rate over time</h3>\n";
-    xy_chart(h, "Block I/O requests per second over time", "seconds since the capture's first statement",
+    xy_chart(h, "Block I/O requests per second over time", "seconds from the capture's first statement or I/O",
              "requests per second", {rd, wr});
     h << "</div><div><h3>Block I/O latency over time</h3>\n";
-    xy_chart(h, "Block I/O latency over time", "seconds since the capture's first statement",
+    xy_chart(h, "Block I/O latency over time", "seconds from the capture's first statement or I/O",
              "mean latency, issue to completion, ms", {rl, wl});
     h << "</div></div>\n";
   } else {
