@@ -246,7 +246,7 @@ TEST_CASE("report: a capture, its replay, the projection and the miss-ratio curv
   const std::string shot = "report-screenshot.png";
   ::unlink(shot.c_str());
   int rc = std::system((chromium + kArgs + "--user-data-dir=" + dir.file("profile") +
-                        " --hide-scrollbars --window-size=1200,4400 --screenshot=" + shot + " 'file://" + html +
+                        " --hide-scrollbars --window-size=1200,4750 --screenshot=" + shot + " 'file://" + html +
                         "' >" + dir.file("shot.out") + " 2>&1")
                            .c_str());
   INFO(slurp(dir.file("shot.out")));
