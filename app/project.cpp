@@ -167,7 +167,9 @@ void run_project(const ProjectCliOptions& o) {
     for (const auto& w : models::steadiness(profile, {}).warnings(profile)) p.notes.push_back(w);
   }
   const std::string json_text = o.json_out.empty() ? "" : models::projection_json(p) + "\n";
-  const std::string html_text = o.html_out.empty() ? "" : models::projection_html(p, profile);
+  const std::string html_text = o.html_out.empty()   ? ""
+                                : o.html_view        ? o.html_view(p, profile)
+                                                     : models::projection_html(p, profile);
   if (o.json_out != "-" && o.html_out != "-") {
     // First, before the table: a capture whose commits did not wait for the
     // device projects every tier's commits alike.
@@ -221,7 +223,8 @@ void add_projection_flags(CLI::App* sub, ProjectCliOptions* opts) {
                   "p99 latency target in ms: a tier's headroom ends where its p99 estimate crosses it");
   sub->add_option("--json", opts->json_out, "also write the projection as JSON to this file (- : JSON on stdout only)");
   sub->add_option("--html", opts->html_out,
-                  "also write a self-contained HTML report to this file (- : HTML on stdout only)");
+                  "also write a self-contained HTML report to this file (- : HTML on stdout only): from project "
+                  "the projection and the miss-ratio curve, from report every section it is given");
 }
 
 void setup_project(CLI::App& parent) {

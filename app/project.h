@@ -4,9 +4,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace tierlab::models {
+struct Profile;
+struct Projection;
+}  // namespace tierlab::models
 
 namespace tierlab::app {
 
@@ -28,6 +34,9 @@ struct ProjectCliOptions {
   std::string load_by = "think";
   std::string data_growth;
   std::string slo_p99;         // milliseconds
+  // The page --html writes; unset: models::projection_html (the report's
+  // projection view). `report` sets its own, with the capture and replays.
+  std::function<std::string(const models::Projection&, const models::Profile&)> html_view;
 };
 
 // Declares FILE and every flag of `project` on `sub`, bound to *opts (which

@@ -1,77 +1,17 @@
-// The projection as one self-contained HTML page: inline CSS and SVG only,
-// no scripts, no fonts or images from anywhere.
-#include "models/project.h"
+// The report's projection sections (models/report.h): the tiers table, the
+// charts against clients and load, headroom, where the time goes.
 #include "models/capacity.h"
+#include "models/html_parts.h"
+#include "models/project.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
-namespace tierlab::models {
+namespace tierlab::models::html {
 
 namespace {
-
-const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
-                          "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
-
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
-
-std::string num(double v, const char* f = "%.1f") {
-  char b[64];
-  std::snprintf(b, sizeof b, f, v);
-  return b;
-}
-
-// A "nice" axis maximum and tick step for values up to `v`: the smallest of
-// 1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10 x a power of ten that holds v, so
-// that the data fills most of the chart.
-std::pair<double, double> axis(double v) {
-  if (v <= 0) return {1, 0.2};
-  double mag = std::pow(10.0, std::floor(std::log10(v)));
-  static const std::pair<double, double> kNice[] = {{1, 0.2},  {1.2, 0.2}, {1.5, 0.5}, {2, 0.5},
-                                                    {2.5, 0.5}, {3, 0.5},  {4, 1},     {5, 1},
-                                                    {6, 1},    {8, 2},    {10, 2}};
-  for (auto [m, step] : kNice)
-    if (m * mag >= v * (1 - 1e-12)) return {m * mag, step * mag};
-  return {10 * mag, 2 * mag};
-}
-
-// Dash patterns and marker shapes, so that curves that coincide stay
-// visible: each series differs from the others in colour, dash and marker.
-const char* kDashes[] = {"", "8 4", "2 3", "10 3 2 3", "5 5", "1 4", "12 6", "6 2 2 2 2 2"};
-
-void marker(std::ostringstream& h, size_t i, double x, double y, const char* col) {
-  char b[320];
-  switch (i % 4) {
-    case 0:
-      std::snprintf(b, sizeof b, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3.5\" fill=\"%s\"/>", x, y, col);
-      break;
-    case 1:
-      std::snprintf(b, sizeof b, "<rect x=\"%.2f\" y=\"%.2f\" width=\"7\" height=\"7\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"/>",
-                    x - 3.5, y - 3.5, col);
-      break;
-    case 2:
-      std::snprintf(b, sizeof b, "<path d=\"M%.2f %.2fl4 7h-8z\" fill=\"%s\"/>", x, y - 4.5, col);
-      break;
-    default:
-      std::snprintf(b, sizeof b, "<path d=\"M%.2f %.2fl4.5 4.5l-4.5 4.5l-4.5 -4.5z\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"/>",
-                    x, y - 4.5, col);
-  }
-  h << b;
-}
 
 // One chart of a figure against clients, a series per tier, from
 // clients_lo to clients_hi.
@@ -254,7 +194,7 @@ void capacity_section(std::ostringstream& h, const Projection& p) {
   bool headroom = false;
   for (const auto& t : p.tiers) headroom = headroom || t.headroom != 0;
   if (p.loads.empty() && !headroom && p.data_growth == 1) return;
-  h << "<h2 id=\"capacity\">Capacity: load and headroom</h2>\n";
+  h << "<h3 id=\"capacity\">Capacity: load and headroom</h3>\n";
   if (p.data_growth != 1)
     h << "<p>Data growth " << num(p.data_growth, "%.3g")
       << "x: every figure on this page is projected with the data that much larger (see the notes).</p>\n";
@@ -268,9 +208,9 @@ void capacity_section(std::ostringstream& h, const Projection& p) {
   }
   if (p.loads.empty()) return;
   if (p.loads.size() >= 2) {
-    h << "<div class=\"charts\"><div><h2>Throughput against load</h2>\n";
+    h << "<div class=\"charts\"><div><h3>Throughput against load</h3>\n";
     load_chart(h, p, "transactions per second", "TPS", [](const LoadTier& t) { return t.tps; });
-    h << "</div><div><h2>p99 latency against load</h2>\n";
+    h << "</div><div><h3>p99 latency against load</h3>\n";
     load_chart(h, p, "p99 latency estimate, ms", "p99 latency", [](const LoadTier& t) { return t.p99_s * 1e3; });
     h << "</div></div>\n";
     legend(h, p);
@@ -295,34 +235,13 @@ void capacity_section(std::ostringstream& h, const Projection& p) {
 
 }  // namespace
 
-std::string projection_html(const Projection& p, const Profile& profile) {
-  std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
-       "<title>tierlab projection: "
-    << esc(p.source) << "</title>\n<style>\n"
-       "body{font-family:system-ui,-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;"
-       "margin:1.5em auto;max-width:1160px;padding:0 1em;color:#222}\n"
-       "h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.6em}\n"
-       "table{border-collapse:collapse;font-size:.82em}th,td{padding:4px 6px;text-align:right;"
-       "border-bottom:1px solid #ddd;white-space:nowrap}th:first-child,td:first-child{text-align:left}\n"
-       "td.left{text-align:left}.range{color:#666;font-size:.85em}\n"
-       "svg{font-size:12px;display:block;margin:.5em 0}.tick{fill:#555;font-size:11px}\n"
-       ".charts{display:flex;flex-wrap:wrap;gap:16px}.charts h2{margin-top:.6em}\n"
-       ".legend{font-size:.9em;display:flex;flex-wrap:wrap;gap:18px}.legend span{white-space:nowrap}\n"
-       ".note{color:#555;font-size:.85em}.lead{font-weight:600}code{background:#f3f3f3;padding:0 3px}\n"
-       "</style></head><body>\n";
-  h << "<h1>What this workload would do on other storage tiers</h1>\n";
+void projection_sections(std::ostringstream& h, const Projection& p, const Profile& profile) {
+  h << "<h2 id=\"projection\" class=\"section\">Projection onto storage tiers</h2>\n";
   if (!p.same_on_every_tier.empty()) h << "<p class=\"lead\">" << esc(p.same_on_every_tier) << ".</p>\n";
   // A `profile synth` profile was computed, not captured: no capture to
   // compare with.
   const bool synthetic = profile.source.rfind("synth:", 0) == 0;
-  if (synthetic)
-    h << "<p>Profile <code>" << esc(p.source) << "</code>, computed by <code>profile synth</code>, not captured: "
-      << profile.clients << " clients. Projected at ";
-  else
-    h << "<p>Trace <code>" << esc(p.source) << "</code>: " << profile.transactions << " transactions in "
-      << num(profile.duration_s) << " s (" << num(profile.tps) << " tps measured), " << profile.templates.size()
-      << " transaction templates, " << profile.clients << " clients. Projected at ";
+  h << "<p>Projected at ";
   h << p.clients_hi << " clients, " << p.vcpus
     << " vCPUs";
   if (p.capture_vcpus != p.vcpus) h << " (" << p.capture_vcpus << " at capture)";
@@ -369,16 +288,16 @@ std::string projection_html(const Projection& p, const Profile& profile) {
   h << "</table>\n";
   h << "<p class=\"note\">Bottleneck: the busiest resource when it is " << num(kSaturated * 100, "%.0f")
     << "% busy or more, or a cap's bound reached; \"none\" below that.</p>\n";
-  h << "<div class=\"charts\"><div><h2>Throughput against clients</h2>\n";
+  h << "<div class=\"charts\"><div><h3>Throughput against clients</h3>\n";
   clients_chart(h, p, "transactions per second", "TPS", [](const CurvePoint& c) { return c.tps; });
-  h << "</div><div><h2>Mean latency against clients</h2>\n";
+  h << "</div><div><h3>Mean latency against clients</h3>\n";
   clients_chart(h, p, "mean latency, ms", "Mean latency", [](const CurvePoint& c) { return c.latency_s * 1e3; });
   h << "</div></div>\n";
   legend(h, p);
   capacity_section(h, p);
-  h << "<h2>Where a transaction's time goes (at " << p.clients_hi << " clients)</h2>\n";
+  h << "<h3>Where a transaction's time goes (at " << p.clients_hi << " clients)</h3>\n";
   split_chart(h, p);
-  h << "<h2>Per transaction</h2>\n<p>CPU "
+  h << "<h3>Per transaction</h3>\n<p>CPU "
     << (p.cpu_modelled ? num(p.cpu_s_per_tx * 1e3, "%.3f") + " ms" : std::string("not sampled (in other)"))
     << ", device reads "
     << num(p.reads_per_tx, "%.3f") << ", commit writes " << num(p.sync_writes_per_tx, "%.3f")
@@ -393,11 +312,9 @@ std::string projection_html(const Projection& p, const Profile& profile) {
        "as rate-limited queues, the captured think time. p99 is a gamma-fit estimate.</p>\n";
   h << "<p>" << esc(capture_tier_line(p)) << ".</p>\n";
   if (!p.notes.empty()) {
-    h << "<h2>Notes</h2>\n";
+    h << "<h3>Notes</h3>\n";
     for (const auto& n : p.notes) h << "<p class=\"note\">" << esc(n) << "</p>\n";
   }
-  h << "</body></html>\n";
-  return h.str();
 }
 
-}  // namespace tierlab::models
+}  // namespace tierlab::models::html

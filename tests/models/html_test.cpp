@@ -70,7 +70,7 @@ TEST_CASE("html: charts fit the data, coinciding curves differ, latency beside t
   CHECK(h.find("5000.0\u20136000.0") != std::string::npos);
   CHECK(h.find("<td>cpu 36%</td><td>none</td>") != std::string::npos);
   CHECK(h.find("storage wait 54%, cpu 27%, other 19%") != std::string::npos);
-  CHECK(h.find("<h2>Notes</h2>") != std::string::npos);
+  CHECK(h.find("<h3>Notes</h3>") != std::string::npos);
   CHECK(h.find("unsteady capture: WAL flush latency") != std::string::npos);
 }
 
