@@ -344,35 +344,34 @@ const std::string* KeyColumns::column(const std::string& relation) const {
   return it == picked_.end() ? nullptr : &it->second;
 }
 
-std::vector<SyncNeed> sync_needs(const std::vector<SyncTxn>& txns, const std::vector<Nanos>& commit_end) {
+void plan_needs(const SyncSource& src, const std::vector<Nanos>& commit_end,
+                const std::function<void(size_t, SyncNeed&&)>& out) {
+  const size_t n = src.size();
   KeyColumns keys;
-  for (const SyncTxn& t : txns) keys.count(t.rels);
+  for (size_t t = 0; t < n; ++t) src.access(t, [&](const SqlAccess& a) { keys.count(a.rels); });
   keys.pick();
   SyncPlanner planner(keys);
   // Transactions open in begin order as the commits close (one that begins
   // when a commit ends opens first). A committing one's need is taken at
   // its commit; another's at the next commit after it opened (the commits
   // between are not before it).
-  std::vector<size_t> by_begin(txns.size());
-  for (size_t t = 0; t < txns.size(); ++t) by_begin[t] = t;
-  std::stable_sort(by_begin.begin(), by_begin.end(), [&](size_t a, size_t b) { return txns[a].begin < txns[b].begin; });
-  std::vector<size_t> committer(commit_end.size(), SIZE_MAX);
-  for (size_t t = 0; t < txns.size(); ++t)
-    if (txns[t].commit != kNoCommit) committer[txns[t].commit] = t;
-  std::vector<uint32_t> handle(txns.size(), UINT32_MAX);
-  std::vector<SyncNeed> needs(txns.size());
-  std::vector<size_t> readers;  // opened, committing nothing, need not taken
-  auto open = [&](size_t t) {
-    handle[t] = planner.open(txns[t].begin);
-    SqlAccess a;
-    a.unknown = txns[t].unknown;
-    a.rels = txns[t].rels;
-    planner.add(handle[t], a);
-    if (txns[t].commit == kNoCommit) readers.push_back(t);
+  std::vector<uint32_t> by_begin(n);
+  for (size_t t = 0; t < n; ++t) by_begin[t] = static_cast<uint32_t>(t);
+  std::stable_sort(by_begin.begin(), by_begin.end(),
+                   [&](uint32_t a, uint32_t b) { return src.begin(a) < src.begin(b); });
+  std::vector<uint32_t> committer(commit_end.size(), UINT32_MAX);
+  for (size_t t = 0; t < n; ++t)
+    if (src.commit(t) != kNoCommit) committer[src.commit(t)] = static_cast<uint32_t>(t);
+  std::vector<uint32_t> handle(n, UINT32_MAX);
+  std::vector<uint32_t> readers;  // opened, committing nothing, need not taken
+  auto open = [&](uint32_t t) {
+    handle[t] = planner.open(src.begin(t));
+    src.access(t, [&](const SqlAccess& a) { planner.add(handle[t], a); });
+    if (src.commit(t) == kNoCommit) readers.push_back(t);
   };
   auto take_readers = [&] {
-    for (size_t t : readers) {
-      needs[t] = planner.need(handle[t]);
+    for (uint32_t t : readers) {
+      out(t, planner.need(handle[t]));
       planner.close(handle[t], kNoCommit, 0);
     }
     readers.clear();
@@ -380,19 +379,37 @@ std::vector<SyncNeed> sync_needs(const std::vector<SyncTxn>& txns, const std::ve
   size_t next = 0;
   for (uint32_t c = 0; c < commit_end.size(); ++c) {
     take_readers();
-    while (next < by_begin.size() && txns[by_begin[next]].begin <= commit_end[c]) open(by_begin[next++]);
-    const size_t t = committer[c];
-    if (t == SIZE_MAX) continue;
+    while (next < n && src.begin(by_begin[next]) <= commit_end[c]) open(by_begin[next++]);
+    const uint32_t t = committer[c];
+    if (t == UINT32_MAX) continue;
     if (handle[t] == UINT32_MAX) open(t);  // a commit stamped before its own begin
-    needs[t] = planner.need(handle[t]);
+    out(t, planner.need(handle[t]));
     planner.close(handle[t], c, commit_end[c]);
   }
   take_readers();
-  for (; next < by_begin.size(); ++next) {
+  for (; next < n; ++next) {
     if (handle[by_begin[next]] != UINT32_MAX) continue;
     open(by_begin[next]);
     take_readers();
   }
+}
+
+std::vector<SyncNeed> sync_needs(const std::vector<SyncTxn>& txns, const std::vector<Nanos>& commit_end) {
+  struct Source : SyncSource {
+    const std::vector<SyncTxn>& v;
+    explicit Source(const std::vector<SyncTxn>& x) : v(x) {}
+    size_t size() const override { return v.size(); }
+    Nanos begin(size_t t) const override { return v[t].begin; }
+    uint32_t commit(size_t t) const override { return v[t].commit; }
+    void access(size_t t, const std::function<void(const SqlAccess&)>& f) const override {
+      SqlAccess a;
+      a.unknown = v[t].unknown;
+      a.rels = v[t].rels;
+      f(a);
+    }
+  } src(txns);
+  std::vector<SyncNeed> needs(txns.size());
+  plan_needs(src, commit_end, [&](size_t t, SyncNeed&& n) { needs[t] = std::move(n); });
   return needs;
 }
 

@@ -23,6 +23,7 @@
 #include "replay/sync_sql.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -106,6 +107,26 @@ class SyncPlanner {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Transactions as the planner reads them (sync_needs, and a loaded plan's
+// units without a copy of what they touch): `access` gives what
+// transaction t touches, one call of `f` per unit (or statement), in order;
+// it is called twice per transaction (the key columns' pass, then the
+// rule's), so that nothing of it need be held.
+struct SyncSource {
+  virtual ~SyncSource() = default;
+  virtual size_t size() const = 0;
+  virtual Nanos begin(size_t t) const = 0;
+  virtual uint32_t commit(size_t t) const = 0;  // kNoCommit: none
+  virtual void access(size_t t, const std::function<void(const SqlAccess&)>& f) const = 0;
+};
+
+// The need of each transaction of `src`, handed to `out` (transaction,
+// need) in the order they are taken, each as late as SyncPlanner allows
+// (a committing transaction's at its commit), as a plan read as it goes
+// takes them. `commit_end` as sync_needs has it.
+void plan_needs(const SyncSource& src, const std::vector<Nanos>& commit_end,
+                const std::function<void(size_t, SyncNeed&&)>& out);
 
 // `commit_end[c]`: commit point c's captured ReadyForQuery time, ascending
 // (the Plan's numbering); every commit point is the `commit` of one of
