@@ -86,15 +86,20 @@ bool changes_state(std::string_view tag, std::string_view sql, bool copy_in) {
   return true;
 }
 
+UnitBatch* PlanBuilder::Impl::take_batch() {
+  if (free_batches.empty()) {
+    batches.push_back(std::make_unique<UnitBatch>());
+    free_batches.push_back(batches.back().get());
+  }
+  UnitBatch* b = free_batches.back();
+  free_batches.pop_back();
+  return b;
+}
+
 Tables& PlanBuilder::Impl::T(SessionBuild& sb) {
   if (!stream) return *plan;
   if (!sb.batch) {
-    if (free_batches.empty()) {
-      batches.push_back(std::make_unique<UnitBatch>());
-      free_batches.push_back(batches.back().get());
-    }
-    sb.batch = free_batches.back();
-    free_batches.pop_back();
+    sb.batch = take_batch();
     sb.batch->session = sb.plan_index;
     sb.tmp.clear();
   }
@@ -307,7 +312,9 @@ void PlanBuilder::Impl::add(const trace::Record& r) {
   // Streamed: the session's units go on once every answer is in (at its
   // end, whatever it has).
   const bool end = std::holds_alternative<trace::SessionEnd>(r.body);
-  if (end || (sb.awaiting.empty() && !sb.ext_open && sb.copy_tmp.empty())) emit(sb);
+  const bool whole = !sb.ext_open && sb.copy_tmp.empty();  // no unit half made
+  if (end || (whole && sb.awaiting.empty())) emit(sb);
+  else if (whole && sb.awaiting.front() >= kSplitUnits) split(sb);
 }
 
 void PlanBuilder::Impl::on(SessionBuild& sb, Nanos ts, const trace::SessionBegin& b) {

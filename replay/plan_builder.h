@@ -158,6 +158,8 @@ struct PlanBuilder::Impl {
   uint64_t open_seq = 0;
 
   Tables& T(SessionBuild& sb);
+  // Streamed: a batch from the pool (or a new one), empty.
+  UnitBatch* take_batch();
   std::vector<UnitTmp>& TMP(SessionBuild& sb) { return stream ? sb.tmp : unit_tmp; }
 
   void recycle(UnitBatch* b);
@@ -225,6 +227,18 @@ struct PlanBuilder::Impl {
   // Streamed: hands on the session's batch (ready_*), its units to replay
   // in `order`, by the window's rule as start_sessions_idle applies it.
   void emit(SessionBuild& sb);
+
+  // Streamed: a session that pipelines (sends its next unit before the
+  // last one's answer) may never be idle. Once kSplitUnits units at the
+  // front of its batch are answered, they go on (emit), and the units
+  // still waiting move to a new batch: a batch holds at most kSplitUnits
+  // units and what the session has in flight, however long it pipelines.
+  static constexpr uint32_t kSplitUnits = 32;
+  void split(SessionBuild& sb);
+  // Copies unit i of `from`, with what it refers to, to the end of `to`.
+  static void move_unit(const Tables& from, uint32_t i, Tables& to);
+  std::vector<UnitTmp> split_tmp;     // split's scratch, kept
+  std::vector<uint32_t> split_await;
 
   // Unit i of the batch replays: counted as finish() and order_commits
   // count what the replay sends (captured errors, commit points).

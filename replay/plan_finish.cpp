@@ -204,37 +204,49 @@ void PlanBuilder::Impl::order_commits(const std::vector<uint32_t>& start, uint32
     return static_cast<uint32_t>(std::lower_bound(at.begin(), at.end(), t) - at.begin());
   };
   // The transactions: from a unit that starts one to the unit whose
-  // ReadyForQuery says idle (or the session's last).
-  std::vector<detail::SyncTxn> txns;
-  std::vector<uint32_t> first;  // per transaction: its first unit
+  // ReadyForQuery says idle (or the session's last), as ranges of
+  // session_units; what they touch is read from their units when the rule
+  // asks (twice), not held.
+  struct Span {
+    Nanos begin = 0;
+    uint32_t from = 0, to = 0;  // in session_units
+    uint32_t commit = kNoCommit;
+  };
+  std::vector<Span> txns;
   for (size_t i = 0; i + 1 < start.size(); ++i) {
     p.sessions[i].sync_all = before(p.sessions[i].begin);
     bool idle = true;  // the next unit starts a transaction
     for (uint32_t k = start[i]; k < start[i + 1]; ++k) {
-      const uint32_t ui = p.session_units[k];
-      Unit& u = p.units[ui];
+      Unit& u = p.units[p.session_units[k]];
       if (idle) {
         u.sync_all = before(u.ts);
-        txns.emplace_back();
-        txns.back().begin = u.ts;
-        first.push_back(ui);
+        txns.push_back(Span{u.ts, k, k, kNoCommit});
       }
-      detail::SqlAccess a = unit_access(ui, captured);
-      detail::SyncTxn& t = txns.back();
-      t.unknown = t.unknown || a.unknown;
-      for (detail::RelAccess& r : a.rels) t.rels.push_back(std::move(r));
+      Span& t = txns.back();
+      t.to = k + 1;
       if (u.commit != kNoCommit) t.commit = u.commit;
       idle = u.ready == 'I' || u.ready == 0;
     }
   }
-  const std::vector<detail::SyncNeed> needs = detail::sync_needs(txns, at);
-  for (size_t t = 0; t < txns.size(); ++t) {
-    Unit& u = p.units[first[t]];
-    u.sync_need = needs[t].prefix;
+  struct Source : detail::SyncSource {
+    const Impl& m;
+    const std::vector<Span>& txns;
+    uint32_t captured;
+    Source(const Impl& i, const std::vector<Span>& t, uint32_t c) : m(i), txns(t), captured(c) {}
+    size_t size() const override { return txns.size(); }
+    Nanos begin(size_t t) const override { return txns[t].begin; }
+    uint32_t commit(size_t t) const override { return txns[t].commit; }
+    void access(size_t t, const std::function<void(const detail::SqlAccess&)>& f) const override {
+      for (uint32_t k = txns[t].from; k < txns[t].to; ++k) f(m.unit_access(m.plan->session_units[k], captured));
+    }
+  } src(*this, txns, captured);
+  detail::plan_needs(src, at, [&](size_t t, detail::SyncNeed&& need) {
+    Unit& u = p.units[p.session_units[txns[t].from]];
+    u.sync_need = need.prefix;
     u.sync_dep = static_cast<uint32_t>(p.sync_deps.size());
-    u.n_sync_deps = static_cast<uint32_t>(needs[t].deps.size());
-    p.sync_deps.insert(p.sync_deps.end(), needs[t].deps.begin(), needs[t].deps.end());
-  }
+    u.n_sync_deps = static_cast<uint32_t>(need.deps.size());
+    p.sync_deps.insert(p.sync_deps.end(), need.deps.begin(), need.deps.end());
+  });
   p.commits = static_cast<uint32_t>(points.size());
   p.summary.commit_points = points.size();
 }

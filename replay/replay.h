@@ -158,7 +158,8 @@ Workload load(trace::Reader& reader, const Window& window = {}, const Shard& sha
 // again by run(), each worker reading its sessions' units as it replays
 // them and freeing each once answered. Memory grows with the sessions, the
 // distinct statements and the units read ahead of the replay (at most
-// detail::kQueueBatches batches a session), not with the trace's length. The summary is load()'s. Commit order (Options::sync)
+// detail::kQueueBatches batches a session, a batch at most 32 answered
+// units and those in flight), not with the trace's length. The summary is load()'s. Commit order (Options::sync)
 // needs load(): run() refuses a streamed workload with it. The trace must
 // not change until run() returns. Throws like trace::Reader.
 Workload stream(const std::string& path, const Window& window = {}, const Shard& shard = {});

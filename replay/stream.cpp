@@ -6,6 +6,8 @@
 #include "replay/plan_builder.h"
 #include "replay/wire.h"
 
+#include <cassert>
+
 namespace tierlab::replay {
 
 void PlanBuilder::Impl::recycle(UnitBatch* b) {
@@ -89,6 +91,75 @@ void PlanBuilder::Impl::emit(SessionBuild& sb) {
   if (ready_tail) ready_tail->next = &b;
   else ready_head = &b;
   ready_tail = &b;
+}
+
+void PlanBuilder::Impl::move_unit(const Tables& from, uint32_t i, Tables& to) {
+  Unit u = from.units[i];
+  Arena& a = to.arena;
+  if (u.sql) u.sql = a.copy(u.sql);  // a streamed Query's text lives in its batch
+  if (u.wire) u.wire = a.copy(std::string_view(u.wire, u.wire_len));
+  if (u.copy_wire) u.copy_wire = a.copy(std::string_view(u.copy_wire, u.copy_wire_len));
+  const uint32_t first_stmt = static_cast<uint32_t>(to.stmts.size());
+  to.stmts.insert(to.stmts.end(), from.stmts.begin() + u.first_stmt, from.stmts.begin() + u.first_stmt + u.n_stmts);
+  const uint32_t first_op = static_cast<uint32_t>(to.ops.size());
+  for (uint32_t k = 0; k < u.n_ops; ++k) {
+    Op o = from.ops[u.first_op + k];
+    o.name = a.copy(o.name);
+    // A Prepare's or an Execute's text is the plan's (interned); a
+    // Deallocate's is made in the batch.
+    if (o.kind == OpKind::Deallocate) o.sql = a.copy(o.sql);
+    if (o.kind == OpKind::Prepare) {
+      const uint32_t t = static_cast<uint32_t>(to.types.size());
+      to.types.insert(to.types.end(), from.types.begin() + o.types, from.types.begin() + o.types + o.nparams);
+      o.types = t;
+    }
+    if (o.kind == OpKind::Execute) {
+      const uint32_t p = static_cast<uint32_t>(to.param_values.size());
+      for (int k2 = 0; k2 < o.nparams; ++k2) {
+        const char* v = from.param_values[o.params + k2];
+        const int len = from.param_lengths[o.params + k2];
+        to.param_values.push_back(v ? a.copy(std::string_view(v, static_cast<size_t>(len))) : nullptr);
+        to.param_lengths.push_back(len);
+        to.param_formats.push_back(from.param_formats[o.params + k2]);
+      }
+      o.params = p;
+      if (o.stmt != kNone) o.stmt = o.stmt - u.first_stmt + first_stmt;
+    }
+    to.ops.push_back(o);
+  }
+  const uint32_t first_copy = static_cast<uint32_t>(to.copy_chunks.size());
+  for (uint32_t k = 0; k < u.n_copy; ++k) {
+    const CopyChunk& c = from.copy_chunks[u.first_copy + k];
+    to.copy_chunks.push_back(CopyChunk{a.copy(std::string_view(c.data, c.len)), c.len});
+  }
+  u.first_stmt = first_stmt;
+  u.first_op = first_op;
+  u.first_copy = first_copy;
+  to.units.push_back(u);
+}
+
+void PlanBuilder::Impl::split(SessionBuild& sb) {
+  UnitBatch& old = *sb.batch;
+  const uint32_t from = sb.awaiting.front();
+  const uint32_t n = static_cast<uint32_t>(old.units.size());
+  // Invariant: every unit before the first one waiting is answered, and
+  // no unit is half made (the caller checked), so none refers to `old`
+  // once moved.
+  assert(from > 0 && from <= n && sb.last_unit != kNone && sb.last_unit >= from);
+  UnitBatch& nb = *take_batch();
+  nb.session = old.session;
+  for (uint32_t i = from; i < n; ++i) move_unit(old, i, nb);
+  split_tmp.assign(sb.tmp.begin() + from, sb.tmp.end());
+  split_await.clear();
+  for (; !sb.awaiting.empty(); sb.awaiting.pop_front()) split_await.push_back(sb.awaiting.front() - from);
+  const uint32_t last = sb.last_unit - from;
+  old.units.resize(from);
+  sb.tmp.resize(from);
+  emit(sb);  // the answered units go on
+  sb.batch = &nb;
+  sb.tmp.swap(split_tmp);
+  for (uint32_t u : split_await) sb.awaiting.push_back(u);
+  sb.last_unit = last;
 }
 
 // Unit i of the batch replays: counted as finish() and order_commits

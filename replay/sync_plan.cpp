@@ -2,7 +2,11 @@
 #include "replay/sync_plan.h"
 
 #include <algorithm>
+#include <cassert>
+#include <deque>
+#include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <unordered_map>
 
@@ -50,142 +54,197 @@ struct KeyUses {
   std::vector<Entry> by_kind[kKinds];
 };
 
-class Rule {
- public:
-  explicit Rule(const std::vector<Nanos>& commit_end) : commit_end_(commit_end) {}
+}  // namespace
 
-  // Interns the transactions' uses: relation ids, and per relation the one
-  // column whose equalities are its row keys (the one most used).
-  void prepare(const std::vector<SyncTxn>& txns);
+struct SyncPlanner::Impl {
+  explicit Impl(const KeyColumns& k) : keys(k) {}
 
-  // The need of transaction t (its uses in uses_[t]), from the commits so far.
-  SyncNeed need(size_t t, const SyncTxn& txn);
+  struct Txn {
+    Nanos begin = 0;
+    bool unknown = false;
+    bool needed = false;         // need() taken
+    bool all = false;            // it waits for every commit before it
+    std::vector<Use> uses;
+    std::multiset<Nanos>::iterator pending;  // in `pending` until needed
+  };
 
-  // Transaction t committed: its uses join the lists.
-  void commit(size_t t, const SyncTxn& txn, Nanos end);
+  const KeyColumns& keys;
+  std::vector<Txn> txns;                  // by handle; reused once closed
+  std::vector<uint32_t> free;
+  std::multiset<Nanos> pending;           // begins of the transactions not yet needed
+  std::unordered_map<std::string, uint32_t> rel_id;
+  std::vector<const std::string*> rel_key;  // per relation: its key column, or nullptr
+  std::unordered_map<std::string, uint32_t> key_id;  // relation id, NUL, value
+  std::vector<RelUses> rels;
+  std::unordered_map<uint64_t, KeyUses> key_uses;  // (relation, key) -> uses
+  std::vector<uint32_t> appended;        // relations with appends, in the order of their first
+  std::vector<Entry> barriers;
+  std::vector<Entry> picks;
+  size_t scanned = 0;
+  // The ends of the commits closed since the oldest pending begin, and how
+  // many closed before them.
+  std::deque<Nanos> ends;
+  uint32_t ends_dropped = 0;
+  Nanos last_end = std::numeric_limits<Nanos>::min();
 
- private:
-  uint32_t before(Nanos t) const {
-    return static_cast<uint32_t>(std::lower_bound(commit_end_.begin(), commit_end_.end(), t) - commit_end_.begin());
+  Nanos horizon() const { return pending.empty() ? std::numeric_limits<Nanos>::max() : *pending.begin(); }
+  // The entries of `list` that ended before `t`: its first n.
+  static size_t visible(const std::vector<Entry>& list, Nanos t) {
+    return static_cast<size_t>(
+        std::lower_bound(list.begin(), list.end(), t, [](const Entry& e, Nanos x) { return e.end < x; }) -
+        list.begin());
   }
-  // Scans `list` from its latest entry: picks what conflicts with `me` and
-  // no pick covers. `any_key`: the list mixes keys. False when the search
-  // went over its limits.
+  // Keeps of `list` what a need still to be taken may read (see SyncPlanner).
+  void trim(std::vector<Entry>& list) {
+    constexpr size_t kKeep = kMaxScan + 1;
+    if (list.size() <= 2 * kKeep) return;
+    const size_t v = visible(list, horizon());
+    if (v <= kKeep) return;
+    list.erase(list.begin(), list.begin() + static_cast<std::ptrdiff_t>(v - kKeep));
+  }
+  void push(std::vector<Entry>& list, const Entry& e) {
+    list.push_back(e);
+    trim(list);
+  }
+
   bool scan(const std::vector<Entry>& list, const Entry& me, bool any_key);
   bool covered(const Entry& e) const {
-    for (const Entry& p : picks_)
+    for (const Entry& p : picks)
       if (e.end < p.begin && (p.all || conflicts(p, e))) return true;
     return false;
   }
-
-  const std::vector<Nanos>& commit_end_;
-  std::vector<std::vector<Use>> uses_;   // per transaction
-  std::vector<bool> all_;                // per transaction: waited for all before it
-  std::vector<RelUses> rels_;
-  std::unordered_map<uint64_t, KeyUses> keys_;  // (relation, key) -> uses
-  std::vector<uint32_t> appended_;       // relations with appends
-  std::vector<Entry> barriers_;
-  std::vector<Entry> picks_;
-  size_t scanned_ = 0;
 };
 
-void Rule::prepare(const std::vector<SyncTxn>& txns) {
-  std::unordered_map<std::string, uint32_t> rel_id;
-  std::vector<std::map<std::string, size_t>> column_uses;
-  for (const SyncTxn& t : txns)
-    for (const RelAccess& a : t.rels) {
-      auto [it, fresh] = rel_id.try_emplace(a.relation, static_cast<uint32_t>(rel_id.size()));
-      if (fresh) column_uses.emplace_back();
-      for (const Equality& e : a.keys) ++column_uses[it->second][e.column];
-    }
-  std::vector<std::string> key_column(rel_id.size());
-  for (size_t r = 0; r < column_uses.size(); ++r) {
-    size_t best = 0;
-    for (const auto& [col, n] : column_uses[r])
-      if (n > best) {
-        best = n;
-        key_column[r] = col;
-      }
+SyncPlanner::SyncPlanner(const KeyColumns& keys) : impl_(std::make_unique<Impl>(keys)) {}
+SyncPlanner::~SyncPlanner() = default;
+
+uint32_t SyncPlanner::open(Nanos begin) {
+  Impl& m = *impl_;
+  uint32_t h;
+  if (!m.free.empty()) {
+    h = m.free.back();
+    m.free.pop_back();
+  } else {
+    h = static_cast<uint32_t>(m.txns.size());
+    m.txns.emplace_back();
   }
-  rels_.resize(rel_id.size());
-  std::unordered_map<std::string, uint32_t> key_id;  // relation id, NUL, value
-  uses_.resize(txns.size());
-  all_.assign(txns.size(), false);
-  for (size_t t = 0; t < txns.size(); ++t) {
-    std::vector<Use>& uses = uses_[t];
-    for (const RelAccess& a : txns[t].rels) {
-      Use u;
-      u.rel = rel_id.at(a.relation);
-      u.kind = a.kind;
-      if (a.kind == AccessKind::Read || a.kind == AccessKind::Write || a.kind == AccessKind::Add)
-        for (const Equality& e : a.keys)
-          if (e.column == key_column[u.rel]) {
-            std::string k = std::to_string(u.rel) + '\0' + e.value;
-            u.key = key_id.try_emplace(std::move(k), static_cast<uint32_t>(key_id.size())).first->second;
-            break;
-          }
-      // One use per (relation, key): two kinds make a Write, but Schema
-      // adds nothing to another kind.
-      auto same = std::find_if(uses.begin(), uses.end(), [&](const Use& o) { return o.rel == u.rel && o.key == u.key; });
-      if (same == uses.end()) {
-        uses.push_back(u);
-      } else if (same->kind != u.kind) {
-        if (same->kind == AccessKind::Schema) same->kind = u.kind;
-        else if (u.kind != AccessKind::Schema) same->kind = AccessKind::Write;
-      }
+  Impl::Txn& t = m.txns[h];
+  t.begin = begin;
+  t.unknown = false;
+  t.needed = false;
+  t.all = false;
+  t.uses.clear();
+  t.pending = m.pending.insert(begin);
+  return h;
+}
+
+void SyncPlanner::add_unknown(uint32_t txn) { impl_->txns[txn].unknown = true; }
+
+void SyncPlanner::add(uint32_t txn, const SqlAccess& access) {
+  Impl& m = *impl_;
+  Impl::Txn& t = m.txns[txn];
+  if (access.unknown) t.unknown = true;
+  for (const RelAccess& a : access.rels) {
+    auto [it, fresh] = m.rel_id.try_emplace(a.relation, static_cast<uint32_t>(m.rel_id.size()));
+    if (fresh) {
+      m.rels.emplace_back();
+      m.rel_key.push_back(m.keys.column(a.relation));
+    }
+    Use u;
+    u.rel = it->second;
+    u.kind = a.kind;
+    const std::string* column = m.rel_key[u.rel];
+    if (column && (a.kind == AccessKind::Read || a.kind == AccessKind::Write || a.kind == AccessKind::Add))
+      for (const Equality& e : a.keys)
+        if (e.column == *column) {
+          std::string k = std::to_string(u.rel) + '\0' + e.value;
+          u.key = m.key_id.try_emplace(std::move(k), static_cast<uint32_t>(m.key_id.size())).first->second;
+          break;
+        }
+    // One use per (relation, key): two kinds make a Write, but Schema
+    // adds nothing to another kind.
+    auto same = std::find_if(t.uses.begin(), t.uses.end(), [&](const Use& o) { return o.rel == u.rel && o.key == u.key; });
+    if (same == t.uses.end()) {
+      t.uses.push_back(u);
+    } else if (same->kind != u.kind) {
+      if (same->kind == AccessKind::Schema) same->kind = u.kind;
+      else if (u.kind != AccessKind::Schema) same->kind = AccessKind::Write;
     }
   }
 }
 
-bool Rule::scan(const std::vector<Entry>& list, const Entry& me, bool any_key) {
+uint32_t SyncPlanner::before(Nanos t) const {
+  const Impl& m = *impl_;
+  return m.ends_dropped + static_cast<uint32_t>(std::lower_bound(m.ends.begin(), m.ends.end(), t) - m.ends.begin());
+}
+
+size_t SyncPlanner::held() const {
+  const Impl& m = *impl_;
+  size_t n = m.barriers.size();
+  for (const RelUses& r : m.rels)
+    for (int k = 0; k < kKinds; ++k) n += r.whole[k].size() + r.keyed[k].size();
+  for (const auto& [key, k] : m.key_uses)
+    for (int i = 0; i < kKinds; ++i) n += k.by_kind[i].size();
+  return n;
+}
+
+bool SyncPlanner::Impl::scan(const std::vector<Entry>& list, const Entry& me, bool any_key) {
+  // Only the entries that ended before `me` began exist for it.
+  const size_t n = visible(list, me.begin);
   // Entries older than `stop` are covered by a pick that conflicts with
   // every entry of the list: the search ends there.
   Nanos stop = 0;
   auto uniform = [&](const Entry& p) {
     if (p.all || p.barrier) return true;
-    if (list.empty()) return false;
-    if (any_key && p.use.rel == list.back().use.rel && p.use.key != kWhole) return false;
-    return conflicts(p, list.back());
+    if (n == 0) return false;
+    const Entry& last = list[n - 1];
+    if (any_key && p.use.rel == last.use.rel && p.use.key != kWhole) return false;
+    return conflicts(p, last);
   };
-  for (const Entry& p : picks_)
+  for (const Entry& p : picks)
     if (uniform(p)) stop = std::max(stop, p.begin);
-  for (auto it = list.rbegin(); it != list.rend(); ++it) {
-    const Entry& e = *it;
+  for (size_t i = n; i-- > 0;) {
+    const Entry& e = list[i];
     if (e.end < stop) break;
-    if (++scanned_ > kMaxScan) return false;
+    if (++scanned > kMaxScan) return false;
     if (!conflicts(me, e) || covered(e)) continue;
-    if (picks_.size() >= kMaxDeps) return false;
-    picks_.push_back(e);
+    if (picks.size() >= kMaxDeps) return false;
+    picks.push_back(e);
     if (uniform(e)) stop = std::max(stop, e.begin);
   }
   return true;
 }
 
-SyncNeed Rule::need(size_t t, const SyncTxn& txn) {
+SyncNeed SyncPlanner::need(uint32_t txn) {
+  Impl& m = *impl_;
+  Impl::Txn& t = m.txns[txn];
+  assert(!t.needed);
+  t.needed = true;
+  m.pending.erase(t.pending);
   SyncNeed n;
-  if (txn.unknown) {
-    all_[t] = true;
-    n.prefix = before(txn.begin);
+  if (t.unknown) {
+    t.all = true;
+    n.prefix = before(t.begin);
     return n;
   }
-  picks_.clear();
-  scanned_ = 0;
+  m.picks.clear();
+  m.scanned = 0;
   Entry me;
-  me.begin = txn.begin;
+  me.begin = t.begin;
   me.barrier = true;  // for the barriers: every one conflicts
-  bool ok = scan(barriers_, me, false);
+  bool ok = m.scan(m.barriers, me, false);
   me.barrier = false;
-  for (const Use& u : uses_[t]) {
+  for (const Use& u : t.uses) {
     if (!ok) break;
     me.use = u;
-    const RelUses& r = rels_[u.rel];
+    const RelUses& r = m.rels[u.rel];
     // Each list whose kind conflicts with this use: those of the whole
     // relation, and those of its key (a use of the whole relation: of
     // every key).
     const KeyUses* k = nullptr;
     if (u.key != kWhole) {
-      auto it = keys_.find(uint64_t{u.rel} << 32 | u.key);
-      if (it != keys_.end()) k = &it->second;
+      auto it = m.key_uses.find(uint64_t{u.rel} << 32 | u.key);
+      if (it != m.key_uses.end()) k = &it->second;
     }
     // Writes first: they cover the most of what comes after.
     static constexpr AccessKind kOrder[] = {AccessKind::Write, AccessKind::Read, AccessKind::Append, AccessKind::Add,
@@ -195,84 +254,162 @@ SyncNeed Rule::need(size_t t, const SyncTxn& txn) {
       const int kind = kind_index(kk);
       Entry rep;
       rep.use = Use{u.rel, kWhole, static_cast<AccessKind>(kind)};
-      if (conflicts(me, rep)) ok = scan(r.whole[kind], me, false);
+      if (conflicts(me, rep)) ok = m.scan(r.whole[kind], me, false);
       rep.use.key = u.key == kWhole ? 0 : u.key;
       if (!ok || !conflicts(me, rep)) continue;
-      if (u.key == kWhole) ok = scan(r.keyed[kind], me, true);
-      else if (k) ok = scan(k->by_kind[kind], me, false);
+      if (u.key == kWhole) ok = m.scan(r.keyed[kind], me, true);
+      else if (k) ok = m.scan(k->by_kind[kind], me, false);
     }
     if (u.kind == AccessKind::Append)
-      for (uint32_t other : appended_)
-        if (ok && other != u.rel) ok = scan(rels_[other].whole[kind_index(AccessKind::Append)], me, false);
+      for (uint32_t other : m.appended)
+        if (ok && other != u.rel) ok = m.scan(m.rels[other].whole[kind_index(AccessKind::Append)], me, false);
   }
   if (!ok) {
-    all_[t] = true;
-    n.prefix = before(txn.begin);
+    t.all = true;
+    n.prefix = before(t.begin);
     return n;
   }
   // A pick that a later pick covers (waited for it) need not be waited for.
-  for (size_t i = 0; i < picks_.size(); ++i) {
+  for (size_t i = 0; i < m.picks.size(); ++i) {
     bool redundant = false;
-    for (size_t j = 0; j < picks_.size() && !redundant; ++j)
-      redundant = j != i && picks_[i].end < picks_[j].begin && (picks_[j].all || conflicts(picks_[j], picks_[i]));
-    if (!redundant) n.deps.push_back(picks_[i].commit);
+    for (size_t j = 0; j < m.picks.size() && !redundant; ++j)
+      redundant = j != i && m.picks[i].end < m.picks[j].begin && (m.picks[j].all || conflicts(m.picks[j], m.picks[i]));
+    if (!redundant) n.deps.push_back(m.picks[i].commit);
   }
   std::sort(n.deps.begin(), n.deps.end());
   n.deps.erase(std::unique(n.deps.begin(), n.deps.end()), n.deps.end());
   return n;
 }
 
-void Rule::commit(size_t t, const SyncTxn& txn, Nanos end) {
+void SyncPlanner::close(uint32_t txn, uint32_t commit, Nanos end) {
+  Impl& m = *impl_;
+  Impl::Txn& t = m.txns[txn];
+  assert(t.needed);
+  m.free.push_back(txn);
+  if (commit == kNoCommit) return;
+  // Invariant: commits close in end order, so every list is in end order
+  // (Impl::visible searches it).
+  assert(end >= m.last_end);
+  m.last_end = end;
+  m.ends.push_back(end);
+  for (const Nanos h = m.horizon(); !m.ends.empty() && m.ends.front() < h;) {
+    m.ends.pop_front();
+    ++m.ends_dropped;
+  }
   Entry e;
-  e.begin = txn.begin;
+  e.begin = t.begin;
   e.end = end;
-  e.commit = txn.commit;
-  e.all = all_[t];
-  if (txn.unknown) {
+  e.commit = commit;
+  e.all = t.all;
+  if (t.unknown) {
     e.barrier = true;
-    barriers_.push_back(e);
+    m.push(m.barriers, e);
     return;
   }
-  for (const Use& u : uses_[t]) {
+  for (const Use& u : t.uses) {
     e.use = u;
-    RelUses& r = rels_[u.rel];
+    RelUses& r = m.rels[u.rel];
     const int kind = kind_index(u.kind);
     if (u.key == kWhole) {
-      if (u.kind == AccessKind::Append && r.whole[kind].empty()) appended_.push_back(u.rel);
-      r.whole[kind].push_back(e);
+      if (u.kind == AccessKind::Append && r.whole[kind].empty()) m.appended.push_back(u.rel);
+      m.push(r.whole[kind], e);
       continue;
     }
-    keys_[uint64_t{u.rel} << 32 | u.key].by_kind[kind].push_back(e);
-    r.keyed[kind].push_back(e);
+    m.push(m.key_uses[uint64_t{u.rel} << 32 | u.key].by_kind[kind], e);
+    m.push(r.keyed[kind], e);
   }
 }
 
-}  // namespace
+void KeyColumns::count(const std::vector<RelAccess>& rels) {
+  for (const RelAccess& a : rels) {
+    auto& cols = counts_[a.relation];
+    for (const Equality& e : a.keys) ++cols[e.column];
+  }
+}
+
+void KeyColumns::pick() {
+  for (const auto& [rel, cols] : counts_) {
+    size_t best = 0;
+    for (const auto& [col, n] : cols)
+      if (n > best) {
+        best = n;
+        picked_[rel] = col;
+      }
+  }
+  counts_.clear();
+}
+
+const std::string* KeyColumns::column(const std::string& relation) const {
+  auto it = picked_.find(relation);
+  return it == picked_.end() ? nullptr : &it->second;
+}
+
+void plan_needs(const SyncSource& src, const std::vector<Nanos>& commit_end,
+                const std::function<void(size_t, SyncNeed&&)>& out) {
+  const size_t n = src.size();
+  KeyColumns keys;
+  for (size_t t = 0; t < n; ++t) src.access(t, [&](const SqlAccess& a) { keys.count(a.rels); });
+  keys.pick();
+  SyncPlanner planner(keys);
+  // Transactions open in begin order as the commits close (one that begins
+  // when a commit ends opens first). A committing one's need is taken at
+  // its commit; another's at the next commit after it opened (the commits
+  // between are not before it).
+  std::vector<uint32_t> by_begin(n);
+  for (size_t t = 0; t < n; ++t) by_begin[t] = static_cast<uint32_t>(t);
+  std::stable_sort(by_begin.begin(), by_begin.end(),
+                   [&](uint32_t a, uint32_t b) { return src.begin(a) < src.begin(b); });
+  std::vector<uint32_t> committer(commit_end.size(), UINT32_MAX);
+  for (size_t t = 0; t < n; ++t)
+    if (src.commit(t) != kNoCommit) committer[src.commit(t)] = static_cast<uint32_t>(t);
+  std::vector<uint32_t> handle(n, UINT32_MAX);
+  std::vector<uint32_t> readers;  // opened, committing nothing, need not taken
+  auto open = [&](uint32_t t) {
+    handle[t] = planner.open(src.begin(t));
+    src.access(t, [&](const SqlAccess& a) { planner.add(handle[t], a); });
+    if (src.commit(t) == kNoCommit) readers.push_back(t);
+  };
+  auto take_readers = [&] {
+    for (uint32_t t : readers) {
+      out(t, planner.need(handle[t]));
+      planner.close(handle[t], kNoCommit, 0);
+    }
+    readers.clear();
+  };
+  size_t next = 0;
+  for (uint32_t c = 0; c < commit_end.size(); ++c) {
+    take_readers();
+    while (next < n && src.begin(by_begin[next]) <= commit_end[c]) open(by_begin[next++]);
+    const uint32_t t = committer[c];
+    if (t == UINT32_MAX) continue;
+    if (handle[t] == UINT32_MAX) open(t);  // a commit stamped before its own begin
+    out(t, planner.need(handle[t]));
+    planner.close(handle[t], c, commit_end[c]);
+  }
+  take_readers();
+  for (; next < n; ++next) {
+    if (handle[by_begin[next]] != UINT32_MAX) continue;
+    open(by_begin[next]);
+    take_readers();
+  }
+}
 
 std::vector<SyncNeed> sync_needs(const std::vector<SyncTxn>& txns, const std::vector<Nanos>& commit_end) {
-  Rule rule(commit_end);
-  rule.prepare(txns);
-  // Events in capture order: a transaction's start sees the commits that
-  // ended strictly before it (at one time, starts go first).
-  struct Event {
-    Nanos at;
-    bool is_commit;
-    size_t txn;
-  };
-  std::vector<Event> events;
-  events.reserve(txns.size() * 2);
-  for (size_t t = 0; t < txns.size(); ++t) {
-    events.push_back({txns[t].begin, false, t});
-    if (txns[t].commit != kNoCommit) events.push_back({commit_end[txns[t].commit], true, t});
-  }
-  std::stable_sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
-    return a.at != b.at ? a.at < b.at : (!a.is_commit && b.is_commit);
-  });
+  struct Source : SyncSource {
+    const std::vector<SyncTxn>& v;
+    explicit Source(const std::vector<SyncTxn>& x) : v(x) {}
+    size_t size() const override { return v.size(); }
+    Nanos begin(size_t t) const override { return v[t].begin; }
+    uint32_t commit(size_t t) const override { return v[t].commit; }
+    void access(size_t t, const std::function<void(const SqlAccess&)>& f) const override {
+      SqlAccess a;
+      a.unknown = v[t].unknown;
+      a.rels = v[t].rels;
+      f(a);
+    }
+  } src(txns);
   std::vector<SyncNeed> needs(txns.size());
-  for (const Event& e : events) {
-    if (e.is_commit) rule.commit(e.txn, txns[e.txn], e.at);
-    else needs[e.txn] = rule.need(e.txn, txns[e.txn]);
-  }
+  plan_needs(src, commit_end, [&](size_t t, SyncNeed&& n) { needs[t] = std::move(n); });
   return needs;
 }
 

@@ -219,7 +219,8 @@ std::string describe(const Tables& t, const Unit& u, const std::vector<std::stri
   return d;
 }
 
-void check_same(const std::string& path, const Window& window, const Shard& shard) {
+// `most_units`: set to the most units a batch held.
+void check_same(const std::string& path, const Window& window, const Shard& shard, size_t* most_units = nullptr) {
   auto reader = trace::open_reader(path);
   Workload loaded = load(*reader, window, shard);
   Workload streamed = stream(path, window, shard);
@@ -270,6 +271,7 @@ void check_same(const std::string& path, const Window& window, const Shard& shar
     ++held;
     most = std::max(most, held);
     for (uint32_t i : batch->order) got[batch->session].push_back(describe(*batch, batch->units[i], sp.fingerprints));
+    if (most_units) *most_units = std::max(*most_units, batch->units.size());
     us.recycle(batch);
     --held;
   }
@@ -308,6 +310,86 @@ TEST_CASE("a streamed workload is the loaded one, unit for unit", "[replay][stre
   SECTION("shards") {
     for (uint32_t k = 0; k < 3; ++k) check_same(path, {}, Shard{k, 3});
   }
+}
+
+namespace {
+
+// Session 1 pipelines and is never idle: it sends each Sync group (a
+// prepared UPDATE, an unnamed SELECT with its Parse, now and then a Close
+// and a COPY) before the answers of the one before arrive. Session 2 runs
+// simple queries beside it.
+void pipelining_trace(const std::string& path, int rounds) {
+  trace::WriterOptions o;
+  o.start_mono_ns = 0;
+  auto w = trace::open_writer(path, o);
+  const std::vector<uint32_t> int4{23};
+  const std::vector<int16_t> none;
+  for (uint64_t s = 1; s <= 2; ++s) {
+    w->write(0, s, trace::SessionBegin{"", "", "", "", 0, 0});
+    w->write(0, s, trace::Ready{'I'});
+  }
+  w->write(1000, 1, trace::Parse{"up", "UPDATE acc SET abalance = abalance + 1 WHERE aid = $1", int4});
+  w->write(1000, 1, trace::Sync{});
+  std::vector<std::string> answers;  // of the group sent last: its records' kinds
+  for (int k = 0; k < rounds; ++k) {
+    const Nanos ts = (k + 1) * kMs / 10;
+    const std::string v = std::to_string(k);
+    std::vector<trace::Param> ps{trace::Param{0, false, v}};
+    w->write(ts, 1, trace::Bind{"", "up", ps, none});
+    w->write(ts, 1, trace::Execute{"", 0});
+    w->write(ts, 1, trace::Parse{"", "SELECT $1::int AS x", int4});
+    w->write(ts, 1, trace::Bind{"", "", ps, none});
+    w->write(ts, 1, trace::Execute{"", 0});
+    if (k % 7 == 3) w->write(ts, 1, trace::Close{'S', "gone"});
+    w->write(ts, 1, trace::Sync{});
+    if (k % 5 == 2) {
+      w->write(ts, 1, trace::Query{"COPY hist FROM STDIN"});
+      w->write(ts, 1, trace::CopyData{trace::CopyDir::In, v + "\n"});
+      w->write(ts, 1, trace::CopyDone{trace::CopyDir::In});
+    }
+    // The answers of the round before (the first Sync's, at round 0).
+    const Nanos a = ts + 500;
+    if (k == 0) {
+      w->write(a, 1, trace::Ready{'I'});
+    } else {
+      w->write(a, 1, trace::Result{"UPDATE 1", false, 1});
+      w->write(a, 1, trace::Result{"SELECT 1", true, 1});
+      w->write(a, 1, trace::Ready{'I'});
+      if ((k - 1) % 5 == 2) {
+        w->write(a, 1, trace::Result{"COPY 1", true, 1});
+        w->write(a, 1, trace::Ready{'I'});
+      }
+    }
+    w->write(ts + 100, 2, trace::Query{"SELECT " + v});
+    w->write(ts + 200, 2, trace::Result{"SELECT 1", true, 1});
+    w->write(ts + 200, 2, trace::Ready{'I'});
+  }
+  w->write((rounds + 1) * kMs / 10, 1, trace::SessionEnd{trace::EndReason::Clean});
+  w->write((rounds + 1) * kMs / 10, 2, trace::SessionEnd{trace::EndReason::Clean});
+  w->close();
+}
+
+}  // namespace
+
+TEST_CASE("a streamed session that pipelines and is never idle is handed on in bounded batches", "[replay][stream]") {
+  tierlab::test::TempDir dir;
+  const std::string path = dir.file("pipeline.tlt");
+  const int rounds = 500;
+  pipelining_trace(path, rounds);
+  size_t most = 0;
+  SECTION("the whole trace") { check_same(path, {}, {}, &most); }
+  SECTION("a window") {
+    Window w;
+    w.begin = 10 * kMs + 300;
+    w.end = 40 * kMs;
+    check_same(path, w, {}, &most);
+  }
+  // Before: the session's one batch held every unit of the trace (over
+  // 1,000). Now the answered units go on 32 at a time, with the few in
+  // flight.
+  INFO("most units in a batch: " << most);
+  CHECK(most > 0);
+  CHECK(most <= 40);
 }
 
 TEST_CASE("a streamed workload with a statement pass 1 did not see fails with a message", "[replay][stream]") {
@@ -385,6 +467,63 @@ int64_t peak_heap(F&& f) {
 }
 
 }  // namespace
+
+namespace {
+
+// pgbench -M prepared like, by account: 8 sessions, `rounds` each of a
+// SELECT of one account (nine in ten) or an autocommit UPDATE of one (a
+// commit point), each its own transaction.
+void accounts_trace(const std::string& path, int rounds) {
+  trace::WriterOptions o;
+  o.start_mono_ns = 0;
+  auto w = trace::open_writer(path, o);
+  const std::vector<uint32_t> int4{23};
+  const std::vector<int16_t> none;
+  for (uint64_t s = 1; s <= 8; ++s) {
+    w->write(0, s, trace::SessionBegin{"", "", "", "", 0, 0});
+    w->write(0, s, trace::Ready{'I'});
+    w->write(0, s, trace::Parse{"sel", "SELECT abalance FROM pgbench_accounts WHERE aid = $1", int4});
+    w->write(0, s, trace::Parse{"upd", "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = $1", int4});
+    w->write(0, s, trace::Sync{});
+    w->write(1000, s, trace::Ready{'I'});
+  }
+  for (int k = 0; k < rounds; ++k) {
+    for (uint64_t s = 1; s <= 8; ++s) {
+      const Nanos ts = (k + 1) * kMs / 10 + static_cast<Nanos>(s) * 1000;
+      const std::string v = std::to_string((k * 8 + static_cast<int>(s)) * 7919 % 100000 + 1);
+      std::vector<trace::Param> ps{trace::Param{0, false, v}};
+      const bool update = (k + static_cast<int>(s)) % 10 == 0;
+      w->write(ts, s, trace::Bind{"", update ? "upd" : "sel", ps, none});
+      w->write(ts, s, trace::Execute{"", 0});
+      w->write(ts, s, trace::Sync{});
+      w->write(ts + 500, s, trace::Result{update ? "UPDATE 1" : "SELECT 1", !update, 1});
+      w->write(ts + 500, s, trace::Ready{'I'});
+    }
+  }
+  for (uint64_t s = 1; s <= 8; ++s) w->write((rounds + 1) * kMs / 10, s, trace::SessionEnd{trace::EndReason::Clean});
+  w->close();
+}
+
+}  // namespace
+
+TEST_CASE("a loaded plan's commit order holds no copy of what its transactions touch", "[replay][stream][sync]") {
+  tierlab::test::TempDir dir;
+  const std::string path = dir.file("accounts.tlt");
+  const int rounds = 20000;  // 160,000 statements
+  accounts_trace(path, rounds);
+  const int64_t peak = peak_heap([&] {
+    auto reader = trace::open_reader(path);
+    Workload w = load(*reader);
+    REQUIRE(w.summary().statements == 8u * rounds);
+    REQUIRE(w.summary().commit_points > 0);
+  });
+  // The plan and, while it is made, the commit order's planning: before,
+  // that held a copy of every transaction's relations, keys and values
+  // (826 bytes a statement at the peak; 593 without it).
+  const int64_t statements = 8 * rounds;
+  INFO("peak heap " << peak << " B, " << peak / statements << " B a statement");
+  CHECK(peak / statements < 700);
+}
 
 TEST_CASE("a streamed replay holds a window of the trace, not the trace", "[replay][pg][stream]") {
   auto& pg = tierlab::test::shared_server();
