@@ -118,6 +118,10 @@ struct Session {
   std::string text;
   Nanos last_stmt = 0;      // when the transaction's latest statement began
   bool last_commit = false;  // and whether it is COMMIT or END
+  // The client's turns inside the transaction: a ReadyForQuery that left it
+  // open, and the time from each such to the client's next message.
+  Nanos ready_in_tx = -1;
+  Nanos client_in_tx = 0;
   bool had_tx = false;
   std::unordered_map<std::string, std::string> prepared;  // statement name -> sql
   std::unordered_map<std::string, std::string> portals;   // portal -> sql
@@ -185,6 +189,7 @@ struct ProfileBuilder::Impl {
   uint64_t quiet[2] = {0, 0};
   double quiet_ns[2] = {0, 0};
   uint64_t commits = 0;  // transactions ending with COMMIT/END, and that statement's time
+  double client_in_tx_ns = 0;  // the counted transactions' client turns (Session::client_in_tx)
   double commit_ns = 0;
   StackDistances file_stack, block_stack;
   std::unordered_map<std::string, uint64_t> file_ids;
@@ -193,10 +198,19 @@ struct ProfileBuilder::Impl {
   std::map<std::string, std::string> meta;
   std::unordered_set<int32_t> server_pids;  // Meta "server.pid" (and "postmaster_pid")
 
+  // A message from the client: inside a transaction, it ends the client's
+  // turn that the last ReadyForQuery began.
+  void client_message(Session& s, Nanos ts) {
+    if (s.in_tx && s.ready_in_tx >= 0 && ts >= s.ready_in_tx) s.client_in_tx += ts - s.ready_in_tx;
+    s.ready_in_tx = -1;
+  }
+
   void start_statement(Session& s, Nanos ts, std::string_view sql) {
+    client_message(s, ts);
     if (!s.in_tx) {
       s.in_tx = true;
       s.tx_start = ts;
+      s.client_in_tx = 0;
       open_tx(s, ts);
       s.nstmt = 0;
       s.fp = 1469598103934665603ull;
@@ -222,6 +236,7 @@ struct ProfileBuilder::Impl {
   void end_transaction(Session& s, Nanos ts) {
     s.in_tx = false;
     s.last_idle = ts;
+    s.ready_in_tx = -1;
     Backend* be = nullptr;
     if (s.pid != 0) {
       be = &backends[s.pid];
@@ -241,6 +256,7 @@ struct ProfileBuilder::Impl {
     }
     Template& t = templates[it->second];
     ++t.count;
+    client_in_tx_ns += static_cast<double>(s.client_in_tx);
     if (s.last_commit && s.nstmt >= 2 && ts >= s.last_stmt) {
       ++commits;
       commit_ns += static_cast<double>(ts - s.last_stmt);
@@ -465,11 +481,13 @@ struct ProfileBuilder::Impl {
           } else if constexpr (std::is_same_v<T, Parse>) {
             auto& s = touch(r);
             s.prepared[std::string(b.statement)] = std::string(b.sql);
+            client_message(s, r.ts);
             if (!s.in_tx) begin_without_statement(s, r.ts);
           } else if constexpr (std::is_same_v<T, Bind>) {
             auto& s = touch(r);
             auto it = s.prepared.find(std::string(b.statement));
             s.portals[std::string(b.portal)] = it == s.prepared.end() ? std::string() : it->second;
+            client_message(s, r.ts);
             if (!s.in_tx) begin_without_statement(s, r.ts);
           } else if constexpr (std::is_same_v<T, Execute>) {
             auto& s = touch(r);
@@ -481,6 +499,7 @@ struct ProfileBuilder::Impl {
           } else if constexpr (std::is_same_v<T, Ready>) {
             auto& s = touch(r);
             if (b.status == 'I') end_transaction(s, r.ts);
+            else if (s.in_tx) s.ready_in_tx = r.ts;
           } else if constexpr (std::is_same_v<T, BlockIo>) {
             place(IoRec{r.ts, b.complete_ns, b.pid, b.length, b.op, false, b.queued_ns});
             if (b.op == IoOp::Read && b.length > 0) {
@@ -527,6 +546,7 @@ struct ProfileBuilder::Impl {
   void begin_without_statement(Session& s, Nanos ts) {
     s.in_tx = true;
     s.tx_start = ts;
+    s.client_in_tx = 0;
     open_tx(s, ts);
     s.nstmt = 0;
     s.fp = 1469598103934665603ull;
@@ -572,6 +592,7 @@ Profile ProfileBuilder::Impl::finish(const std::string& source) {
   p.latency = summarise(tx_latency);
   p.concurrency = tx_latency.sum() / kNs / p.duration_s;
   p.think_time_s = think_n ? think_sum_s / static_cast<double>(think_n) : 0.0;
+  p.client_in_tx_s = client_in_tx_ns / kNs / static_cast<double>(tx_count);
 
   // Sessions that ran transactions: how many at once, and on average.
   std::vector<std::pair<Nanos, int>> edges;

@@ -78,6 +78,12 @@ struct Profile {
   double concurrency = 0;    // mean transactions in flight (Little's law)
   LatencySummary latency;    // transaction latency (first message to idle ReadyForQuery)
   double think_time_s = 0;   // mean gap between a session's transactions
+  // Mean time per transaction that the client held its turn inside it: from
+  // each ReadyForQuery that left the transaction open (status 'T' or 'E')
+  // to the session's next message (pgbench computing its next statement,
+  // an application between a transaction's statements). It is part of the
+  // transaction's latency, as think_time_s is not.
+  double client_in_tx_s = 0;
   std::vector<TemplateStats> templates;  // by count, descending
 
   // CPU (from "cpu.*_ns" samples); has_cpu false when the trace has none.

@@ -36,7 +36,8 @@ void print_profile(std::ostream& out, const Profile& p) {
       << p.statements << " statements, " << p.errors << " errors\n";
   out << "latency: mean " << ms(p.latency.mean_s) << ", p50 " << ms(p.latency.p50_s) << ", p99 "
       << ms(p.latency.p99_s) << "; concurrency " << fmt("%.2f", p.concurrency)
-      << " in flight; think time " << ms(p.think_time_s) << "\n";
+      << " in flight; think time " << ms(p.think_time_s) << ", the client's turns inside a transaction "
+      << ms(p.client_in_tx_s) << "\n";
   out << "\ntemplates (" << p.templates.size() << "):\n";
   size_t shown = 0;
   for (const auto& t : p.templates) {
@@ -143,6 +144,7 @@ std::string profile_json(const Profile& p, int indent) {
   j["concurrency"] = p.concurrency;
   j["latency"] = lat_json(p.latency);
   j["think_time_ms"] = p.think_time_s * 1e3;
+  j["client_in_tx_ms"] = p.client_in_tx_s * 1e3;
   auto& tj = j["templates"] = nlohmann::json::array();
   for (const auto& t : p.templates)
     tj.push_back({{"id", hex(t.id)},

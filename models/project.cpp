@@ -438,10 +438,19 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
 
   Demands d;
   // Clients on the server's machine (pgbench beside it) use its cores: their
-  // CPU is demand at the CPU station, and comes out of the think time it
-  // was part of (a client computes between a result and its next request).
+  // CPU is demand at the CPU station. A client computes in its turns: between
+  // a result and its next request, which is think time between transactions
+  // and the client's turns inside one (pgbench between a transaction's
+  // statements), which the transaction's latency holds. The clients' CPU is
+  // split between the two in proportion to the time the clients spent in
+  // each, and each part comes out of where it was measured: the first out of
+  // the think time, the second out of the latency "other" is calibrated on.
   const double client_cpu = p.has_cpu && p.client_cpu_s_per_tx > 0 ? p.client_cpu_s_per_tx : 0.0;
+  const double turns = p.think_time_s + p.client_in_tx_s;
+  const double client_in_tx = turns > 0 ? client_cpu * p.client_in_tx_s / turns : 0.0;
+  const double client_between = client_cpu - client_in_tx;
   out.client_cpu_s_per_tx = client_cpu;
+  out.client_cpu_in_tx_s_per_tx = client_in_tx;
   d.cpu_s = p.has_cpu ? p.cpu_s_per_tx + client_cpu : 0.0;
   d.reads = p.reads_per_tx * out.read_factor + extra_reads;
   d.read_bytes = p.read_bytes_per_tx * out.read_factor + extra_reads * kPageBytes;
@@ -467,12 +476,13 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.flushes_per_tx = d.flushes;
   // The think time of the tiers' clients (a load multiple shortens it);
   // "other" is calibrated with the captured one.
-  const double think = std::max(0.0, (o.think_s >= 0 ? o.think_s : p.think_time_s) - client_cpu);
-  const double think_captured = std::max(0.0, p.think_time_s - client_cpu);
-  // The clients' part of the CPU station's residence is theirs, not the
-  // transaction's: a transaction's latency (first message to its end) leaves
-  // it out, at capture and on every tier.
-  const double client_share = d.cpu_s > 0 ? client_cpu / d.cpu_s : 0.0;
+  const double think = std::max(0.0, (o.think_s >= 0 ? o.think_s : p.think_time_s) - client_between);
+  const double think_captured = std::max(0.0, p.think_time_s - client_between);
+  // The clients' CPU between transactions takes its part of the CPU
+  // station's residence out of the transaction: a transaction's latency
+  // (first message to its end) leaves it out, at capture and on every tier.
+  // Their CPU inside transactions stays in it.
+  const double client_share = d.cpu_s > 0 ? client_between / d.cpu_s : 0.0;
   auto server_response = [client_share](const MvaPoint& pt, const Network& net) {
     return pt.response_s - (net.cpu >= 0 ? client_share * pt.residence_s[static_cast<size_t>(net.cpu)] : 0.0);
   };

@@ -222,7 +222,8 @@ struct Projection {
   // cpu_s_per_tx and every tier's split.cpu_s are 0.
   bool cpu_modelled = true;
   double cpu_s_per_tx = 0;         // the server's and, of it, its machine's clients':
-  double client_cpu_s_per_tx = 0;  // taken out of the think time
+  double client_cpu_s_per_tx = 0;  // the part between transactions taken out of the think time,
+  double client_cpu_in_tx_s_per_tx = 0;  // the part inside them out of the latency ("other")
   double reads_per_tx = 0;
   double sync_writes_per_tx = 0;
   double flushes_per_tx = 0;

@@ -66,7 +66,8 @@ void print_projection(std::ostream& out, const Projection& p) {
   if (!p.same_on_every_tier.empty()) out << p.same_on_every_tier << "\n";
   out << "per transaction: cpu " << (p.cpu_modelled ? fmt("%.3f ms", p.cpu_s_per_tx * 1e3) : "not sampled (in other)");
   if (p.client_cpu_s_per_tx > 0)
-    out << " (" << fmt("%.3f ms", p.client_cpu_s_per_tx * 1e3) << " of it the clients on the server's machine)";
+    out << " (" << fmt("%.3f ms", p.client_cpu_s_per_tx * 1e3) << " of it the clients on the server's machine, "
+        << fmt("%.3f ms", p.client_cpu_in_tx_s_per_tx * 1e3) << " of that inside transactions)";
   out << ", device reads " << fmt("%.3f", p.reads_per_tx);
   if (p.read_factor != 1.0) out << " (x" << fmt("%.3f", p.read_factor) << " for memory)";
   out << ", commit writes " << fmt("%.3f", p.sync_writes_per_tx) << ", WAL flushes "
@@ -194,6 +195,7 @@ std::string projection_json(const Projection& p, int indent) {
   const nlohmann::json no_cpu;
   j["per_transaction"] = {{"cpu_ms", p.cpu_modelled ? nlohmann::json(p.cpu_s_per_tx * 1e3) : no_cpu},
                           {"client_cpu_ms", p.client_cpu_s_per_tx * 1e3},
+                          {"client_cpu_in_tx_ms", p.client_cpu_in_tx_s_per_tx * 1e3},
                           {"device_reads", p.reads_per_tx},
                           {"sync_writes", p.sync_writes_per_tx},
                           {"wal_flushes", p.flushes_per_tx},

@@ -342,5 +342,54 @@ TEST_CASE("project: the CPU of clients on the server's machine is demand on its 
   CHECK(with.tiers[1].split.cpu_s == Approx(pt.residence_s[1] - client_res).epsilon(0.01));
   std::ostringstream text;
   print_projection(text, with);
-  CHECK(text.str().find("(0.250 ms of it the clients on the server's machine)") != std::string::npos);
+  CHECK(text.str().find("(0.250 ms of it the clients on the server's machine, 0.000 ms of that inside transactions)") != std::string::npos);
+}
+
+TEST_CASE("project: the clients' CPU inside transactions is counted once, out of other", "[project][clients]") {
+  // 8 clients beside the server on 2 cores: the server 0.2 ms of CPU a
+  // transaction, the clients 0.4 ms. They spent 0.2 ms between transactions
+  // (think time) and 0.6 ms in their turns inside each (between its
+  // statements): 0.1 ms of their CPU is think time, 0.3 ms is in the
+  // transaction's latency. The capture is this network: think 0.1 ms, the
+  // CPU 0.6 ms on 2 servers, "other" 1 ms; its transactions' latency is
+  // the response less the CPU residence of the clients' 0.1 ms between.
+  constexpr double kServer = 0.0002, kClients = 0.0004, kZ = 0.0002, kTurns = 0.0006, kOtherHere = 0.001;
+  std::vector<Station> st{{"think", StationKind::Delay, 0.0001, 1},
+                          {"cpu", StationKind::Multi, kServer + kClients, 2},
+                          {"other", StationKind::Delay, kOtherHere, 1}};
+  const auto pt = solve_mva(st, 8, 0).back();
+  const double between_res = pt.residence_s[1] * 0.0001 / (kServer + kClients);
+  Profile p;
+  p.source = "synthetic";
+  p.transactions = 20000;
+  p.duration_s = 10;
+  p.tps = pt.throughput;
+  p.clients = 8;
+  p.mean_clients = 8;
+  p.think_time_s = kZ;
+  p.client_in_tx_s = kTurns;
+  p.has_cpu = true;
+  p.cpu_s_per_tx = kServer;
+  p.client_cpu_s_per_tx = kClients;
+  p.vcpus = 2;
+  p.latency = {20000, pt.response_s - between_res, 0, 0};
+  Tier same;
+  same.name = "same";
+  auto pr = project(p, {same}, ProjectOptions{});
+  CHECK(pr.client_cpu_s_per_tx == Approx(0.0004).epsilon(1e-12));
+  CHECK(pr.client_cpu_in_tx_s_per_tx == Approx(0.0003).epsilon(1e-12));
+  CHECK(pr.think_time_s == Approx(0.0001).epsilon(1e-12));
+  // "Other" is the 1 ms outside the CPU: the clients' 0.3 ms inside the
+  // transaction is at the CPU station, not in "other" as well.
+  CHECK(pr.other_s == Approx(kOtherHere).epsilon(1e-6));
+  // The capture's own network, projected: its throughput and latency.
+  CHECK(pt.throughput == Approx(3220.87).epsilon(1e-5));
+  CHECK(pr.tiers[0].tps == Approx(pt.throughput).epsilon(1e-6));
+  CHECK(pr.tiers[0].latency_s == Approx(pt.response_s - between_res).epsilon(1e-6));
+  CHECK(pr.tiers[0].split.cpu_s == Approx(pt.residence_s[1] - between_res).epsilon(1e-6));
+  std::ostringstream text;
+  print_projection(text, pr);
+  CHECK(text.str().find("(0.400 ms of it the clients on the server's machine, 0.300 ms of that inside "
+                        "transactions)") != std::string::npos);
+  CHECK(projection_json(pr).find("\"client_cpu_in_tx_ms\"") != std::string::npos);
 }

@@ -214,3 +214,44 @@ TEST_CASE("profile and replay agree on what the same statement is", "[profile]")
   CHECK(fingerprint_sql("select 1 -- one\n") == fingerprint_sql("SELECT 2"));
   CHECK(fingerprint_sql("SELECT x FROM t WHERE a = $1") == fingerprint_sql("SELECT x FROM t WHERE a = 'v'"));
 }
+
+TEST_CASE("profile: the client's turns inside a transaction, apart from the think time", "[profile][clients]") {
+  // Two sessions. One runs BEGIN; UPDATE; END in simple protocol: 0.3 ms
+  // and 0.2 ms from a ReadyForQuery 'T' to its next statement, 0.5 ms of
+  // think time after the 'I'. The other runs the UPDATE in the extended
+  // protocol inside a transaction: the turn ends at the Parse (0.4 ms),
+  // not at the Execute after it.
+  constexpr Nanos kUs = 1000;
+  std::vector<Record> recs;
+  recs.push_back({0, 1, trace::SessionBegin{"u", "db", "app", "", 0, 0}});
+  recs.push_back({0, 2, trace::SessionBegin{"u", "db", "app", "", 0, 0}});
+  for (int i = 0; i < 2; ++i) {
+    const Nanos t = i * 1500 * kUs;
+    recs.push_back({t, 1, trace::Query{"BEGIN"}});
+    recs.push_back({t + 100 * kUs, 1, trace::Ready{'T'}});
+    recs.push_back({t + 400 * kUs, 1, trace::Query{"UPDATE a SET b = 1"}});
+    recs.push_back({t + 600 * kUs, 1, trace::Ready{'T'}});
+    recs.push_back({t + 800 * kUs, 1, trace::Query{"END"}});
+    recs.push_back({t + 1000 * kUs, 1, trace::Ready{'I'}});
+
+    recs.push_back({t, 2, trace::Query{"BEGIN"}});
+    recs.push_back({t + 100 * kUs, 2, trace::Ready{'T'}});
+    recs.push_back({t + 500 * kUs, 2, trace::Parse{"", "UPDATE a SET b = $1", {}}});
+    recs.push_back({t + 550 * kUs, 2, trace::Bind{"", "", {}, {}}});
+    recs.push_back({t + 560 * kUs, 2, trace::Execute{"", 0}});
+    recs.push_back({t + 700 * kUs, 2, trace::Ready{'T'}});
+    recs.push_back({t + 700 * kUs, 2, trace::Query{"COMMIT"}});
+    recs.push_back({t + 1000 * kUs, 2, trace::Ready{'I'}});
+  }
+  ProfileBuilder b;
+  for (const auto& r : recs) b.add(r);
+  Profile p = b.finish("synthetic");
+  CHECK(p.transactions == 4);
+  // Session 1: 0.5 ms a transaction; session 2: 0.4 ms.
+  CHECK(p.client_in_tx_s == Approx(0.00045).epsilon(1e-9));
+  CHECK(p.think_time_s == Approx(0.0005).epsilon(1e-9));
+  std::ostringstream text;
+  print_profile(text, p);
+  CHECK(text.str().find("think time 0.500 ms, the client's turns inside a transaction 0.450 ms") != std::string::npos);
+  CHECK(profile_json(p).find("\"client_in_tx_ms\": 0.45") != std::string::npos);
+}
