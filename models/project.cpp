@@ -120,8 +120,6 @@ struct Demands {
   // and no longer a fixed demand per transaction.
   bool group_commit = false;
   FlushCycle cycle;
-  double capture_tps = 0;
-  int capture_clients = 1;
   // Time queued before issue per transaction, a delay of its own (storage
   // time): the measured one where it is kept (see project()), else 0.
   double queued_s = 0;
@@ -135,10 +133,9 @@ struct Cap {
   double per_tx = 0;         // besides the flush cycle's I/O
   double fixed_per_s = 0;
   double limit = 0;
-  // With the flush cycle modelled: its I/Os per cycle, and the cycles per
-  // transaction the bound counts (see Network::bound_cycles_per_tx).
+  // With the flush cycle modelled: its I/Os per cycle (the bound is given
+  // the cycles per transaction, see binding_cap in project()).
   double commit_tokens = 0;
-  double bound_cycles_per_tx = 0;
   double fixed_per_tx = 0;
   // Highest throughput the cap admits. The background I/O keeps its rate
   // while it fits under the cap (its requests wait in line, but they keep
@@ -148,8 +145,8 @@ struct Cap {
   // `x_free`, the uncapped throughput.
   // Where the server's processes still keep up with what the transactions
   // dirty (below max rate), their writes are per transaction too.
-  double bound(double x_free) const {
-    double per = per_tx + commit_tokens * bound_cycles_per_tx;
+  double bound(double x_free, double cycles_per_tx) const {
+    double per = per_tx + commit_tokens * cycles_per_tx;
     if (fixed_per_tx > 0 && per + fixed_per_tx > 0) {
       double x = limit / (per + fixed_per_tx);
       if (x * fixed_per_tx <= fixed_per_s) return x;
@@ -183,15 +180,6 @@ struct Network {
   std::shared_ptr<FlushCycle> cycle;
   double cycle_write_ios = 0;
   double cycle_var = 0;  // device variance of one cycle
-  // Flush cycles per transaction a cap counts. Where a cap binds, cycles run
-  // back to back at the cap's pace and commits per flush = throughput x
-  // cycle interval whatever the throughput: the cap fixes the flush rate,
-  // not the batch, which follows from where the clients spend the rest of
-  // their time. The bound counts the cycles this tier's own flush cycle
-  // gives at the captured commit rate and client count: the captured batch
-  // on the captured device, a larger one on a device with slower writes and
-  // flushes.
-  double bound_cycles_per_tx = 0;
 };
 
 Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double other_s,
@@ -240,7 +228,6 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
     n.group_commit = true;
     n.cycle = std::make_shared<FlushCycle>(d.cycle);
     set_device(*n.cycle, lw, lf);
-    n.bound_cycles_per_tx = n.cycle->share / n.cycle->batch(d.capture_tps, d.capture_clients);
     n.cycle_write_ios = n.cycle->writes * counted(write_size, t.io_unit_bytes) +
                         (t.count_flushes ? n.cycle->flushes : 0);
     n.cycle_var = n.cycle->writes * second_moment(t.write) + n.cycle->flushes * second_moment(t.flush);
@@ -266,8 +253,7 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
   auto cap = [&](const char* name, double per_tx, double fixed, double fixed_per_tx, double rate,
                  double per_cycle) {
     if (rate > 0 && (per_tx > 0 || fixed > 0 || per_cycle > 0))
-      n.caps.push_back({name, per_tx, fixed, rate, per_cycle, per_cycle > 0 ? n.bound_cycles_per_tx : 0,
-                        fixed_per_tx});
+      n.caps.push_back({name, per_tx, fixed, rate, per_cycle, fixed_per_tx});
   };
   double cyc = n.group_commit ? n.cycle_write_ios : 0;
   cap("read IOPS cap", n.read_ios, 0, 0, read_cap, 0);
@@ -499,8 +485,6 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     // throughput and client count on the captured device it gives the
     // captured flushes per transaction.
     d.group_commit = true;
-    d.capture_tps = p.tps;
-    d.capture_clients = n_cap;
     d.cycle = calibrate_flush_cycle(d.flushes, d.writes, p.tps, n_cap, p.native_write.mean_s,
                                     p.native_flush.mean_s, writing);
     out.committing_share = d.cycle.share;
@@ -623,18 +607,76 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     }
     phases.push_back(t);
   }
+  // Cycle intervals a commit waits where a cap binds and the flush cycles
+  // run back to back at its pace: the rest of the cycle in progress and its
+  // own, 1.5; where the capture, at its cap, measured its COMMIT statements,
+  // their time over the captured interval between cycles (the cap's long
+  // tail holds the WAL lock every committer queues for).
+  double commit_wait_cycles = 1.5;
+  if (commit_measured && d.flushes > 0 && d.cycle.flushes > 0) {
+    const double cycles_per_s = p.tps * d.flushes / d.cycle.flushes;
+    commit_wait_cycles = std::max(1.0, p.commit_statement_s * cycles_per_s);
+  }
+  out.commit_wait_cycles = commit_wait_cycles;
   for (const auto& t : phases) {
     auto s = solve(d, t, out.vcpus, think, out.other_s, o.kernel_writes_uncapped, out.clients_hi);
     const auto& net = s.net;
-    // The tightest rate cap bounds throughput.
-    double x_cap = std::numeric_limits<double>::infinity();
-    std::string cap_name;
     const double x_free = s.pts.back().throughput;
-    for (const auto& c : net.caps)
-      if (c.bound(x_free) < x_cap) {
-        x_cap = c.bound(x_free);
-        cap_name = c.name;
+    // The largest population up to n whose uncapped throughput is at most
+    // x (the first when none): what the stations without caps see while a
+    // cap holds throughput at x. Throughput grows with the population.
+    auto under = [&](double x, int n) -> const MvaPoint& {
+      int lo = 1, hi = n;  // Invariant: the answer is in [lo, hi].
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (s.pts[static_cast<size_t>(mid - 1)].throughput <= x) lo = mid;
+        else hi = mid - 1;
       }
+      return s.pts[static_cast<size_t>(lo - 1)];
+    };
+    // The tightest rate cap's bound with n clients, and the flush cycles
+    // per transaction there. Where a cap the flush cycle draws on binds,
+    // cycles run back to back at its pace: the cap fixes the flush rate f,
+    // not the batch, which follows from where the clients spend the rest of
+    // their time. Throughput x and f solve together
+    //   tokens:  x per_tx + f tokens per cycle + background(x) = limit
+    //   clients: n = x (Z + R0(x)) + k share x / f
+    // (R0: the response without the commit at the largest population under
+    // x; k: commit_wait_cycles), that is the batch b = share x / f =
+    // (n - x (Z + R0)) / k, within [1, n].
+    struct Bound {
+      double x = std::numeric_limits<double>::infinity();
+      std::string name;
+      double cycles_per_tx = -1;  // -1: the flush cycle's own at x
+    };
+    auto bound_at = [&](int n) {
+      Bound best;
+      for (const auto& c : net.caps) {
+        double xb = 0, cyc = -1;
+        if (c.commit_tokens > 0 && net.group_commit) {
+          const double share = net.cycle->share, most = std::max(1, n);
+          auto batch = [&](double x) {
+            const MvaPoint& pt = under(x, n);
+            const double rest =
+                think + pt.response_s - (net.commit >= 0 ? pt.residence_s[static_cast<size_t>(net.commit)] : 0.0);
+            return std::clamp((n - x * rest) / commit_wait_cycles, 1.0, most);
+          };
+          // h(x) = bound at batch(x) - x falls as x grows (the batch does).
+          // Invariant: h(lo) > 0 >= h(hi).
+          double lo = 0, hi = c.bound(x_free, share / most);
+          for (int i = 0; i < 100 && hi - lo > hi * 1e-10; ++i) {
+            const double mid = (lo + hi) / 2;
+            (c.bound(x_free, share / batch(mid)) > mid ? lo : hi) = mid;
+          }
+          xb = hi;
+          cyc = share / batch(hi);
+        } else {
+          xb = c.bound(x_free, 0);
+        }
+        if (xb < best.x) best = {xb, c.name, cyc};
+      }
+      return best;
+    };
     // Client count n under a cap: where the uncapped network would exceed
     // it, throughput is the cap's and the clients beyond wait for tokens.
     // The uncapped stations then see the load of the largest population
@@ -642,16 +684,13 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     auto capped = [&](int n, double* x, double* r, const MvaPoint** below) {
       const MvaPoint& free = s.pts[static_cast<size_t>(n - 1)];
       *below = &free;
+      const double x_cap = bound_at(n).x;
       if (free.throughput <= x_cap) {
         *x = free.throughput;
         *r = server_response(free, net);
         return false;
       }
-      for (int k = n - 1; k >= 1; --k)
-        if (s.pts[static_cast<size_t>(k - 1)].throughput <= x_cap) {
-          *below = &s.pts[static_cast<size_t>(k - 1)];
-          break;
-        }
+      *below = &under(x_cap, n);
       *x = x_cap;
       *r = std::max((*below)->response_s, n / x_cap - think) - ((*below)->response_s - server_response(**below, net));
       return true;
@@ -659,6 +698,8 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     double x = 0, r = 0;
     const MvaPoint* pt_ptr = nullptr;
     bool at_cap = capped(out.clients_hi, &x, &r, &pt_ptr);
+    const Bound binding = bound_at(out.clients_hi);
+    const std::string& cap_name = binding.name;
     const MvaPoint& pt = *pt_ptr;
     TierProjection tp;
     tp.tier = t.name;
@@ -669,9 +710,9 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     tp.latency_s = r;
     // Flush cycles per transaction at this throughput (group commit), or the
     // captured flushes as a fixed demand.
-    double cycles = !net.group_commit ? 0.0
-                    : at_cap          ? net.bound_cycles_per_tx
-                                      : net.cycle->share / net.cycle->batch(x, out.clients_hi);
+    double cycles = !net.group_commit                   ? 0.0
+                    : at_cap && binding.cycles_per_tx >= 0 ? binding.cycles_per_tx
+                                                           : net.cycle->share / net.cycle->batch(x, out.clients_hi);
     tp.flushes_per_tx = net.group_commit ? cycles * net.cycle->flushes : d.flushes;
     tp.read_iops = x * net.read_ios;
     tp.write_iops = x * (net.write_ios + cycles * net.cycle_write_ios) +

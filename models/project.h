@@ -235,6 +235,10 @@ struct Projection {
   // residence).
   std::string other_source = "residual";
   double other_residual_s = 0;  // the residual, when other_source says otherwise
+  // Cycle intervals a commit waits where a cap binds the flush cycle (1.5,
+  // or measured by the COMMIT statements of a capture at its cap): sets the
+  // batch the cap's pace gives (see project()).
+  double commit_wait_cycles = 1.5;
   // Group commit (models/group_commit.h), when the capture has WAL flushes:
   // the flush cycle calibrated on the capture, the captured device's time
   // for one cycle's writes and flush (a tier's cycle is scaled by its own),

@@ -201,7 +201,8 @@ std::string projection_json(const Projection& p, int indent) {
                           {"wal_flushes", p.flushes_per_tx},
                           {"think_ms", p.think_time_s * 1e3},
                           {"other_ms", p.other_s * 1e3},
-                          {"other_source", p.other_source}};
+                          {"other_source", p.other_source},
+                          {"commit_wait_cycles", p.commit_wait_cycles}};
   j["capture"] = {{"measured_tps", p.captured_tps}, {"modelled_tps", p.modelled_capture_tps}};
   j["capture_tier"] = {{"source", p.capture_tier_source},
                        {"name", p.capture_tier},
