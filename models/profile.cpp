@@ -195,6 +195,8 @@ struct ProfileBuilder::Impl {
   std::unordered_map<std::string, uint64_t> file_ids;
   std::map<std::string, Counter> counters;
   CounterSeries counter_series;  // the counters a host-less capture's figures come from
+  // The server's CPU counters, every sample: (time, value) by name.
+  std::map<std::string, std::vector<std::pair<Nanos, double>>> cpu_series;
   std::map<std::string, std::string> meta;
   std::unordered_set<int32_t> server_pids;  // Meta "server.pid" (and "postmaster_pid")
 
@@ -528,6 +530,8 @@ struct ProfileBuilder::Impl {
             c.last_ts = r.ts;
             c.last = b.value;
             counter_series.add(b.name, r.ts, b.value);
+            if (b.name.starts_with("cpu.") && b.name.ends_with("_ns"))
+              cpu_series[std::string(b.name)].emplace_back(r.ts, b.value);
           } else if constexpr (std::is_same_v<T, Meta>) {
             // A session's TLS ("session.ID.tls", one per session of a
             // proxy capture) is no figure of the profile's: not kept.
@@ -568,6 +572,52 @@ struct ProfileBuilder::Impl {
   void block_io(Profile& p, Nanos w0, Nanos w1);
   void detect_cap(Profile& p, Nanos w0, Nanos w1) const;
   void samples(Profile& p, Nanos w0, Nanos w1);
+  // Sets p.cpu_split and its parts (see Profile) from cpu_series.
+  template <class TxBetween>
+  void split_cpu(Profile& p, const TxBetween& tx_between) const {
+    // Intervals between the first counter's samples; every counter's value
+    // at those times by linear interpolation between its own samples.
+    if (cpu_series.empty()) return;
+    const auto& grid = cpu_series.begin()->second;
+    if (grid.size() < 11) return;
+    auto at = [](const std::vector<std::pair<Nanos, double>>& v, Nanos t) {
+      auto it = std::lower_bound(v.begin(), v.end(), t, [](const auto& e, Nanos x) { return e.first < x; });
+      if (it == v.begin()) return it->second;
+      if (it == v.end()) return v.back().second;
+      const auto& [t1, v1] = *it;
+      const auto& [t0, v0] = *(it - 1);
+      return t1 > t0 ? v0 + (v1 - v0) * static_cast<double>(t - t0) / static_cast<double>(t1 - t0) : v1;
+    };
+    std::vector<double> xs, ys;
+    for (size_t i = 1; i < grid.size(); ++i) {
+      const Nanos a = grid[i - 1].first, b = grid[i].first;
+      if (b <= a) continue;
+      double cpu = 0;
+      for (const auto& [name, v] : cpu_series) cpu += at(v, b) - at(v, a);
+      const double dt = static_cast<double>(b - a) / kNs;
+      xs.push_back(tx_between(a, b) / dt);
+      ys.push_back(cpu / kNs / dt);
+    }
+    const size_t n = xs.size();
+    if (n < 10) return;
+    const auto [lo, hi] = std::minmax_element(xs.begin(), xs.end());
+    if (!(*lo > 0) || *hi < 1.5 * *lo) return;
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < n; ++i) mx += xs[i], my += ys[i];
+    mx /= static_cast<double>(n);
+    my /= static_cast<double>(n);
+    double sxx = 0, sxy = 0;
+    for (size_t i = 0; i < n; ++i) sxx += (xs[i] - mx) * (xs[i] - mx), sxy += (xs[i] - mx) * (ys[i] - my);
+    if (!(sxx > 0)) return;
+    const double slope = sxy / sxx, fixed = my - slope * mx;
+    double sse = 0;
+    for (size_t i = 0; i < n; ++i) sse += std::pow(ys[i] - fixed - slope * xs[i], 2);
+    const double se = std::sqrt(sse / static_cast<double>(n - 2) / sxx);
+    if (!(slope > 0) || !(fixed > 0) || se > 0.1 * slope) return;
+    p.cpu_split = true;
+    p.cpu_fixed_cores = fixed;
+    p.cpu_marginal_s_per_tx = slope;
+  }
   void memory(Profile& p);
 };
 
@@ -739,6 +789,7 @@ void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
   }
   if (!p.has_cpu)
     p.notes.push_back("no CPU samples in the trace: the server's CPU time per transaction is unknown");
+  if (p.has_cpu) split_cpu(p, tx_between);
   if (auto it = counters.find("capture.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts)
     p.capture_cores_busy = (it->second.last - it->second.first) / static_cast<double>(it->second.last_ts - it->second.first_ts);
   if (auto it = counters.find("clients.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts) {

@@ -437,7 +437,25 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   const double client_between = client_cpu - client_in_tx;
   out.client_cpu_s_per_tx = client_cpu;
   out.client_cpu_in_tx_s_per_tx = client_in_tx;
-  d.cpu_s = p.has_cpu ? p.cpu_s_per_tx + client_cpu : 0.0;
+  // The CPU per transaction as captured calibrates "other". On the tiers,
+  // where the capture's own samples split the server's CPU into a part per
+  // transaction and a part that does not follow throughput (Profile::
+  // cpu_split), the latter is taken as cores the server keeps busy whatever
+  // the throughput, as the capture's own are: the transactions get the
+  // rest of the vCPUs. Otherwise the CPU per transaction is taken as
+  // captured on every tier, which a capture at low utilisation overstates.
+  const double captured_cpu = p.has_cpu ? p.cpu_s_per_tx + client_cpu : 0.0;
+  d.cpu_s = captured_cpu;
+  if (p.has_cpu && p.cpu_split) {
+    const double v = out.vcpus, fixed = std::min(p.cpu_fixed_cores, 0.5 * v);
+    out.cpu_fixed_cores = fixed;
+    d.cpu_s = p.cpu_marginal_s_per_tx * v / (v - fixed) + client_cpu;
+    out.notes.push_back("cpu on the tiers: " + fmt("%.3f ms", p.cpu_marginal_s_per_tx * 1e3) +
+                        " a transaction plus " + fmt("%.3f", p.cpu_fixed_cores) +
+                        " cores whatever the throughput (regressed on the capture's sample intervals), not the " +
+                        fmt("%.3f ms", p.cpu_s_per_tx * 1e3) + " a transaction measured at " +
+                        fmt("%.0f", p.tps) + " tps: the fixed part taken from the vCPUs");
+  }
   d.reads = p.reads_per_tx * out.read_factor + extra_reads;
   d.read_bytes = p.read_bytes_per_tx * out.read_factor + extra_reads * kPageBytes;
   d.writes = p.sync_writes_per_tx;
@@ -468,8 +486,10 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   // station's residence out of the transaction: a transaction's latency
   // (first message to its end) leaves it out, at capture and on every tier.
   // Their CPU inside transactions stays in it.
-  const double client_share = d.cpu_s > 0 ? client_between / d.cpu_s : 0.0;
-  auto server_response = [client_share](const MvaPoint& pt, const Network& net) {
+  // At the calibration, of the captured CPU; on the tiers (set before
+  // them), of theirs.
+  double client_share = captured_cpu > 0 ? client_between / captured_cpu : 0.0;
+  auto server_response = [&client_share](const MvaPoint& pt, const Network& net) {
     return pt.response_s - (net.cpu >= 0 ? client_share * pt.residence_s[static_cast<size_t>(net.cpu)] : 0.0);
   };
   out.think_time_s = think;
@@ -509,6 +529,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   native.write = {LatencyDist::Fixed, static_cast<Nanos>(p.native_write.mean_s * 1e9), 0};
   native.flush = {LatencyDist::Fixed, static_cast<Nanos>(p.native_flush.mean_s * 1e9), 0};
   Demands dc = d;
+  dc.cpu_s = captured_cpu;
   dc.reads = p.reads_per_tx;
   dc.read_bytes = p.read_bytes_per_tx;
   dc.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps : 0;
@@ -520,7 +541,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   // projected without the capture.
   if (const int cv = out.capture_vcpus; p.capture_cores_busy > 0) {
     out.capture_cores = p.capture_cores_busy;
-    dc.cpu_s = d.cpu_s * cv / std::max(cv - p.capture_cores_busy, 0.5 * cv);
+    dc.cpu_s = captured_cpu * cv / std::max(cv - p.capture_cores_busy, 0.5 * cv);
   }
   // At its cap, a capture's commits wait for the cap as well: a flush the
   // cap holds keeps the lock every other committing backend waits for, so
@@ -618,6 +639,14 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     commit_wait_cycles = std::max(1.0, p.commit_statement_s * cycles_per_s);
   }
   out.commit_wait_cycles = commit_wait_cycles;
+  if (p.has_cpu && !p.cpu_split && out.capture_capped)
+    out.notes.push_back("cpu per transaction taken as captured on every tier (" +
+                        fmt("%.3f ms", captured_cpu * 1e3) + " at " + fmt("%.0f", p.tps) +
+                        " tps): the CPU per transaction grows at low utilisation (pgbench -S on 2 cores: 0.284 ms "
+                        "at 800 tps, 0.164 ms unthrottled) and the capture's throughput varied too little to tell "
+                        "its fixed part from the part per transaction, so tiers that lift the cap may be projected "
+                        "low where the CPU binds");
+  client_share = d.cpu_s > 0 ? client_between / d.cpu_s : 0.0;
   for (const auto& t : phases) {
     auto s = solve(d, t, out.vcpus, think, out.other_s, o.kernel_writes_uncapped, out.clients_hi);
     const auto& net = s.net;

@@ -224,6 +224,9 @@ struct Projection {
   double cpu_s_per_tx = 0;         // the server's and, of it, its machine's clients':
   double client_cpu_s_per_tx = 0;  // the part between transactions taken out of the think time,
   double client_cpu_in_tx_s_per_tx = 0;  // the part inside them out of the latency ("other")
+  // The server's CPU that does not follow throughput (Profile::cpu_split),
+  // cores taken from the vCPUs on every tier; 0 when not split.
+  double cpu_fixed_cores = 0;
   double reads_per_tx = 0;
   double sync_writes_per_tx = 0;
   double flushes_per_tx = 0;

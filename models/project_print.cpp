@@ -188,6 +188,7 @@ std::string projection_json(const Projection& p, int indent) {
   j["vcpus"] = p.vcpus;
   j["capture_vcpus"] = p.capture_vcpus;
   j["capture_cores"] = p.capture_cores;
+  j["cpu_fixed_cores"] = p.cpu_fixed_cores;
   j["memory_bytes"] = p.memory_bytes;
   j["capture_memory_bytes"] = p.capture_memory_bytes;
   j["read_factor"] = p.read_factor;

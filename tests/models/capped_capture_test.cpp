@@ -464,3 +464,38 @@ TEST_CASE("project: at a binding write cap, throughput and the flush rate are so
   CHECK(pr.tiers[1].tps > 1.5 * 500);
   CHECK(pr.tiers[2].tps >= pr.tiers[1].tps * (1 - 1e-9));
 }
+
+TEST_CASE("project: the server's CPU split by the capture's samples: the fixed part taken from the vCPUs",
+          "[project][capped][cpu]") {
+  // The capped capture at 500 tps measured 0.2 ms a transaction: 0.1 ms a
+  // transaction plus 0.05 cores.
+  Profile p = capped_profile();
+  ProjectOptions o;
+  o.captured_tier = tier("cap1000", 1000);
+  auto as_captured = project(p, {tier("cap1000", 1000), tier("uncapped", 0)}, o);
+  bool said = false;
+  for (const auto& n : as_captured.notes) said = said || n.find("cpu per transaction taken as captured") != std::string::npos;
+  CHECK(said);
+  CHECK(as_captured.cpu_s_per_tx == Approx(kCpu));
+  p.cpu_split = true;
+  p.cpu_fixed_cores = 0.05;
+  p.cpu_marginal_s_per_tx = 0.0001;
+  auto split = project(p, {tier("cap1000", 1000), tier("uncapped", 0)}, o);
+  // On the tiers: 0.1 ms on 2 - 0.05 of the 2 vCPUs.
+  CHECK(split.cpu_s_per_tx == Approx(0.0001 * 2 / 1.95).epsilon(1e-12));
+  CHECK(split.cpu_fixed_cores == Approx(0.05));
+  // "Other" calibrated on the CPU as captured: the same.
+  CHECK(split.other_s == Approx(as_captured.other_s).epsilon(1e-9));
+  CHECK(split.tiers[0].tps == Approx(500).epsilon(0.01));
+  std::vector<Station> st{{"think", StationKind::Delay, 0, 1},
+                          {"cpu", StationKind::Multi, 0.0001 * 2 / 1.95, 2},
+                          {"storage", StationKind::Delay, 2 * kRead, 1},
+                          {"other", StationKind::Delay, split.other_s, 1}};
+  CHECK(split.tiers[1].tps == Approx(solve_mva(st, kClients, 0).back().throughput).epsilon(1e-6));
+  CHECK(split.tiers[1].tps > as_captured.tiers[1].tps);
+  said = false;
+  for (const auto& n : split.notes)
+    said = said || n.find("cpu on the tiers: 0.100 ms a transaction plus 0.050 cores whatever the throughput") !=
+                       std::string::npos;
+  CHECK(said);
+}
