@@ -678,7 +678,10 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
       std::string name;
       double cycles_per_tx = -1;  // -1: the flush cycle's own at x
     };
-    auto bound_at = [&](int n) {
+    // A cap that the throughput `free_x` of the network without caps stays
+    // under at a batch of one (its lowest bound) does not bind: its bound is
+    // then taken at that batch, without solving.
+    auto bound_at = [&](int n, double free_x) {
       Bound best;
       for (const auto& c : net.caps) {
         double xb = 0, cyc = -1;
@@ -693,6 +696,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
           // h(x) = bound at batch(x) - x falls as x grows (the batch does).
           // Invariant: h(lo) > 0 >= h(hi).
           double lo = 0, hi = c.bound(x_free, share / most);
+          if (const double lowest = c.bound(x_free, share); free_x <= lowest) lo = hi = lowest;
           for (int i = 0; i < 100 && hi - lo > hi * 1e-10; ++i) {
             const double mid = (lo + hi) / 2;
             (c.bound(x_free, share / batch(mid)) > mid ? lo : hi) = mid;
@@ -713,7 +717,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     auto capped = [&](int n, double* x, double* r, const MvaPoint** below) {
       const MvaPoint& free = s.pts[static_cast<size_t>(n - 1)];
       *below = &free;
-      const double x_cap = bound_at(n).x;
+      const double x_cap = bound_at(n, free.throughput).x;
       if (free.throughput <= x_cap) {
         *x = free.throughput;
         *r = server_response(free, net);
@@ -727,7 +731,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     double x = 0, r = 0;
     const MvaPoint* pt_ptr = nullptr;
     bool at_cap = capped(out.clients_hi, &x, &r, &pt_ptr);
-    const Bound binding = bound_at(out.clients_hi);
+    const Bound binding = bound_at(out.clients_hi, s.pts.back().throughput);
     const std::string& cap_name = binding.name;
     const MvaPoint& pt = *pt_ptr;
     TierProjection tp;
