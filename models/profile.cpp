@@ -118,6 +118,10 @@ struct Session {
   std::string text;
   Nanos last_stmt = 0;      // when the transaction's latest statement began
   bool last_commit = false;  // and whether it is COMMIT or END
+  // The client's turns inside the transaction: a ReadyForQuery that left it
+  // open, and the time from each such to the client's next message.
+  Nanos ready_in_tx = -1;
+  Nanos client_in_tx = 0;
   bool had_tx = false;
   std::unordered_map<std::string, std::string> prepared;  // statement name -> sql
   std::unordered_map<std::string, std::string> portals;   // portal -> sql
@@ -185,18 +189,30 @@ struct ProfileBuilder::Impl {
   uint64_t quiet[2] = {0, 0};
   double quiet_ns[2] = {0, 0};
   uint64_t commits = 0;  // transactions ending with COMMIT/END, and that statement's time
+  double client_in_tx_ns = 0;  // the counted transactions' client turns (Session::client_in_tx)
   double commit_ns = 0;
   StackDistances file_stack, block_stack;
   std::unordered_map<std::string, uint64_t> file_ids;
   std::map<std::string, Counter> counters;
   CounterSeries counter_series;  // the counters a host-less capture's figures come from
+  // The server's CPU counters, every sample: (time, value) by name.
+  std::map<std::string, std::vector<std::pair<Nanos, double>>> cpu_series;
   std::map<std::string, std::string> meta;
   std::unordered_set<int32_t> server_pids;  // Meta "server.pid" (and "postmaster_pid")
 
+  // A message from the client: inside a transaction, it ends the client's
+  // turn that the last ReadyForQuery began.
+  void client_message(Session& s, Nanos ts) {
+    if (s.in_tx && s.ready_in_tx >= 0 && ts >= s.ready_in_tx) s.client_in_tx += ts - s.ready_in_tx;
+    s.ready_in_tx = -1;
+  }
+
   void start_statement(Session& s, Nanos ts, std::string_view sql) {
+    client_message(s, ts);
     if (!s.in_tx) {
       s.in_tx = true;
       s.tx_start = ts;
+      s.client_in_tx = 0;
       open_tx(s, ts);
       s.nstmt = 0;
       s.fp = 1469598103934665603ull;
@@ -222,6 +238,7 @@ struct ProfileBuilder::Impl {
   void end_transaction(Session& s, Nanos ts) {
     s.in_tx = false;
     s.last_idle = ts;
+    s.ready_in_tx = -1;
     Backend* be = nullptr;
     if (s.pid != 0) {
       be = &backends[s.pid];
@@ -241,6 +258,7 @@ struct ProfileBuilder::Impl {
     }
     Template& t = templates[it->second];
     ++t.count;
+    client_in_tx_ns += static_cast<double>(s.client_in_tx);
     if (s.last_commit && s.nstmt >= 2 && ts >= s.last_stmt) {
       ++commits;
       commit_ns += static_cast<double>(ts - s.last_stmt);
@@ -465,11 +483,13 @@ struct ProfileBuilder::Impl {
           } else if constexpr (std::is_same_v<T, Parse>) {
             auto& s = touch(r);
             s.prepared[std::string(b.statement)] = std::string(b.sql);
+            client_message(s, r.ts);
             if (!s.in_tx) begin_without_statement(s, r.ts);
           } else if constexpr (std::is_same_v<T, Bind>) {
             auto& s = touch(r);
             auto it = s.prepared.find(std::string(b.statement));
             s.portals[std::string(b.portal)] = it == s.prepared.end() ? std::string() : it->second;
+            client_message(s, r.ts);
             if (!s.in_tx) begin_without_statement(s, r.ts);
           } else if constexpr (std::is_same_v<T, Execute>) {
             auto& s = touch(r);
@@ -481,6 +501,7 @@ struct ProfileBuilder::Impl {
           } else if constexpr (std::is_same_v<T, Ready>) {
             auto& s = touch(r);
             if (b.status == 'I') end_transaction(s, r.ts);
+            else if (s.in_tx) s.ready_in_tx = r.ts;
           } else if constexpr (std::is_same_v<T, BlockIo>) {
             place(IoRec{r.ts, b.complete_ns, b.pid, b.length, b.op, false, b.queued_ns});
             if (b.op == IoOp::Read && b.length > 0) {
@@ -509,6 +530,8 @@ struct ProfileBuilder::Impl {
             c.last_ts = r.ts;
             c.last = b.value;
             counter_series.add(b.name, r.ts, b.value);
+            if (b.name.starts_with("cpu.") && b.name.ends_with("_ns"))
+              cpu_series[std::string(b.name)].emplace_back(r.ts, b.value);
           } else if constexpr (std::is_same_v<T, Meta>) {
             // A session's TLS ("session.ID.tls", one per session of a
             // proxy capture) is no figure of the profile's: not kept.
@@ -527,6 +550,7 @@ struct ProfileBuilder::Impl {
   void begin_without_statement(Session& s, Nanos ts) {
     s.in_tx = true;
     s.tx_start = ts;
+    s.client_in_tx = 0;
     open_tx(s, ts);
     s.nstmt = 0;
     s.fp = 1469598103934665603ull;
@@ -548,6 +572,52 @@ struct ProfileBuilder::Impl {
   void block_io(Profile& p, Nanos w0, Nanos w1);
   void detect_cap(Profile& p, Nanos w0, Nanos w1) const;
   void samples(Profile& p, Nanos w0, Nanos w1);
+  // Sets p.cpu_split and its parts (see Profile) from cpu_series.
+  template <class TxBetween>
+  void split_cpu(Profile& p, const TxBetween& tx_between) const {
+    // Intervals between the first counter's samples; every counter's value
+    // at those times by linear interpolation between its own samples.
+    if (cpu_series.empty()) return;
+    const auto& grid = cpu_series.begin()->second;
+    if (grid.size() < 11) return;
+    auto at = [](const std::vector<std::pair<Nanos, double>>& v, Nanos t) {
+      auto it = std::lower_bound(v.begin(), v.end(), t, [](const auto& e, Nanos x) { return e.first < x; });
+      if (it == v.begin()) return it->second;
+      if (it == v.end()) return v.back().second;
+      const auto& [t1, v1] = *it;
+      const auto& [t0, v0] = *(it - 1);
+      return t1 > t0 ? v0 + (v1 - v0) * static_cast<double>(t - t0) / static_cast<double>(t1 - t0) : v1;
+    };
+    std::vector<double> xs, ys;
+    for (size_t i = 1; i < grid.size(); ++i) {
+      const Nanos a = grid[i - 1].first, b = grid[i].first;
+      if (b <= a) continue;
+      double cpu = 0;
+      for (const auto& [name, v] : cpu_series) cpu += at(v, b) - at(v, a);
+      const double dt = static_cast<double>(b - a) / kNs;
+      xs.push_back(tx_between(a, b) / dt);
+      ys.push_back(cpu / kNs / dt);
+    }
+    const size_t n = xs.size();
+    if (n < 10) return;
+    const auto [lo, hi] = std::minmax_element(xs.begin(), xs.end());
+    if (!(*lo > 0) || *hi < 1.5 * *lo) return;
+    double mx = 0, my = 0;
+    for (size_t i = 0; i < n; ++i) mx += xs[i], my += ys[i];
+    mx /= static_cast<double>(n);
+    my /= static_cast<double>(n);
+    double sxx = 0, sxy = 0;
+    for (size_t i = 0; i < n; ++i) sxx += (xs[i] - mx) * (xs[i] - mx), sxy += (xs[i] - mx) * (ys[i] - my);
+    if (!(sxx > 0)) return;
+    const double slope = sxy / sxx, fixed = my - slope * mx;
+    double sse = 0;
+    for (size_t i = 0; i < n; ++i) sse += std::pow(ys[i] - fixed - slope * xs[i], 2);
+    const double se = std::sqrt(sse / static_cast<double>(n - 2) / sxx);
+    if (!(slope > 0) || !(fixed > 0) || se > 0.1 * slope) return;
+    p.cpu_split = true;
+    p.cpu_fixed_cores = fixed;
+    p.cpu_marginal_s_per_tx = slope;
+  }
   void memory(Profile& p);
 };
 
@@ -572,6 +642,7 @@ Profile ProfileBuilder::Impl::finish(const std::string& source) {
   p.latency = summarise(tx_latency);
   p.concurrency = tx_latency.sum() / kNs / p.duration_s;
   p.think_time_s = think_n ? think_sum_s / static_cast<double>(think_n) : 0.0;
+  p.client_in_tx_s = client_in_tx_ns / kNs / static_cast<double>(tx_count);
 
   // Sessions that ran transactions: how many at once, and on average.
   std::vector<std::pair<Nanos, int>> edges;
@@ -718,6 +789,7 @@ void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
   }
   if (!p.has_cpu)
     p.notes.push_back("no CPU samples in the trace: the server's CPU time per transaction is unknown");
+  if (p.has_cpu) split_cpu(p, tx_between);
   if (auto it = counters.find("capture.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts)
     p.capture_cores_busy = (it->second.last - it->second.first) / static_cast<double>(it->second.last_ts - it->second.first_ts);
   if (auto it = counters.find("clients.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts) {

@@ -78,6 +78,12 @@ struct Profile {
   double concurrency = 0;    // mean transactions in flight (Little's law)
   LatencySummary latency;    // transaction latency (first message to idle ReadyForQuery)
   double think_time_s = 0;   // mean gap between a session's transactions
+  // Mean time per transaction that the client held its turn inside it: from
+  // each ReadyForQuery that left the transaction open (status 'T' or 'E')
+  // to the session's next message (pgbench computing its next statement,
+  // an application between a transaction's statements). It is part of the
+  // transaction's latency, as think_time_s is not.
+  double client_in_tx_s = 0;
   std::vector<TemplateStats> templates;  // by count, descending
 
   // CPU (from "cpu.*_ns" samples); has_cpu false when the trace has none.
@@ -87,6 +93,18 @@ struct Profile {
   // Mean cores tierlab's capture itself kept busy (sample "capture.cpu_ns"
   // of `capture run`); 0 when not recorded.
   double capture_cores_busy = 0;
+  // The server's CPU split by regression over the capture's sample
+  // intervals, cores = fixed + per_tx x tps: a part that does not follow
+  // throughput (wake-ups, idle-state exits, the auxiliary processes) and
+  // the part each transaction adds. Set (cpu_split) only where the
+  // capture's throughput varied enough to tell them apart: 10 intervals or
+  // more, the busiest at least 1.5x the quietest, the slope's standard error
+  // within a tenth of it, both parts positive. Why: at a capped capture's
+  // low utilisation the CPU per transaction is above what it is at full
+  // speed (pgbench -S on 2 cores: 0.284 ms at 800 tps, 0.164 unthrottled).
+  bool cpu_split = false;
+  double cpu_fixed_cores = 0;
+  double cpu_marginal_s_per_tx = 0;
   // CPU per transaction of the clients on the server's machine (sample
   // "clients.cpu_ns" of `capture run`: pgbench beside the server), which
   // compete with it for the same cores; -1 when none were seen.

@@ -36,7 +36,8 @@ void print_profile(std::ostream& out, const Profile& p) {
       << p.statements << " statements, " << p.errors << " errors\n";
   out << "latency: mean " << ms(p.latency.mean_s) << ", p50 " << ms(p.latency.p50_s) << ", p99 "
       << ms(p.latency.p99_s) << "; concurrency " << fmt("%.2f", p.concurrency)
-      << " in flight; think time " << ms(p.think_time_s) << "\n";
+      << " in flight; think time " << ms(p.think_time_s) << ", the client's turns inside a transaction "
+      << ms(p.client_in_tx_s) << "\n";
   out << "\ntemplates (" << p.templates.size() << "):\n";
   size_t shown = 0;
   for (const auto& t : p.templates) {
@@ -56,6 +57,9 @@ void print_profile(std::ostream& out, const Profile& p) {
         << ")\n";
   else
     out << "  cpu: not sampled\n";
+  if (p.cpu_split)
+    out << "  cpu over the capture's sample intervals: " << ms(p.cpu_marginal_s_per_tx) << " a transaction plus "
+        << fmt("%.3f", p.cpu_fixed_cores) << " cores whatever the throughput\n";
   if (p.client_cpu_s_per_tx >= 0)
     out << "  cpu of the clients on the server's machine: " << ms(p.client_cpu_s_per_tx)
         << " (they share its cores)\n";
@@ -143,6 +147,7 @@ std::string profile_json(const Profile& p, int indent) {
   j["concurrency"] = p.concurrency;
   j["latency"] = lat_json(p.latency);
   j["think_time_ms"] = p.think_time_s * 1e3;
+  j["client_in_tx_ms"] = p.client_in_tx_s * 1e3;
   auto& tj = j["templates"] = nlohmann::json::array();
   for (const auto& t : p.templates)
     tj.push_back({{"id", hex(t.id)},
@@ -172,6 +177,9 @@ std::string profile_json(const Profile& p, int indent) {
   j["per_transaction"] = per;
   j["cpu_cores_busy"] = p.has_cpu ? nlohmann::json(p.cpu_cores_busy) : nlohmann::json();
   j["capture_cores_busy"] = p.capture_cores_busy;
+  j["cpu_split"] = p.cpu_split ? nlohmann::json{{"per_tx_ms", p.cpu_marginal_s_per_tx * 1e3},
+                                                {"fixed_cores", p.cpu_fixed_cores}}
+                               : nlohmann::json();
   nlohmann::json dev;
   dev["has_block_io"] = p.has_block_io;
   dev["name"] = p.device;

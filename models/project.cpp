@@ -120,8 +120,6 @@ struct Demands {
   // and no longer a fixed demand per transaction.
   bool group_commit = false;
   FlushCycle cycle;
-  double capture_tps = 0;
-  int capture_clients = 1;
   // Time queued before issue per transaction, a delay of its own (storage
   // time): the measured one where it is kept (see project()), else 0.
   double queued_s = 0;
@@ -135,10 +133,9 @@ struct Cap {
   double per_tx = 0;         // besides the flush cycle's I/O
   double fixed_per_s = 0;
   double limit = 0;
-  // With the flush cycle modelled: its I/Os per cycle, and the cycles per
-  // transaction the bound counts (see Network::bound_cycles_per_tx).
+  // With the flush cycle modelled: its I/Os per cycle (the bound is given
+  // the cycles per transaction, see binding_cap in project()).
   double commit_tokens = 0;
-  double bound_cycles_per_tx = 0;
   double fixed_per_tx = 0;
   // Highest throughput the cap admits. The background I/O keeps its rate
   // while it fits under the cap (its requests wait in line, but they keep
@@ -148,8 +145,8 @@ struct Cap {
   // `x_free`, the uncapped throughput.
   // Where the server's processes still keep up with what the transactions
   // dirty (below max rate), their writes are per transaction too.
-  double bound(double x_free) const {
-    double per = per_tx + commit_tokens * bound_cycles_per_tx;
+  double bound(double x_free, double cycles_per_tx) const {
+    double per = per_tx + commit_tokens * cycles_per_tx;
     if (fixed_per_tx > 0 && per + fixed_per_tx > 0) {
       double x = limit / (per + fixed_per_tx);
       if (x * fixed_per_tx <= fixed_per_s) return x;
@@ -183,15 +180,6 @@ struct Network {
   std::shared_ptr<FlushCycle> cycle;
   double cycle_write_ios = 0;
   double cycle_var = 0;  // device variance of one cycle
-  // Flush cycles per transaction a cap counts. Where a cap binds, cycles run
-  // back to back at the cap's pace and commits per flush = throughput x
-  // cycle interval whatever the throughput: the cap fixes the flush rate,
-  // not the batch, which follows from where the clients spend the rest of
-  // their time. The bound counts the cycles this tier's own flush cycle
-  // gives at the captured commit rate and client count: the captured batch
-  // on the captured device, a larger one on a device with slower writes and
-  // flushes.
-  double bound_cycles_per_tx = 0;
 };
 
 Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double other_s,
@@ -240,7 +228,6 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
     n.group_commit = true;
     n.cycle = std::make_shared<FlushCycle>(d.cycle);
     set_device(*n.cycle, lw, lf);
-    n.bound_cycles_per_tx = n.cycle->share / n.cycle->batch(d.capture_tps, d.capture_clients);
     n.cycle_write_ios = n.cycle->writes * counted(write_size, t.io_unit_bytes) +
                         (t.count_flushes ? n.cycle->flushes : 0);
     n.cycle_var = n.cycle->writes * second_moment(t.write) + n.cycle->flushes * second_moment(t.flush);
@@ -266,8 +253,7 @@ Network build(const Demands& d, const Tier& t, int vcpus, double think_s, double
   auto cap = [&](const char* name, double per_tx, double fixed, double fixed_per_tx, double rate,
                  double per_cycle) {
     if (rate > 0 && (per_tx > 0 || fixed > 0 || per_cycle > 0))
-      n.caps.push_back({name, per_tx, fixed, rate, per_cycle, per_cycle > 0 ? n.bound_cycles_per_tx : 0,
-                        fixed_per_tx});
+      n.caps.push_back({name, per_tx, fixed, rate, per_cycle, fixed_per_tx});
   };
   double cyc = n.group_commit ? n.cycle_write_ios : 0;
   cap("read IOPS cap", n.read_ios, 0, 0, read_cap, 0);
@@ -438,11 +424,38 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
 
   Demands d;
   // Clients on the server's machine (pgbench beside it) use its cores: their
-  // CPU is demand at the CPU station, and comes out of the think time it
-  // was part of (a client computes between a result and its next request).
+  // CPU is demand at the CPU station. A client computes in its turns: between
+  // a result and its next request, which is think time between transactions
+  // and the client's turns inside one (pgbench between a transaction's
+  // statements), which the transaction's latency holds. The clients' CPU is
+  // split between the two in proportion to the time the clients spent in
+  // each, and each part comes out of where it was measured: the first out of
+  // the think time, the second out of the latency "other" is calibrated on.
   const double client_cpu = p.has_cpu && p.client_cpu_s_per_tx > 0 ? p.client_cpu_s_per_tx : 0.0;
+  const double turns = p.think_time_s + p.client_in_tx_s;
+  const double client_in_tx = turns > 0 ? client_cpu * p.client_in_tx_s / turns : 0.0;
+  const double client_between = client_cpu - client_in_tx;
   out.client_cpu_s_per_tx = client_cpu;
-  d.cpu_s = p.has_cpu ? p.cpu_s_per_tx + client_cpu : 0.0;
+  out.client_cpu_in_tx_s_per_tx = client_in_tx;
+  // The CPU per transaction as captured calibrates "other". On the tiers,
+  // where the capture's own samples split the server's CPU into a part per
+  // transaction and a part that does not follow throughput (Profile::
+  // cpu_split), the latter is taken as cores the server keeps busy whatever
+  // the throughput, as the capture's own are: the transactions get the
+  // rest of the vCPUs. Otherwise the CPU per transaction is taken as
+  // captured on every tier, which a capture at low utilisation overstates.
+  const double captured_cpu = p.has_cpu ? p.cpu_s_per_tx + client_cpu : 0.0;
+  d.cpu_s = captured_cpu;
+  if (p.has_cpu && p.cpu_split) {
+    const double v = out.vcpus, fixed = std::min(p.cpu_fixed_cores, 0.5 * v);
+    out.cpu_fixed_cores = fixed;
+    d.cpu_s = p.cpu_marginal_s_per_tx * v / (v - fixed) + client_cpu;
+    out.notes.push_back("cpu on the tiers: " + fmt("%.3f ms", p.cpu_marginal_s_per_tx * 1e3) +
+                        " a transaction plus " + fmt("%.3f", p.cpu_fixed_cores) +
+                        " cores whatever the throughput (regressed on the capture's sample intervals), not the " +
+                        fmt("%.3f ms", p.cpu_s_per_tx * 1e3) + " a transaction measured at " +
+                        fmt("%.0f", p.tps) + " tps: the fixed part taken from the vCPUs");
+  }
   d.reads = p.reads_per_tx * out.read_factor + extra_reads;
   d.read_bytes = p.read_bytes_per_tx * out.read_factor + extra_reads * kPageBytes;
   d.writes = p.sync_writes_per_tx;
@@ -467,13 +480,16 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.flushes_per_tx = d.flushes;
   // The think time of the tiers' clients (a load multiple shortens it);
   // "other" is calibrated with the captured one.
-  const double think = std::max(0.0, (o.think_s >= 0 ? o.think_s : p.think_time_s) - client_cpu);
-  const double think_captured = std::max(0.0, p.think_time_s - client_cpu);
-  // The clients' part of the CPU station's residence is theirs, not the
-  // transaction's: a transaction's latency (first message to its end) leaves
-  // it out, at capture and on every tier.
-  const double client_share = d.cpu_s > 0 ? client_cpu / d.cpu_s : 0.0;
-  auto server_response = [client_share](const MvaPoint& pt, const Network& net) {
+  const double think = std::max(0.0, (o.think_s >= 0 ? o.think_s : p.think_time_s) - client_between);
+  const double think_captured = std::max(0.0, p.think_time_s - client_between);
+  // The clients' CPU between transactions takes its part of the CPU
+  // station's residence out of the transaction: a transaction's latency
+  // (first message to its end) leaves it out, at capture and on every tier.
+  // Their CPU inside transactions stays in it.
+  // At the calibration, of the captured CPU; on the tiers (set before
+  // them), of theirs.
+  double client_share = captured_cpu > 0 ? client_between / captured_cpu : 0.0;
+  auto server_response = [&client_share](const MvaPoint& pt, const Network& net) {
     return pt.response_s - (net.cpu >= 0 ? client_share * pt.residence_s[static_cast<size_t>(net.cpu)] : 0.0);
   };
   out.think_time_s = think;
@@ -489,8 +505,6 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     // throughput and client count on the captured device it gives the
     // captured flushes per transaction.
     d.group_commit = true;
-    d.capture_tps = p.tps;
-    d.capture_clients = n_cap;
     d.cycle = calibrate_flush_cycle(d.flushes, d.writes, p.tps, n_cap, p.native_write.mean_s,
                                     p.native_flush.mean_s, writing);
     out.committing_share = d.cycle.share;
@@ -515,6 +529,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   native.write = {LatencyDist::Fixed, static_cast<Nanos>(p.native_write.mean_s * 1e9), 0};
   native.flush = {LatencyDist::Fixed, static_cast<Nanos>(p.native_flush.mean_s * 1e9), 0};
   Demands dc = d;
+  dc.cpu_s = captured_cpu;
   dc.reads = p.reads_per_tx;
   dc.read_bytes = p.read_bytes_per_tx;
   dc.bg_reads = p.tps > 0 ? p.other_reads_per_s / p.tps : 0;
@@ -526,7 +541,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   // projected without the capture.
   if (const int cv = out.capture_vcpus; p.capture_cores_busy > 0) {
     out.capture_cores = p.capture_cores_busy;
-    dc.cpu_s = d.cpu_s * cv / std::max(cv - p.capture_cores_busy, 0.5 * cv);
+    dc.cpu_s = captured_cpu * cv / std::max(cv - p.capture_cores_busy, 0.5 * cv);
   }
   // At its cap, a capture's commits wait for the cap as well: a flush the
   // cap holds keeps the lock every other committing backend waits for, so
@@ -613,18 +628,88 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     }
     phases.push_back(t);
   }
+  // Cycle intervals a commit waits where a cap binds and the flush cycles
+  // run back to back at its pace: the rest of the cycle in progress and its
+  // own, 1.5; where the capture, at its cap, measured its COMMIT statements,
+  // their time over the captured interval between cycles (the cap's long
+  // tail holds the WAL lock every committer queues for).
+  double commit_wait_cycles = 1.5;
+  if (commit_measured && d.flushes > 0 && d.cycle.flushes > 0) {
+    const double cycles_per_s = p.tps * d.flushes / d.cycle.flushes;
+    commit_wait_cycles = std::max(1.0, p.commit_statement_s * cycles_per_s);
+  }
+  out.commit_wait_cycles = commit_wait_cycles;
+  if (p.has_cpu && !p.cpu_split && out.capture_capped)
+    out.notes.push_back("cpu per transaction taken as captured on every tier (" +
+                        fmt("%.3f ms", captured_cpu * 1e3) + " at " + fmt("%.0f", p.tps) +
+                        " tps): the CPU per transaction grows at low utilisation (pgbench -S on 2 cores: 0.284 ms "
+                        "at 800 tps, 0.164 ms unthrottled) and the capture's throughput varied too little to tell "
+                        "its fixed part from the part per transaction, so tiers that lift the cap may be projected "
+                        "low where the CPU binds");
+  client_share = d.cpu_s > 0 ? client_between / d.cpu_s : 0.0;
   for (const auto& t : phases) {
     auto s = solve(d, t, out.vcpus, think, out.other_s, o.kernel_writes_uncapped, out.clients_hi);
     const auto& net = s.net;
-    // The tightest rate cap bounds throughput.
-    double x_cap = std::numeric_limits<double>::infinity();
-    std::string cap_name;
     const double x_free = s.pts.back().throughput;
-    for (const auto& c : net.caps)
-      if (c.bound(x_free) < x_cap) {
-        x_cap = c.bound(x_free);
-        cap_name = c.name;
+    // The largest population up to n whose uncapped throughput is at most
+    // x (the first when none): what the stations without caps see while a
+    // cap holds throughput at x. Throughput grows with the population.
+    auto under = [&](double x, int n) -> const MvaPoint& {
+      int lo = 1, hi = n;  // Invariant: the answer is in [lo, hi].
+      while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (s.pts[static_cast<size_t>(mid - 1)].throughput <= x) lo = mid;
+        else hi = mid - 1;
       }
+      return s.pts[static_cast<size_t>(lo - 1)];
+    };
+    // The tightest rate cap's bound with n clients, and the flush cycles
+    // per transaction there. Where a cap the flush cycle draws on binds,
+    // cycles run back to back at its pace: the cap fixes the flush rate f,
+    // not the batch, which follows from where the clients spend the rest of
+    // their time. Throughput x and f solve together
+    //   tokens:  x per_tx + f tokens per cycle + background(x) = limit
+    //   clients: n = x (Z + R0(x)) + k share x / f
+    // (R0: the response without the commit at the largest population under
+    // x; k: commit_wait_cycles), that is the batch b = share x / f =
+    // (n - x (Z + R0)) / k, within [1, n].
+    struct Bound {
+      double x = std::numeric_limits<double>::infinity();
+      std::string name;
+      double cycles_per_tx = -1;  // -1: the flush cycle's own at x
+    };
+    // A cap that the throughput `free_x` of the network without caps stays
+    // under at a batch of one (its lowest bound) does not bind: its bound is
+    // then taken at that batch, without solving.
+    auto bound_at = [&](int n, double free_x) {
+      Bound best;
+      for (const auto& c : net.caps) {
+        double xb = 0, cyc = -1;
+        if (c.commit_tokens > 0 && net.group_commit) {
+          const double share = net.cycle->share, most = std::max(1, n);
+          auto batch = [&](double x) {
+            const MvaPoint& pt = under(x, n);
+            const double rest =
+                think + pt.response_s - (net.commit >= 0 ? pt.residence_s[static_cast<size_t>(net.commit)] : 0.0);
+            return std::clamp((n - x * rest) / commit_wait_cycles, 1.0, most);
+          };
+          // h(x) = bound at batch(x) - x falls as x grows (the batch does).
+          // Invariant: h(lo) > 0 >= h(hi).
+          double lo = 0, hi = c.bound(x_free, share / most);
+          if (const double lowest = c.bound(x_free, share); free_x <= lowest) lo = hi = lowest;
+          for (int i = 0; i < 100 && hi - lo > hi * 1e-10; ++i) {
+            const double mid = (lo + hi) / 2;
+            (c.bound(x_free, share / batch(mid)) > mid ? lo : hi) = mid;
+          }
+          xb = hi;
+          cyc = share / batch(hi);
+        } else {
+          xb = c.bound(x_free, 0);
+        }
+        if (xb < best.x) best = {xb, c.name, cyc};
+      }
+      return best;
+    };
     // Client count n under a cap: where the uncapped network would exceed
     // it, throughput is the cap's and the clients beyond wait for tokens.
     // The uncapped stations then see the load of the largest population
@@ -632,16 +717,13 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     auto capped = [&](int n, double* x, double* r, const MvaPoint** below) {
       const MvaPoint& free = s.pts[static_cast<size_t>(n - 1)];
       *below = &free;
+      const double x_cap = bound_at(n, free.throughput).x;
       if (free.throughput <= x_cap) {
         *x = free.throughput;
         *r = server_response(free, net);
         return false;
       }
-      for (int k = n - 1; k >= 1; --k)
-        if (s.pts[static_cast<size_t>(k - 1)].throughput <= x_cap) {
-          *below = &s.pts[static_cast<size_t>(k - 1)];
-          break;
-        }
+      *below = &under(x_cap, n);
       *x = x_cap;
       *r = std::max((*below)->response_s, n / x_cap - think) - ((*below)->response_s - server_response(**below, net));
       return true;
@@ -649,6 +731,8 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     double x = 0, r = 0;
     const MvaPoint* pt_ptr = nullptr;
     bool at_cap = capped(out.clients_hi, &x, &r, &pt_ptr);
+    const Bound binding = bound_at(out.clients_hi, s.pts.back().throughput);
+    const std::string& cap_name = binding.name;
     const MvaPoint& pt = *pt_ptr;
     TierProjection tp;
     tp.tier = t.name;
@@ -659,9 +743,9 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
     tp.latency_s = r;
     // Flush cycles per transaction at this throughput (group commit), or the
     // captured flushes as a fixed demand.
-    double cycles = !net.group_commit ? 0.0
-                    : at_cap          ? net.bound_cycles_per_tx
-                                      : net.cycle->share / net.cycle->batch(x, out.clients_hi);
+    double cycles = !net.group_commit                   ? 0.0
+                    : at_cap && binding.cycles_per_tx >= 0 ? binding.cycles_per_tx
+                                                           : net.cycle->share / net.cycle->batch(x, out.clients_hi);
     tp.flushes_per_tx = net.group_commit ? cycles * net.cycle->flushes : d.flushes;
     tp.read_iops = x * net.read_ios;
     tp.write_iops = x * (net.write_ios + cycles * net.cycle_write_ios) +

@@ -222,7 +222,11 @@ struct Projection {
   // cpu_s_per_tx and every tier's split.cpu_s are 0.
   bool cpu_modelled = true;
   double cpu_s_per_tx = 0;         // the server's and, of it, its machine's clients':
-  double client_cpu_s_per_tx = 0;  // taken out of the think time
+  double client_cpu_s_per_tx = 0;  // the part between transactions taken out of the think time,
+  double client_cpu_in_tx_s_per_tx = 0;  // the part inside them out of the latency ("other")
+  // The server's CPU that does not follow throughput (Profile::cpu_split),
+  // cores taken from the vCPUs on every tier; 0 when not split.
+  double cpu_fixed_cores = 0;
   double reads_per_tx = 0;
   double sync_writes_per_tx = 0;
   double flushes_per_tx = 0;
@@ -234,6 +238,10 @@ struct Projection {
   // residence).
   std::string other_source = "residual";
   double other_residual_s = 0;  // the residual, when other_source says otherwise
+  // Cycle intervals a commit waits where a cap binds the flush cycle (1.5,
+  // or measured by the COMMIT statements of a capture at its cap): sets the
+  // batch the cap's pace gives (see project()).
+  double commit_wait_cycles = 1.5;
   // Group commit (models/group_commit.h), when the capture has WAL flushes:
   // the flush cycle calibrated on the capture, the captured device's time
   // for one cycle's writes and flush (a tier's cycle is scaled by its own),

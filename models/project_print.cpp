@@ -66,7 +66,8 @@ void print_projection(std::ostream& out, const Projection& p) {
   if (!p.same_on_every_tier.empty()) out << p.same_on_every_tier << "\n";
   out << "per transaction: cpu " << (p.cpu_modelled ? fmt("%.3f ms", p.cpu_s_per_tx * 1e3) : "not sampled (in other)");
   if (p.client_cpu_s_per_tx > 0)
-    out << " (" << fmt("%.3f ms", p.client_cpu_s_per_tx * 1e3) << " of it the clients on the server's machine)";
+    out << " (" << fmt("%.3f ms", p.client_cpu_s_per_tx * 1e3) << " of it the clients on the server's machine, "
+        << fmt("%.3f ms", p.client_cpu_in_tx_s_per_tx * 1e3) << " of that inside transactions)";
   out << ", device reads " << fmt("%.3f", p.reads_per_tx);
   if (p.read_factor != 1.0) out << " (x" << fmt("%.3f", p.read_factor) << " for memory)";
   out << ", commit writes " << fmt("%.3f", p.sync_writes_per_tx) << ", WAL flushes "
@@ -187,6 +188,7 @@ std::string projection_json(const Projection& p, int indent) {
   j["vcpus"] = p.vcpus;
   j["capture_vcpus"] = p.capture_vcpus;
   j["capture_cores"] = p.capture_cores;
+  j["cpu_fixed_cores"] = p.cpu_fixed_cores;
   j["memory_bytes"] = p.memory_bytes;
   j["capture_memory_bytes"] = p.capture_memory_bytes;
   j["read_factor"] = p.read_factor;
@@ -194,12 +196,14 @@ std::string projection_json(const Projection& p, int indent) {
   const nlohmann::json no_cpu;
   j["per_transaction"] = {{"cpu_ms", p.cpu_modelled ? nlohmann::json(p.cpu_s_per_tx * 1e3) : no_cpu},
                           {"client_cpu_ms", p.client_cpu_s_per_tx * 1e3},
+                          {"client_cpu_in_tx_ms", p.client_cpu_in_tx_s_per_tx * 1e3},
                           {"device_reads", p.reads_per_tx},
                           {"sync_writes", p.sync_writes_per_tx},
                           {"wal_flushes", p.flushes_per_tx},
                           {"think_ms", p.think_time_s * 1e3},
                           {"other_ms", p.other_s * 1e3},
-                          {"other_source", p.other_source}};
+                          {"other_source", p.other_source},
+                          {"commit_wait_cycles", p.commit_wait_cycles}};
   j["capture"] = {{"measured_tps", p.captured_tps}, {"modelled_tps", p.modelled_capture_tps}};
   j["capture_tier"] = {{"source", p.capture_tier_source},
                        {"name", p.capture_tier},

@@ -581,6 +581,12 @@ Profile profile_from_json(const std::string& text, const std::string& name) {
   p.concurrency = num(j, "concurrency", w);
   p.latency = lat(j, "latency", w);
   p.think_time_s = num(j, "think_time_ms", w) / 1e3;
+  p.client_in_tx_s = num(j, "client_in_tx_ms", w) / 1e3;
+  if (auto it = j.find("cpu_split"); it != j.end() && it->is_object()) {
+    p.cpu_split = true;
+    p.cpu_marginal_s_per_tx = num(*it, "per_tx_ms", w + ".cpu_split") / 1e3;
+    p.cpu_fixed_cores = num(*it, "fixed_cores", w + ".cpu_split");
+  }
   p.vcpus = static_cast<int>(num(j, "vcpus", w));
   if (auto it = j.find("templates"); it != j.end() && it->is_array())
     for (size_t i = 0; i < it->size(); ++i) {

@@ -342,5 +342,160 @@ TEST_CASE("project: the CPU of clients on the server's machine is demand on its 
   CHECK(with.tiers[1].split.cpu_s == Approx(pt.residence_s[1] - client_res).epsilon(0.01));
   std::ostringstream text;
   print_projection(text, with);
-  CHECK(text.str().find("(0.250 ms of it the clients on the server's machine)") != std::string::npos);
+  CHECK(text.str().find("(0.250 ms of it the clients on the server's machine, 0.000 ms of that inside transactions)") != std::string::npos);
+}
+
+TEST_CASE("project: the clients' CPU inside transactions is counted once, out of other", "[project][clients]") {
+  // 8 clients beside the server on 2 cores: the server 0.2 ms of CPU a
+  // transaction, the clients 0.4 ms. They spent 0.2 ms between transactions
+  // (think time) and 0.6 ms in their turns inside each (between its
+  // statements): 0.1 ms of their CPU is think time, 0.3 ms is in the
+  // transaction's latency. The capture is this network: think 0.1 ms, the
+  // CPU 0.6 ms on 2 servers, "other" 1 ms; its transactions' latency is
+  // the response less the CPU residence of the clients' 0.1 ms between.
+  constexpr double kServer = 0.0002, kClients = 0.0004, kZ = 0.0002, kTurns = 0.0006, kOtherHere = 0.001;
+  std::vector<Station> st{{"think", StationKind::Delay, 0.0001, 1},
+                          {"cpu", StationKind::Multi, kServer + kClients, 2},
+                          {"other", StationKind::Delay, kOtherHere, 1}};
+  const auto pt = solve_mva(st, 8, 0).back();
+  const double between_res = pt.residence_s[1] * 0.0001 / (kServer + kClients);
+  Profile p;
+  p.source = "synthetic";
+  p.transactions = 20000;
+  p.duration_s = 10;
+  p.tps = pt.throughput;
+  p.clients = 8;
+  p.mean_clients = 8;
+  p.think_time_s = kZ;
+  p.client_in_tx_s = kTurns;
+  p.has_cpu = true;
+  p.cpu_s_per_tx = kServer;
+  p.client_cpu_s_per_tx = kClients;
+  p.vcpus = 2;
+  p.latency = {20000, pt.response_s - between_res, 0, 0};
+  Tier same;
+  same.name = "same";
+  auto pr = project(p, {same}, ProjectOptions{});
+  CHECK(pr.client_cpu_s_per_tx == Approx(0.0004).epsilon(1e-12));
+  CHECK(pr.client_cpu_in_tx_s_per_tx == Approx(0.0003).epsilon(1e-12));
+  CHECK(pr.think_time_s == Approx(0.0001).epsilon(1e-12));
+  // "Other" is the 1 ms outside the CPU: the clients' 0.3 ms inside the
+  // transaction is at the CPU station, not in "other" as well.
+  CHECK(pr.other_s == Approx(kOtherHere).epsilon(1e-6));
+  // The capture's own network, projected: its throughput and latency.
+  CHECK(pt.throughput == Approx(3220.87).epsilon(1e-5));
+  CHECK(pr.tiers[0].tps == Approx(pt.throughput).epsilon(1e-6));
+  CHECK(pr.tiers[0].latency_s == Approx(pt.response_s - between_res).epsilon(1e-6));
+  CHECK(pr.tiers[0].split.cpu_s == Approx(pt.residence_s[1] - between_res).epsilon(1e-6));
+  std::ostringstream text;
+  print_projection(text, pr);
+  CHECK(text.str().find("(0.400 ms of it the clients on the server's machine, 0.300 ms of that inside "
+                        "transactions)") != std::string::npos);
+  CHECK(projection_json(pr).find("\"client_cpu_in_tx_ms\"") != std::string::npos);
+}
+
+namespace {
+
+// A tpcb-like capture at a 1,000 write IOPS cap that counts flushes: 8
+// clients, no think time, 500 tps. Every transaction writes the WAL at its
+// COMMIT; the background writer writes 0.8 buffers a transaction (400/s).
+// The cap leaves the flush cycles (a WAL write and a flush each) 600 I/Os a
+// second: 300 cycles, 1.667 commits each. A COMMIT statement takes 8 ms
+// (2.4 cycle intervals: its own, the one in progress and the cap's tail),
+// the rest of the transaction 8 ms. The captured flush latency, 3 ms, holds
+// the cap's hold on the flush; the device itself flushes in 0.2 ms.
+Profile capped_commits_profile() {
+  Profile p;
+  p.source = "synthetic";
+  p.transactions = 5000;
+  p.duration_s = 10;
+  p.tps = 500;
+  p.clients = kClients;
+  p.mean_clients = kClients;
+  p.has_cpu = true;
+  p.cpu_s_per_tx = kCpu;
+  p.vcpus = 2;
+  p.has_block_io = true;
+  p.sync_writes_per_tx = 0.6;
+  p.write_bytes_per_tx = 0.6 * 8192;
+  p.flushes_per_tx = 0.6;
+  p.background_writes_per_s = 400;
+  p.background_write_bytes_per_s = 400 * 8192;
+  p.device_write_iops = 0.6 * 500 + 400;
+  p.native_write = {3000, 0.0002, 0.0002, 0.0002};
+  p.native_flush = {3000, 0.003, 0.003, 0.003};
+  p.latency = {5000, 0.016, 0.016, 0.03};
+  p.commit_statements = 5000;
+  p.commit_statement_s = 0.008;
+  TemplateStats t;
+  t.count = 5000;
+  t.share = 1;
+  t.writes_per_tx = 0.6;
+  p.templates = {t};
+  return p;
+}
+
+Tier write_cap(const std::string& name, double iops) {
+  Tier t = tier(name, 0);
+  t.write_iops = iops;
+  t.count_flushes = true;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("project: at a binding write cap, throughput and the flush rate are solved together",
+          "[project][capped][commit]") {
+  Profile p = capped_commits_profile();
+  ProjectOptions o;
+  o.captured_tier = write_cap("wcap1000", 1000);
+  auto pr = project(p, {write_cap("wcap1000", 1000), write_cap("wcap4000", 4000), tier("uncapped", 0)}, o);
+  CHECK(pr.capture_capped);
+  CHECK(pr.commit_wait_cycles == Approx(2.4).epsilon(1e-9));
+  // Its own tier: the captured 500 tps, the cap's pace giving the captured
+  // 1.667 commits a flush (0.6 flushes a transaction). Counting the flush
+  // cycle its device gives at the captured rate (about one a commit with a
+  // 0.2 ms flush) projected about 370.
+  CHECK(pr.tiers[0].tps == Approx(500).epsilon(0.03));
+  CHECK(pr.tiers[0].flushes_per_tx == Approx(0.6).epsilon(0.03));
+  CHECK(pr.tiers[0].write_iops == Approx(1000).epsilon(1e-6));
+  CHECK(pr.tiers[0].bottleneck == "write IOPS cap");
+  // Four times the cap and no cap: more, and never less without the cap.
+  CHECK(pr.tiers[1].tps > 1.5 * 500);
+  CHECK(pr.tiers[2].tps >= pr.tiers[1].tps * (1 - 1e-9));
+}
+
+TEST_CASE("project: the server's CPU split by the capture's samples: the fixed part taken from the vCPUs",
+          "[project][capped][cpu]") {
+  // The capped capture at 500 tps measured 0.2 ms a transaction: 0.1 ms a
+  // transaction plus 0.05 cores.
+  Profile p = capped_profile();
+  ProjectOptions o;
+  o.captured_tier = tier("cap1000", 1000);
+  auto as_captured = project(p, {tier("cap1000", 1000), tier("uncapped", 0)}, o);
+  bool said = false;
+  for (const auto& n : as_captured.notes) said = said || n.find("cpu per transaction taken as captured") != std::string::npos;
+  CHECK(said);
+  CHECK(as_captured.cpu_s_per_tx == Approx(kCpu));
+  p.cpu_split = true;
+  p.cpu_fixed_cores = 0.05;
+  p.cpu_marginal_s_per_tx = 0.0001;
+  auto split = project(p, {tier("cap1000", 1000), tier("uncapped", 0)}, o);
+  // On the tiers: 0.1 ms on 2 - 0.05 of the 2 vCPUs.
+  CHECK(split.cpu_s_per_tx == Approx(0.0001 * 2 / 1.95).epsilon(1e-12));
+  CHECK(split.cpu_fixed_cores == Approx(0.05));
+  // "Other" calibrated on the CPU as captured: the same.
+  CHECK(split.other_s == Approx(as_captured.other_s).epsilon(1e-9));
+  CHECK(split.tiers[0].tps == Approx(500).epsilon(0.01));
+  std::vector<Station> st{{"think", StationKind::Delay, 0, 1},
+                          {"cpu", StationKind::Multi, 0.0001 * 2 / 1.95, 2},
+                          {"storage", StationKind::Delay, 2 * kRead, 1},
+                          {"other", StationKind::Delay, split.other_s, 1}};
+  CHECK(split.tiers[1].tps == Approx(solve_mva(st, kClients, 0).back().throughput).epsilon(1e-6));
+  CHECK(split.tiers[1].tps > as_captured.tiers[1].tps);
+  said = false;
+  for (const auto& n : split.notes)
+    said = said || n.find("cpu on the tiers: 0.100 ms a transaction plus 0.050 cores whatever the throughput") !=
+                       std::string::npos;
+  CHECK(said);
 }

@@ -214,3 +214,96 @@ TEST_CASE("profile and replay agree on what the same statement is", "[profile]")
   CHECK(fingerprint_sql("select 1 -- one\n") == fingerprint_sql("SELECT 2"));
   CHECK(fingerprint_sql("SELECT x FROM t WHERE a = $1") == fingerprint_sql("SELECT x FROM t WHERE a = 'v'"));
 }
+
+TEST_CASE("profile: the client's turns inside a transaction, apart from the think time", "[profile][clients]") {
+  // Two sessions. One runs BEGIN; UPDATE; END in simple protocol: 0.3 ms
+  // and 0.2 ms from a ReadyForQuery 'T' to its next statement, 0.5 ms of
+  // think time after the 'I'. The other runs the UPDATE in the extended
+  // protocol inside a transaction: the turn ends at the Parse (0.4 ms),
+  // not at the Execute after it.
+  constexpr Nanos kUs = 1000;
+  std::vector<Record> recs;
+  recs.push_back({0, 1, trace::SessionBegin{"u", "db", "app", "", 0, 0}});
+  recs.push_back({0, 2, trace::SessionBegin{"u", "db", "app", "", 0, 0}});
+  for (int i = 0; i < 2; ++i) {
+    const Nanos t = i * 1500 * kUs;
+    recs.push_back({t, 1, trace::Query{"BEGIN"}});
+    recs.push_back({t + 100 * kUs, 1, trace::Ready{'T'}});
+    recs.push_back({t + 400 * kUs, 1, trace::Query{"UPDATE a SET b = 1"}});
+    recs.push_back({t + 600 * kUs, 1, trace::Ready{'T'}});
+    recs.push_back({t + 800 * kUs, 1, trace::Query{"END"}});
+    recs.push_back({t + 1000 * kUs, 1, trace::Ready{'I'}});
+
+    recs.push_back({t, 2, trace::Query{"BEGIN"}});
+    recs.push_back({t + 100 * kUs, 2, trace::Ready{'T'}});
+    recs.push_back({t + 500 * kUs, 2, trace::Parse{"", "UPDATE a SET b = $1", {}}});
+    recs.push_back({t + 550 * kUs, 2, trace::Bind{"", "", {}, {}}});
+    recs.push_back({t + 560 * kUs, 2, trace::Execute{"", 0}});
+    recs.push_back({t + 700 * kUs, 2, trace::Ready{'T'}});
+    recs.push_back({t + 700 * kUs, 2, trace::Query{"COMMIT"}});
+    recs.push_back({t + 1000 * kUs, 2, trace::Ready{'I'}});
+  }
+  ProfileBuilder b;
+  for (const auto& r : recs) b.add(r);
+  Profile p = b.finish("synthetic");
+  CHECK(p.transactions == 4);
+  // Session 1: 0.5 ms a transaction; session 2: 0.4 ms.
+  CHECK(p.client_in_tx_s == Approx(0.00045).epsilon(1e-9));
+  CHECK(p.think_time_s == Approx(0.0005).epsilon(1e-9));
+  std::ostringstream text;
+  print_profile(text, p);
+  CHECK(text.str().find("think time 0.500 ms, the client's turns inside a transaction 0.450 ms") != std::string::npos);
+  CHECK(profile_json(p).find("\"client_in_tx_ms\": 0.45") != std::string::npos);
+}
+
+TEST_CASE("profile: the server's CPU split into a fixed part and a part per transaction", "[profile][cpu]") {
+  // 20 seconds, alternately 200 and 600 transactions; the server's CPU
+  // each second 0.05 cores plus 0.1 ms a transaction (user and system
+  // counters, 60/40).
+  constexpr Nanos kS = 1'000'000'000;
+  std::vector<Record> recs;
+  recs.push_back({0, 1, trace::SessionBegin{"u", "db", "app", "", 0, 0}});
+  double cpu = 0;
+  recs.push_back({0, 0, trace::Sample{"cpu.user_ns", 0}});
+  recs.push_back({0, 0, trace::Sample{"cpu.system_ns", 0}});
+  for (int sec = 0; sec < 20; ++sec) {
+    const int n = sec % 2 ? 600 : 200;
+    for (int i = 0; i < n; ++i) {
+      const Nanos t = sec * kS + 1'000'000 + i * (kS - 2'000'000) / n;
+      recs.push_back({t, 1, trace::Query{"SELECT 1"}});
+      recs.push_back({t + 100'000, 1, trace::Ready{'I'}});
+    }
+    cpu += 0.05e9 + n * 1e5;
+    recs.push_back({(sec + 1) * kS, 0, trace::Sample{"cpu.user_ns", 0.6 * cpu}});
+    recs.push_back({(sec + 1) * kS, 0, trace::Sample{"cpu.system_ns", 0.4 * cpu}});
+  }
+  ProfileBuilder b;
+  for (const auto& r : recs) b.add(r);
+  Profile p = b.finish("synthetic");
+  REQUIRE(p.cpu_split);
+  CHECK(p.cpu_fixed_cores == Approx(0.05).epsilon(1e-9));
+  CHECK(p.cpu_marginal_s_per_tx == Approx(0.0001).epsilon(1e-9));
+  std::ostringstream text;
+  print_profile(text, p);
+  CHECK(text.str().find("cpu over the capture's sample intervals: 0.100 ms a transaction plus 0.050 cores") !=
+        std::string::npos);
+  CHECK(profile_json(p).find("\"fixed_cores\": 0.05") != std::string::npos);
+
+  // The same at a steady rate: the two parts cannot be told apart.
+  std::vector<Record> steady;
+  steady.push_back({0, 1, trace::SessionBegin{"u", "db", "app", "", 0, 0}});
+  steady.push_back({0, 0, trace::Sample{"cpu.user_ns", 0}});
+  for (int sec = 0; sec < 20; ++sec) {
+    for (int i = 0; i < 400; ++i) {
+      const Nanos t = sec * kS + 1'000'000 + i * (kS - 2'000'000) / 400;
+      steady.push_back({t, 1, trace::Query{"SELECT 1"}});
+      steady.push_back({t + 100'000, 1, trace::Ready{'I'}});
+    }
+    steady.push_back({(sec + 1) * kS, 0, trace::Sample{"cpu.user_ns", (sec + 1) * (0.05e9 + 400 * 1e5)}});
+  }
+  ProfileBuilder bs;
+  for (const auto& r : steady) bs.add(r);
+  Profile ps = bs.finish("synthetic");
+  CHECK(ps.has_cpu);
+  CHECK_FALSE(ps.cpu_split);
+}

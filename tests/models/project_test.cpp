@@ -303,33 +303,32 @@ TEST_CASE("project: background writes per transaction, the server's up to their 
     CHECK(pt.tiers[0].tps == Approx(400 / 1.7).epsilon(1e-6));
     CHECK(pt.tiers[0].write_iops == Approx(400).epsilon(1e-6));
   }
-  // A tier that counts flushes: one WAL flush per two transactions (two
-  // commit writes per flush). On the captured device's latencies the bound
-  // counts the captured batch: (1000 - 300) / (1 + 0.5).
+  // A tier that counts flushes: one WAL flush per two transactions at
+  // capture (two commit writes and a flush a cycle, 3 of the cap's I/Os).
+  // Where the cap binds, it paces the cycles and 256 clients waiting on it
+  // share each flush: the batch grows until the cap no longer binds and the
+  // CPU (0.5 ms on 2 vCPUs) does.
   p.flushes_per_tx = 0.5;
   one_writing_template(p, 1);
   t.count_flushes = true;
   t.write = t.flush = p.native_write.count ? Latency{LatencyDist::Fixed, 100000, 0} : t.write;
   pr = project(p, {t}, o);
-  CHECK(pr.tiers[0].tps == Approx(700 / 1.5).epsilon(1e-6));
-  CHECK(pr.tiers[0].flushes_per_tx == Approx(0.5).epsilon(1e-6));
-  // Writes and flushes twice as slow: a cycle twice as long, more commits
-  // per flush at the captured rate, fewer of the cap's I/Os per transaction.
-  Tier slow = t;
-  slow.write = slow.flush = {LatencyDist::Fixed, 200000, 0};
-  auto ps = project(p, {slow}, o);
-  CHECK(ps.tiers[0].flushes_per_tx < 0.5);
-  CHECK(ps.tiers[0].tps == Approx(700 / (3 * ps.tiers[0].flushes_per_tx)).epsilon(1e-6));
+  CHECK(pr.tiers[0].tps > 700 / 1.5);
+  CHECK(pr.tiers[0].flushes_per_tx < 0.1);
+  CHECK(pr.tiers[0].write_iops <= 1000 * (1 + 1e-6));
   // Background writes the server's processes managed beyond the cap at
   // capture (3 per transaction): under the cap they write only what the
-  // transactions dirty, 1000 / (1 + 0.5 + 3).
+  // transactions dirty, and the cap binds: 3 per transaction plus the
+  // flush cycles' 3 I/Os each take all of it.
   p.background_writes_per_s = 3000;
   p.background_write_bytes_per_s = 3000 * 8192;
   p.server_writes_per_s = 3000;
   p.server_write_bytes_per_s = 3000 * 8192;
   pr = project(p, {t}, o);
-  CHECK(pr.tiers[0].tps == Approx(1000 / 4.5).epsilon(1e-6));
   CHECK(pr.tiers[0].bottleneck == "write IOPS cap");
+  CHECK(pr.tiers[0].tps * (3 + 3 * pr.tiers[0].flushes_per_tx) == Approx(1000).epsilon(1e-6));
+  CHECK(pr.tiers[0].write_iops == Approx(1000).epsilon(1e-6));
+  CHECK(pr.tiers[0].flushes_per_tx < 0.5 / 10);  // 256 clients share a flush
 }
 
 TEST_CASE("project: WAL flushes per transaction follow the flush cycle", "[project]") {
