@@ -335,7 +335,15 @@ void run_iosim(const RunOptions& o) {
     check_rt(o.rt);
     RunStopper stopper(&live, int64_t(progress_s * 1e9));
     eo.stop = &stopper.signal();
-    r = iosim::run_engine(eo, *source);
+    try {
+      r = iosim::run_engine(eo, *source);
+    } catch (const iosim::TargetError& e) {
+      using Fix = iosim::TargetError::Fix;
+      throw InputError(std::string(e.what()) + (e.fix == Fix::CreateWithSize ? " (give --size to create it)"
+                                                : e.fix == Fix::GiveSize     ? " (give --size)"
+                                                : e.fix == Fix::DropDirect   ? " (drop --direct)"
+                                                                             : ""));
+    }
     stopped_by = stopper.signal().load();
   }
 

@@ -171,6 +171,35 @@ TEST_CASE("engine: a missing target without --size is an input error", "[engine]
   CHECK_THROWS_AS(run_engine(o, src), InputError);
 }
 
+// The engine is a library: it names the target and says what is wrong, and
+// says through TargetError::fix what would mend it; the command names the
+// flag (tests/iosim/engine_cli_test.cpp).
+TEST_CASE("engine: target errors name the target and what mends it, not a flag", "[engine]") {
+  require_io_uring();
+  TempDir tmp;
+  EngineOptions o;
+  o.target = (tmp.path / "absent").string();
+  VectorSource none({});
+  auto fix_of = [&](EngineOptions& opts) {
+    try {
+      run_engine(opts, none);
+    } catch (const TargetError& e) {
+      CHECK(std::string(e.what()).find("--") == std::string::npos);
+      return std::make_pair(std::string(e.what()), e.fix);
+    }
+    FAIL("no TargetError");
+    return std::make_pair(std::string(), TargetError::Fix::None);
+  };
+  CHECK(fix_of(o) == std::make_pair(o.target + ": does not exist", TargetError::Fix::CreateWithSize));
+  o.allow_create = false;
+  o.size = 1 << 20;
+  CHECK(fix_of(o) == std::make_pair(o.target + ": does not exist", TargetError::Fix::None));
+  o = EngineOptions{};
+  o.target = (tmp.path / "empty").string();
+  { std::ofstream empty(o.target); }
+  CHECK(fix_of(o) == std::make_pair(o.target + ": is empty", TargetError::Fix::GiveSize));
+}
+
 TEST_CASE("engine: closed loop latency obeys Little's law (IOPS x mean lat = iodepth)", "[engine]") {
   // In a closed loop every slot holds one I/O from the moment it frees to
   // its next completion, so the mean number in flight, IOPS x mean latency,

@@ -369,3 +369,26 @@ TEST_CASE("simulator input errors are InputErrors", "[sim]") {
   no_depth.open_iodepth = 0;
   CHECK_THROWS_AS(simulate_open(tier, ok, no_depth), InputError);
 }
+
+// The simulator is a library: its messages name the value that is wrong in
+// the simulator's terms, never a flag of the command that called it.
+TEST_CASE("simulator input errors name the value, not a flag", "[sim]") {
+  auto tier = uncapped({models::LatencyDist::Fixed, 1000, 0});
+  ClosedLoop loop;
+  CHECK_THROWS_WITH(simulate_closed(tier, loop, SimOptions{}),
+                    "a closed loop needs a runtime or an I/O count to end");
+  loop.ios = 10;
+  loop.think_ns = -5;
+  CHECK_THROWS_WITH(simulate_closed(tier, loop, SimOptions{}), "think time -5 ns: must not be negative");
+  loop.think_ns = 0;
+  loop.iodepth = 0;
+  CHECK_THROWS_WITH(simulate_closed(tier, loop, SimOptions{}), "iodepth 0: must be at least 1");
+  PatternSpec p;
+  CHECK_THROWS_WITH(PatternArrivals(p, 0, true, 10, 0), "arrival rate 0 IOPS: must be above 0");
+  CHECK_THROWS_WITH(PatternArrivals(p, -2.5, true, 10, 0), "arrival rate -2.5 IOPS: must be above 0");
+  CHECK_THROWS_WITH(PatternArrivals(p, 100, true, 0, 0), "an open loop needs a runtime or an I/O count to end");
+  PatternArrivals ok(p, 100, true, 10, 0);
+  SimOptions no_depth;
+  no_depth.open_iodepth = 0;
+  CHECK_THROWS_WITH(simulate_open(tier, ok, no_depth), "iodepth 0: must be at least 1");
+}
