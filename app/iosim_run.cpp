@@ -8,7 +8,7 @@
 #include "iosim/engine.h"
 #include "iosim/pattern.h"
 #include "iosim/shaper.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 #include "trace/reader.h"
 
 #include <fcntl.h>
@@ -268,10 +268,10 @@ void run_iosim(const RunOptions& o) {
   // alignment: checked here, not found out by the first I/O mid-run.
   const uint64_t align = o.direct ? iosim::direct_io_alignment(o.target) : 1;
 
-  std::optional<models::Catalog> catalog;
+  std::optional<tiers::Catalog> catalog;
   std::unique_ptr<iosim::Shaper> shaper;
   if (!o.tier.empty()) {
-    catalog = models::load_catalog(o.tiers_file);
+    catalog = tiers::load_catalog(o.tiers_file);
     shaper = std::make_unique<iosim::Shaper>(catalog->get(o.tier), o.seed);
     eo.shaper = shaper.get();
   } else if (!o.tiers_file.empty()) {

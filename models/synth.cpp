@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 #include "models/project.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include <nlohmann/json.hpp>
 

@@ -441,7 +441,7 @@ TEST_CASE("engine: no allocation per I/O in steady state", "[engine]") {
 }
 
 #include "iosim/shaper.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 TEST_CASE("engine: a tier's latency floor and IOPS cap hold on a real file", "[engine][tier]") {
   require_io_uring();
@@ -456,8 +456,8 @@ TEST_CASE("engine: a tier's latency floor and IOPS cap hold on a real file", "[e
                         "write": {"dist": "fixed", "p50_us": 500},
                         "flush": {"dist": "fixed", "p50_us": 500}}}]})";
   }
-  models::Catalog cat = models::load_catalog(tiers);
-  const models::Tier& tier = cat.get("test-capped");
+  tiers::Catalog cat = tiers::load_catalog(tiers);
+  const tiers::Tier& tier = cat.get("test-capped");
   Shaper shaper(tier, 7);
 
   std::string file = (tmp.path / "tiered").string();
