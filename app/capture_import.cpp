@@ -3,6 +3,7 @@
 #include "app/command.h"
 #include "capture/cloudwatch.h"
 #include "capture/import.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/units.h"
 #include "trace/writer.h"
@@ -84,9 +85,7 @@ void run_import(const ImportOptions& o) {
   // the import's (the header's meaning: docs/trace-format.md).
   trace::WriterOptions wo;
   wo.start_mono_ns = 0;
-  timespec now{};
-  ::clock_gettime(CLOCK_REALTIME, &now);
-  wo.realtime_offset_ns = trace::Nanos(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  wo.realtime_offset_ns = clock_ns(CLOCK_REALTIME);
   auto writer = trace::open_writer(target.path(), wo);
   capture::ImportStats st = o.fio_iolog.empty() ? capture::import_blkparse(in, path, *writer)
                                                 : capture::import_fio_iolog(in, path, *writer);

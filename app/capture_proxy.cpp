@@ -63,7 +63,8 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   // server, not through the proxy); without them the capture goes on.
   std::string no_settings;
   po.meta = server_meta(o.conninfo.empty() ? conninfo_for(o.upstream) : o.conninfo, &no_settings);
-  capture::Proxy proxy(po);  // checks --listen and --upstream: a bad one is the only line
+  // Checks --listen and --upstream: a bad one is the only line.
+  capture::Proxy proxy = for_settings(kProxyFlags, [&] { return capture::Proxy(po); });
   if (!no_settings.empty()) say_settings_skipped("capture proxy", no_settings + " (give --conninfo)");
   proxy.start();
   say_tls_fingerprint("capture proxy", proxy);

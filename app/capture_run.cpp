@@ -164,7 +164,7 @@ class ProxyCapture : public TxCapture {
     po.threads = o.threads;
     po.io = io_choice(o.io, "TIERLAB_PROXY_IO");
     apply_proxy_tls_flags(o.tls, po);
-    proxy_ = std::make_unique<capture::Proxy>(po);
+    proxy_ = for_settings(kProxyFlags, [&] { return std::make_unique<capture::Proxy>(po); });
   }
   void start() override {
     proxy_->start();
@@ -268,7 +268,8 @@ void run_capture_run(const CaptureRunOptions& o) {
                     part_file_io = o.out + ".fileio.part";
   if (passive) {
     so.out = part_tx;
-    capture::check_sniff_options(so, "capture run");  // before the server checks print their warnings
+    // Before the server checks print their warnings.
+    for_settings("capture run", kSniffFlags, [&] { capture::check_sniff_options(so, "capture run"); });
   }
   std::vector<std::string> parts{part_tx, part_samples};
   // The part files go when the run fails before they are merged.

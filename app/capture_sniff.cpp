@@ -36,7 +36,7 @@ void run_sniff_cli(SniffCli& cli) {
   if (!cli.opts.pcap_file.empty() && !cli.duration.empty())
     throw InputError("capture sniff: --duration applies to live capture only");
 
-  capture::check_sniff_options(cli.opts, "capture sniff");
+  for_settings("capture sniff", kSniffFlags, [&] { capture::check_sniff_options(cli.opts, "capture sniff"); });
   // The server's durability settings go into the trace. The connection is
   // closed before the capture starts, so it is not recorded.
   std::string no_settings;

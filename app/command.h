@@ -19,6 +19,7 @@
 #include <optional>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tierlab::app {
@@ -76,6 +77,34 @@ decltype(auto) for_flag(const std::string& flag, F&& check) {
   } catch (const InputError& e) {
     throw InputError(flag + " " + e.what());
   }
+}
+
+// A library option member and the flag that sets it: {"log_path", "--log"}.
+struct SettingFlag {
+  const char* setting;
+  const char* flag;
+};
+
+// Runs `call`, a library call that checks several settings of its options
+// at once: a SettingError of a setting in `flags` comes out with that flag
+// in front ("--log /no/dir/x.log: No such file or directory"); any other
+// error passes unchanged.
+// With `who` (the subcommand), the line starts with it: "capture sniff:
+// --port 0: must be 1-65535".
+template <class F>
+decltype(auto) for_settings(const std::string& who, const std::vector<SettingFlag>& flags, F&& call) {
+  try {
+    return call();
+  } catch (const SettingError& e) {
+    for (const SettingFlag& f : flags)
+      if (e.setting() == f.setting)
+        throw InputError((who.empty() ? "" : who + ": ") + f.flag + " " + e.what());
+    throw;
+  }
+}
+template <class F>
+decltype(auto) for_settings(const std::vector<SettingFlag>& flags, F&& call) {
+  return for_settings(std::string(), flags, std::forward<F>(call));
 }
 
 // The event loop a command runs (its --io value, `asked`), or the value of

@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "iosim/emulate.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include <sys/stat.h>
 
@@ -30,7 +30,7 @@ struct EmulateOpts {
 constexpr const char* kDefaultSize = "20G";
 
 // The tier's IOPS caps, as the stats lines compare with them.
-std::string caps(const models::Tier& t) {
+std::string caps(const tiers::Tier& t) {
   std::string s;
   auto add = [&](const char* what, double v) {
     if (v <= 0) return;
@@ -61,8 +61,8 @@ void print_interval(const iosim::EmulateInterval& iv, double at_s, const std::st
 }
 
 void run_emulate(const EmulateOpts& o) {
-  const models::Catalog catalog = models::load_catalog(o.tiers_file);
-  const models::Tier& tier = catalog.get(o.tier);
+  const tiers::Catalog catalog = tiers::load_catalog(o.tiers_file);
+  const tiers::Tier& tier = catalog.get(o.tier);
   iosim::EmulateOptions eo;
   eo.image = o.image;
   eo.seed = o.seed;

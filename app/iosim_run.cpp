@@ -8,7 +8,7 @@
 #include "iosim/engine.h"
 #include "iosim/pattern.h"
 #include "iosim/shaper.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 #include "trace/reader.h"
 
 #include <fcntl.h>
@@ -268,10 +268,10 @@ void run_iosim(const RunOptions& o) {
   // alignment: checked here, not found out by the first I/O mid-run.
   const uint64_t align = o.direct ? iosim::direct_io_alignment(o.target) : 1;
 
-  std::optional<models::Catalog> catalog;
+  std::optional<tiers::Catalog> catalog;
   std::unique_ptr<iosim::Shaper> shaper;
   if (!o.tier.empty()) {
-    catalog = models::load_catalog(o.tiers_file);
+    catalog = tiers::load_catalog(o.tiers_file);
     shaper = std::make_unique<iosim::Shaper>(catalog->get(o.tier), o.seed);
     eo.shaper = shaper.get();
   } else if (!o.tiers_file.empty()) {
@@ -335,7 +335,15 @@ void run_iosim(const RunOptions& o) {
     check_rt(o.rt);
     RunStopper stopper(&live, int64_t(progress_s * 1e9));
     eo.stop = &stopper.signal();
-    r = iosim::run_engine(eo, *source);
+    try {
+      r = iosim::run_engine(eo, *source);
+    } catch (const iosim::TargetError& e) {
+      using Fix = iosim::TargetError::Fix;
+      throw InputError(std::string(e.what()) + (e.fix == Fix::CreateWithSize ? " (give --size to create it)"
+                                                : e.fix == Fix::GiveSize     ? " (give --size)"
+                                                : e.fix == Fix::DropDirect   ? " (drop --direct)"
+                                                                             : ""));
+    }
     stopped_by = stopper.signal().load();
   }
 

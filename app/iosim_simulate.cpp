@@ -6,7 +6,7 @@
 #include "common/units.h"
 #include "iosim/pattern.h"
 #include "iosim/sim.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 #include "trace/reader.h"
 
 #include <nlohmann/json.hpp>
@@ -232,8 +232,8 @@ void print_table(const std::string& heading, const std::vector<iosim::SimResult>
 
 void run_simulate(const SimulateOptions& o) {
   if (o.tiers.empty()) throw InputError("--tier: give at least one tier (see tierlab tiers list)");
-  auto catalog = models::load_catalog(o.tiers_file);
-  std::vector<const models::Tier*> tiers;
+  auto catalog = tiers::load_catalog(o.tiers_file);
+  std::vector<const tiers::Tier*> tiers;
   for (const auto& name : o.tiers) tiers.push_back(&catalog.get(name));
   OutputFile json(o.json_out, "--json");  // "-": stdout, at the end, instead of the table
 

@@ -8,7 +8,7 @@
 #include "models/profile.h"
 #include "models/project.h"
 #include "models/synth.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include <cmath>
 #include <cstdio>
@@ -112,13 +112,13 @@ void run_project(const ProjectCliOptions& o) {
   const bool capacity = !cap.loads.empty() || cap.slo_p99_s > 0;
 
   // Tiers first: a typo should not wait for a long trace to be read.
-  models::Catalog catalog = models::load_catalog(o.tiers_file);
-  std::vector<models::Tier> tiers;
+  tiers::Catalog catalog = tiers::load_catalog(o.tiers_file);
+  std::vector<tiers::Tier> tiers;
   for (const auto& name : o.tiers) tiers.push_back(catalog.get(name));
   if (!o.captured_on.empty() && o.captured_iops_cap != 0)
     throw InputError("--captured-on and --captured-iops-cap: give one of them");
   if (!o.captured_on.empty()) {
-    const models::Tier* t = catalog.find(o.captured_on);
+    const tiers::Tier* t = catalog.find(o.captured_on);
     if (!t) throw InputError("--captured-on " + o.captured_on + ": no such tier (known: " + catalog.names() + ")");
     po.captured_tier = *t;
   }

@@ -2,12 +2,15 @@
 // (capture/proxy.h, ProxyOptions, says what each does).
 #pragma once
 
+#include "app/command.h"
 #include "capture/proxy.h"
+#include "common/error.h"
 
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace tierlab::app {
 
@@ -46,7 +49,31 @@ inline void add_proxy_tls_flags(CLI::App& cmd, ProxyTlsFlags& f, const std::stri
   if (given) *given = v;
 }
 
+// The capture::ProxyOptions members that capture proxy and capture run set
+// from flags, with those flags (for_settings; a flag that ends in ':' is
+// followed by the library's message as it is).
+inline const std::vector<SettingFlag> kProxyFlags = {
+    {"listen", "--listen"},
+    {"listen_unix", "--listen-unix"},
+    {"upstream", "--upstream"},
+    {"threads", "--threads"},
+    {"max_message", "--max-message-size"},
+    {"client_tls", "--client-tls"},
+    {"tls_cert", "--tls-cert"},
+    {"tls_key", "--tls-key"},
+    {"tls_cert_key", "--tls-cert/--tls-key:"},
+    {"upstream_sslmode", "--upstream-sslmode"},
+    {"upstream_sslrootcert", "--upstream-sslrootcert:"},
+    {"upstream_sslcert_key", "--upstream-sslcert/--upstream-sslkey:"},
+};
+
+// The TLS flags that only make sense together, checked by their names
+// (capture::Proxy checks the same of ProxyOptions, naming the values).
 inline void apply_proxy_tls_flags(const ProxyTlsFlags& f, capture::ProxyOptions& po) {
+  if (f.tls_cert.empty() != f.tls_key.empty())
+    throw InputError(f.tls_cert.empty() ? "--tls-key: give --tls-cert with it" : "--tls-cert: give --tls-key with it");
+  if (f.client_tls == "disable" && !f.tls_cert.empty())
+    throw InputError("--tls-cert: client TLS is disabled (--client-tls disable)");
   po.client_tls = f.client_tls;
   po.tls_cert = f.tls_cert;
   po.tls_key = f.tls_key;

@@ -223,7 +223,7 @@ void run_replay(const ReplayOptions& o) {
   check_rt(o.rt);
   replay::Report r;
   try {
-    r = replay::run(w, opts, &std::cerr);
+    r = for_settings({{"log_path", "--log"}}, [&] { return replay::run(w, opts, &std::cerr); });
   } catch (const RuntimeError& e) {
     if (!stopped_by) throw;
     return stopped(e.what());  // stopped while connecting: nothing ran

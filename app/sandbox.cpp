@@ -6,7 +6,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "iosim/emulate.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 #include "pgtmp/pgtmp.h"
 
 #include <fcntl.h>
@@ -114,7 +114,7 @@ class MemoryCgroup {
 // the image, in that order, whatever failed before.
 class TierDisk {
  public:
-  TierDisk(const models::Tier& tier, uint64_t size) {
+  TierDisk(const tiers::Tier& tier, uint64_t size) {
     const char* t = std::getenv("TMPDIR");
     std::string tmpl = std::string(t && *t ? t : "/var/tmp") + "/tierlab-sandbox.XXXXXX";
     if (!mkdtemp(tmpl.data())) throw RuntimeError(errno_message("sandbox: mkdtemp " + tmpl, errno));
@@ -271,8 +271,8 @@ void run_sandbox(const SandboxOptions& o) {
   if (!o.tier.empty()) pthread_sigmask(SIG_BLOCK, &early, &before_tier);
   std::optional<TierDisk> disk;
   if (!o.tier.empty()) {
-    const models::Catalog catalog = models::load_catalog(o.tiers_file);
-    const models::Tier& tier = catalog.get(o.tier);
+    const tiers::Catalog catalog = tiers::load_catalog(o.tiers_file);
+    const tiers::Tier& tier = catalog.get(o.tier);
     disk.emplace(tier, tier_size);
     po.tmp_parent = disk->mountpoint();
     std::cerr << "tierlab sandbox: the server's files are on " << disk->emulator().device() << ", ext4, emulating "

@@ -3,6 +3,7 @@
 // (StopSignals::until_stop) as the other capture commands do.
 #pragma once
 
+#include "app/command.h"
 #include "capture/sniff.h"
 
 #include <atomic>
@@ -15,8 +16,18 @@
 #include <streambuf>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace tierlab::app {
+
+// The capture::SniffOptions members that capture sniff and capture run set
+// from flags, with those flags (for_settings).
+inline const std::vector<SettingFlag> kSniffFlags = {
+    {"interface", "--interface"},     {"port", "--port"},
+    {"host", "--host"},               {"duration_s", "--duration"},
+    {"snaplen", "--snaplen"},         {"buffer_bytes", "--buffer-size"},
+    {"max_connections", "--max-connections"}, {"reassembly_bytes", "--reassembly-buffer"},
+};
 
 // Hands each complete line written to it to a function.
 class LineBuf : public std::streambuf {

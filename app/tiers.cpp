@@ -1,7 +1,7 @@
 // tierlab tiers list|show: the storage tier catalog.
 #include "app/command.h"
 
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include <cstdio>
 #include <iostream>
@@ -17,7 +17,7 @@ struct TiersOptions {
   bool json = false;
 };
 
-std::string iops_text(const models::Tier& t) {
+std::string iops_text(const tiers::Tier& t) {
   char buf[96];
   auto num = [](double v) {
     char b[32];
@@ -43,9 +43,9 @@ std::string mibs_text(double bytes_per_sec) {
   return buf;
 }
 
-std::string latency_text(const models::Latency& l) {
+std::string latency_text(const tiers::Latency& l) {
   char buf[64];
-  if (l.dist == models::LatencyDist::Lognormal)
+  if (l.dist == tiers::LatencyDist::Lognormal)
     std::snprintf(buf, sizeof buf, "%.0f/%.0f", l.p50_ns / 1000.0, l.p99_ns / 1000.0);
   else
     std::snprintf(buf, sizeof buf, "%.0f", l.p50_ns / 1000.0);
@@ -54,7 +54,7 @@ std::string latency_text(const models::Latency& l) {
 
 // How the caps count I/Os, in short: "1/io" or "256KiB" per counted I/O,
 // "+merge" for sequential merging, "+flush" when flushes count.
-std::string counting_text(const models::Tier& t) {
+std::string counting_text(const tiers::Tier& t) {
   std::string s = t.io_unit_bytes ? std::to_string(t.io_unit_bytes / 1024) + "KiB" : "1/io";
   if (t.io_unit_bytes && t.merge_sequential) s += "+merge";
   if (t.count_flushes) s += "+flush";
@@ -62,7 +62,7 @@ std::string counting_text(const models::Tier& t) {
 }
 
 void run_list(const TiersOptions& o) {
-  auto catalog = models::load_catalog(o.tiers_file);
+  auto catalog = tiers::load_catalog(o.tiers_file);
   std::printf("%-22s %-18s %9s %-14s %-14s %-14s %5s %-18s  %s\n", "TIER", "IOPS", "MiB/s", "READ p50/p99us",
               "WRITE p50/p99us", "FLUSH p50/p99us", "PAR", "COUNTING", "DESCRIPTION");
   for (const auto& t : catalog.tiers()) {
@@ -74,18 +74,18 @@ void run_list(const TiersOptions& o) {
   }
 }
 
-void print_latency(const char* op, const models::Latency& l) {
-  std::printf("  %-6s %s", op, std::string(models::dist_name(l.dist)).c_str());
+void print_latency(const char* op, const tiers::Latency& l) {
+  std::printf("  %-6s %s", op, std::string(tiers::dist_name(l.dist)).c_str());
   std::printf(", p50 %.1f us", l.p50_ns / 1000.0);
-  if (l.dist == models::LatencyDist::Lognormal) std::printf(", p99 %.1f us", l.p99_ns / 1000.0);
+  if (l.dist == tiers::LatencyDist::Lognormal) std::printf(", p99 %.1f us", l.p99_ns / 1000.0);
   std::printf("\n");
 }
 
 void run_show(const TiersOptions& o) {
-  auto catalog = models::load_catalog(o.tiers_file);
+  auto catalog = tiers::load_catalog(o.tiers_file);
   const auto& t = catalog.get(o.name);
   if (o.json) {
-    std::cout << models::to_json(t) << "\n";
+    std::cout << tiers::to_json(t) << "\n";
     return;
   }
   std::printf("%s: %s\n", t.name.c_str(), t.description.c_str());

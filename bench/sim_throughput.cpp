@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
   int reps = argc > 4 ? std::atoi(argv[4]) : 3;
   if (reps < 1) reps = 1;
   try {
-    auto catalog = models::Catalog::builtin();
+    auto catalog = tiers::Catalog::builtin();
     iosim::ClosedLoop loop;
     loop.pattern.rw = iosim::Rw::RandRw;
     loop.pattern.rwmixread = 70;

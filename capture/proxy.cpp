@@ -124,30 +124,30 @@ bool all_digits(const std::string& s) {
          std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-Addr resolve(const std::string& flag, const std::string& value, bool passive) {
+Addr resolve(const std::string& setting, const std::string& value, bool passive) {
   std::string host, port;
   if (!value.empty() && value[0] == '[') {
     auto close = value.find(']');
     if (close == std::string::npos || close + 1 >= value.size() || value[close + 1] != ':')
-      throw InputError(flag + " " + value + ": expected [HOST]:PORT");
+      throw SettingError(setting, value + ": expected [HOST]:PORT");
     host = value.substr(1, close - 1);
     port = value.substr(close + 2);
   } else {
     auto colon = value.rfind(':');
     if (colon == std::string::npos || colon == 0)
-      throw InputError(flag + " " + value + ": expected HOST:PORT");
+      throw SettingError(setting, value + ": expected HOST:PORT");
     host = value.substr(0, colon);
     port = value.substr(colon + 1);
   }
   if (!all_digits(port) || std::stoi(port) > 65535 || (!passive && std::stoi(port) == 0))
-    throw InputError(flag + " " + value + ": bad port '" + port + "'");
+    throw SettingError(setting, value + ": bad port '" + port + "'");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
   addrinfo* res = nullptr;
   int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res);
-  if (rc != 0) throw InputError(flag + " " + value + ": " + gai_strerror(rc));
+  if (rc != 0) throw SettingError(setting, value + ": " + gai_strerror(rc));
   Addr a;
   std::memcpy(&a.ss, res->ai_addr, res->ai_addrlen);
   a.len = res->ai_addrlen;
@@ -158,17 +158,17 @@ Addr resolve(const std::string& flag, const std::string& value, bool passive) {
   return a;
 }
 
-Addr unix_addr(const std::string& flag, const std::string& dir, int port) {
+Addr unix_addr(const std::string& setting, const std::string& dir, int port) {
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    throw InputError(flag + " " + dir + ": not a directory");
+    throw SettingError(setting, dir + ": not a directory");
   Addr a;
   a.is_unix = true;
   a.port = port;
   a.text = dir + "/.s.PGSQL." + std::to_string(port);
   auto* un = reinterpret_cast<sockaddr_un*>(&a.ss);
   if (a.text.size() >= sizeof un->sun_path)
-    throw InputError(flag + " " + dir + ": socket path too long");
+    throw SettingError(setting, dir + ": socket path too long");
   un->sun_family = AF_UNIX;
   std::memcpy(un->sun_path, a.text.c_str(), a.text.size() + 1);
   a.len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + a.text.size() + 1);
@@ -176,7 +176,7 @@ Addr unix_addr(const std::string& flag, const std::string& dir, int port) {
 }
 
 Addr parse_upstream(const std::string& value) {
-  if (value.empty()) throw InputError("--upstream: missing (HOST:PORT or SOCKET_DIR[:PORT])");
+  if (value.empty()) throw SettingError("upstream", "'': expected HOST:PORT or SOCKET_DIR[:PORT]");
   if (value[0] == '/') {
     std::string dir = value;
     int port = 5432;
@@ -184,42 +184,42 @@ Addr parse_upstream(const std::string& value) {
     if (colon != std::string::npos && value.find('/', colon) == std::string::npos) {
       std::string p = value.substr(colon + 1);
       if (!all_digits(p) || std::stoi(p) == 0 || std::stoi(p) > 65535)
-        throw InputError("--upstream " + value + ": bad port '" + p + "'");
+        throw SettingError("upstream", value + ": bad port '" + p + "'");
       port = std::stoi(p);
       dir = value.substr(0, colon);
     }
-    return unix_addr("--upstream", dir, port);
+    return unix_addr("upstream", dir, port);
   }
-  return resolve("--upstream", value, false);
+  return resolve("upstream", value, false);
 }
 
-// Makes the socket path of `a` free to bind, or refuses with InputError
-// naming `flag` and `dir`: a socket something accepts connections on (a
+// Makes the socket path of `a` free to bind, or refuses with SettingError
+// of `setting` naming `dir`: a socket something accepts connections on (a
 // PostgreSQL sharing the directory and port) or one whose PostgreSQL lock
 // file (PATH.lock, the postmaster's pid on its first line) names a live
 // process is in use and stays. A socket that refuses connections is stale
 // (its server was killed) and is removed, as PostgreSQL itself does; a path
 // that is not a socket is never removed.
-void claim_unix_path(const Addr& a, const std::string& flag, const std::string& dir) {
+void claim_unix_path(const Addr& a, const std::string& setting, const std::string& dir) {
   const std::string name = a.text.substr(a.text.rfind('/') + 1);
-  const std::string where = flag + " " + dir + ": " + name;
-  const std::string choose = "; choose another directory or --listen port";
+  const std::string where = dir + ": " + name;
+  const std::string choose = "; choose another directory or port";
   {
     std::ifstream lock(a.text + ".lock");
     long pid = 0;
     if (lock >> pid) {
       if (pid < 0) pid = -pid;  // a standalone backend writes its pid negated
       if (pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM))
-        throw InputError(where + " is in use by process " + std::to_string(pid) + " (named in " + name +
+        throw SettingError(setting, where + " is in use by process " + std::to_string(pid) + " (named in " + name +
                          ".lock, a PostgreSQL's)" + choose);
     }
   }
   struct stat st;
   if (::lstat(a.text.c_str(), &st) != 0) {
     if (errno == ENOENT) return;
-    throw InputError(errno_message(where, errno));
+    throw SettingError(setting, errno_message(where, errno));
   }
-  if (!S_ISSOCK(st.st_mode)) throw InputError(where + " exists and is not a socket");
+  if (!S_ISSOCK(st.st_mode)) throw SettingError(setting, where + " exists and is not a socket");
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) throw RuntimeError(errno_message("socket", errno));
   int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&a.ss), a.len);
@@ -227,14 +227,14 @@ void claim_unix_path(const Addr& a, const std::string& flag, const std::string& 
   ::close(fd);
   // Connected, or the listener's backlog is full: something accepts there.
   if (rc == 0 || err == EAGAIN || err == EINPROGRESS)
-    throw InputError(where + " is in use (a server accepts connections on it)" + choose);
+    throw SettingError(setting, where + " is in use (a server accepts connections on it)" + choose);
   if (err != ECONNREFUSED)
-    throw InputError(errno_message(where + ": cannot tell whether the socket is in use", err));
+    throw SettingError(setting, errno_message(where + ": cannot tell whether the socket is in use", err));
   if (::unlink(a.text.c_str()) != 0 && errno != ENOENT)
-    throw InputError(errno_message(where + ": cannot remove the stale socket", errno));
+    throw SettingError(setting, errno_message(where + ": cannot remove the stale socket", errno));
 }
 
-int listen_socket(const Addr& a, bool reuseport, const std::string& flag) {
+int listen_socket(const Addr& a, bool reuseport, const std::string& setting) {
   int fd = ::socket(a.ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) throw RuntimeError(errno_message("socket", errno));
   int one = 1;
@@ -245,7 +245,7 @@ int listen_socket(const Addr& a, bool reuseport, const std::string& flag) {
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&a.ss), a.len) != 0) {
     int err = errno;
     ::close(fd);
-    throw InputError(flag + " " + a.text + ": " + std::strerror(err));
+    throw SettingError(setting, a.text + ": " + std::strerror(err));
   }
   if (::listen(fd, 4096) != 0) {
     int err = errno;
@@ -300,13 +300,13 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   Impl& px = *impl_;
   px.opts = opts;
   px.limits.max_message = opts.max_message;
-  if (opts.max_message < 1024) throw InputError("--max-message-size: at least 1kB");
+  if (opts.max_message < 1024) throw SettingError("max_message", std::to_string(opts.max_message) + " bytes: at least 1kB");
   px.threads = opts.threads > 0 ? opts.threads
                                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency() / 2));
-  if (px.threads > 256) throw InputError("--threads: at most 256");
-  if (opts.out.empty()) throw InputError("--out: missing");
+  if (px.threads > 256) throw SettingError("threads", std::to_string(px.threads) + ": at most 256");
+  if (opts.out.empty()) throw InputError("no trace file to write given");
   if (opts.listen.empty() && opts.listen_unix.empty())
-    throw InputError("--listen: give a TCP address, --listen-unix or both");
+    throw InputError("nothing to listen on: give a TCP address, a unix-domain socket directory or both");
   try {
     trace::check_compression_level(opts.compression_level);
   } catch (const InputError& e) {
@@ -319,25 +319,27 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   if (opts.client_tls == "disable") px.client_tls = Impl::ClientTls::Disable;
   else if (opts.client_tls == "allow") px.client_tls = Impl::ClientTls::Allow;
   else if (opts.client_tls == "require") px.client_tls = Impl::ClientTls::Require;
-  else throw InputError("--client-tls " + opts.client_tls + ": expected disable, allow or require");
+  else throw SettingError("client_tls", opts.client_tls + ": expected disable, allow or require");
   if (opts.tls_cert.empty() != opts.tls_key.empty())
-    throw InputError(opts.tls_cert.empty() ? "--tls-key: give --tls-cert with it" : "--tls-cert: give --tls-key with it");
+    throw SettingError(opts.tls_cert.empty() ? "tls_key" : "tls_cert",
+                       opts.tls_cert.empty() ? opts.tls_key + ": a key without its certificate"
+                                             : opts.tls_cert + ": a certificate without its key");
   if (px.client_tls != Impl::ClientTls::Disable) {
     if (!opts.tls_cert.empty()) {
       try {
         px.client_ctx = TlsContext::server(opts.tls_cert, opts.tls_key);
       } catch (const InputError& e) {
-        throw InputError(std::string("--tls-cert/--tls-key: ") + e.what());
+        throw SettingError("tls_cert_key", e.what());
       }
     } else {
       px.client_ctx = TlsContext::server_self_signed();
       px.self_signed = true;
     }
   } else if (!opts.tls_cert.empty()) {
-    throw InputError("--tls-cert: client TLS is disabled (--client-tls disable)");
+    throw SettingError("tls_cert", opts.tls_cert + ": client TLS is disabled");
   }
   if (!parse_sslmode(opts.upstream_sslmode, &px.upstream_mode))
-    throw InputError("--upstream-sslmode " + opts.upstream_sslmode +
+    throw SettingError("upstream_sslmode", opts.upstream_sslmode +
                      ": expected disable, allow, prefer, require, verify-ca or verify-full");
   if (px.upstream_mode != SslMode::Disable) {
     TlsClientOptions to;
@@ -349,11 +351,11 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
       px.upstream_ctx = TlsContext::client(to);
     } catch (const InputError& e) {
       std::string what = e.what();
-      const char* flag = what.find("root certificate") != std::string::npos ? "--upstream-sslrootcert"
-                         : what.find("both") != std::string::npos       ? "--upstream-sslcert/--upstream-sslkey"
-                         : !to.root_cert.empty() && what.rfind(to.root_cert, 0) == 0 ? "--upstream-sslrootcert"
-                                                                                      : "--upstream-sslcert/--upstream-sslkey";
-      throw InputError(std::string(flag) + ": " + what + " (--upstream-sslmode " + opts.upstream_sslmode + ")");
+      const char* setting = what.find("root certificate") != std::string::npos ? "upstream_sslrootcert"
+                            : what.find("both") != std::string::npos       ? "upstream_sslcert_key"
+                            : !to.root_cert.empty() && what.rfind(to.root_cert, 0) == 0 ? "upstream_sslrootcert"
+                                                                                         : "upstream_sslcert_key";
+      throw SettingError(setting, what + " (upstream sslmode " + opts.upstream_sslmode + ")");
     }
   }
   // "auto" is the io_uring loop where the kernel has what it needs
@@ -377,14 +379,14 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
     setrlimit(RLIMIT_NOFILE, &rl);
   }
   if (!opts.listen.empty()) {
-    px.listen_addr = resolve("--listen", opts.listen, true);
+    px.listen_addr = resolve("listen", opts.listen, true);
     px.has_tcp = true;
   }
 
   // Listeners first: a bad address must not leave an empty trace behind.
   if (px.has_tcp) {
     for (int i = 0; i < px.threads; ++i) {
-      px.tcp_fds.push_back(listen_socket(px.listen_addr, true, "--listen"));
+      px.tcp_fds.push_back(listen_socket(px.listen_addr, true, "listen"));
       if (px.listen_addr.port == 0) {
         // Port 0: every thread's socket shares the port the first one got.
         sockaddr_storage ss{};
@@ -403,9 +405,9 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
     }
   }
   if (!opts.listen_unix.empty()) {
-    px.unix_listen = unix_addr("--listen-unix", opts.listen_unix, px.has_tcp ? px.listen_addr.port : 5432);
-    claim_unix_path(px.unix_listen, "--listen-unix", opts.listen_unix);
-    px.unix_fd = listen_socket(px.unix_listen, false, "--listen-unix");
+    px.unix_listen = unix_addr("listen_unix", opts.listen_unix, px.has_tcp ? px.listen_addr.port : 5432);
+    claim_unix_path(px.unix_listen, "listen_unix", opts.listen_unix);
+    px.unix_fd = listen_socket(px.unix_listen, false, "listen_unix");
     struct stat st;
     if (::lstat(px.unix_listen.text.c_str(), &st) == 0) {
       px.unix_dev = st.st_dev;

@@ -116,11 +116,10 @@ bool ProxyLoop::answer_client(Session* s, char answer) {
 }
 
 void ProxyLoop::refuse_plaintext(Session* s) {
-  std::fprintf(stderr, "tierlab: capture proxy: session %llu (%s): refused a client without TLS (--client-tls require)\n",
+  std::fprintf(stderr, "tierlab: capture proxy: session %llu (%s): refused a client without TLS (TLS required of clients)\n",
                static_cast<unsigned long long>(s->id), s->addr);
   send_error(s, "28000",
-             "tierlab capture proxy: this proxy requires TLS of its clients (--client-tls require): connect with "
-             "sslmode=require");
+             "tierlab capture proxy: this proxy requires TLS of its clients: connect with sslmode=require");
   close_session(s, EndReason::ServerClosed);
 }
 
@@ -192,7 +191,7 @@ void ProxyLoop::upstream_ssl_answer(Session* s, const uint8_t* p, uint32_t n) {
   if (c == 'N' && n == 1) {
     if (px_.upstream_mode != SslMode::Prefer && !s->retried) {
       char msg[160];
-      std::snprintf(msg, sizeof msg, "the server does not accept TLS (--upstream-sslmode %s)",
+      std::snprintf(msg, sizeof msg, "the server does not accept TLS (upstream sslmode %s)",
                     sslmode_name(px_.upstream_mode));
       upstream_tls_refused(s, msg);
       return;

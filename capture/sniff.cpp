@@ -412,39 +412,38 @@ std::string read_file(const std::string& path) {
 
 void check_sniff_options(const SniffOptions& o, const std::string& who) {
   if (o.interface.empty() == o.pcap_file.empty())
-    throw InputError(who + ": give exactly one of --interface and --pcap");
-  if (o.out.empty()) throw InputError(who + ": --out is required");
+    throw InputError(who + ": give exactly one of a network interface and a pcap file");
+  if (o.out.empty()) throw InputError(who + ": no trace file to write given");
   auto unix_path = [](const std::string& s) {
     return !s.empty() && (s[0] == '/' || s.rfind("unix", 0) == 0);
   };
   if (unix_path(o.interface) || unix_path(o.host))
     throw InputError(
         who + ": unix-domain socket traffic never reaches a network interface and cannot "
-        "be sniffed; use `tierlab capture proxy --listen-unix` for it");
-  if (o.port == 0) throw InputError(who + ": --port must be 1-65535");
+        "be sniffed; a capture proxy listening on a unix-domain socket records it");
+  if (o.port == 0) throw SettingError("port", "0: must be 1-65535");
   if (o.max_connections == 0 || o.max_connections > kMaxConnections)
-    throw InputError(who + ": --max-connections " + std::to_string(o.max_connections) + ": must be 1 to " +
+    throw SettingError("max_connections", std::to_string(o.max_connections) + ": must be 1 to " +
                      std::to_string(kMaxConnections));
   if (!o.interface.empty() && o.interface != "any" && ::if_nametoindex(o.interface.c_str()) == 0)
-    throw InputError(who + ": --interface " + o.interface + ": no such interface");
-  if (o.snaplen < 128) throw InputError(who + ": --snaplen must be at least 128");
+    throw SettingError("interface", o.interface + ": no such interface");
+  if (o.snaplen < 128) throw SettingError("snaplen", std::to_string(o.snaplen) + ": must be at least 128");
   if (o.reassembly_bytes < (64u << 10) || o.reassembly_bytes > (16ull << 30))
-    throw InputError(who + ": --reassembly-buffer " + format_bytes(static_cast<double>(o.reassembly_bytes)) +
+    throw SettingError("reassembly_bytes", format_bytes(static_cast<double>(o.reassembly_bytes)) +
                      ": must be 64 KiB to 16 GiB");
   if (!o.interface.empty() && (o.buffer_bytes < kMinRingBytes || o.buffer_bytes > kMaxRingBytes))
-    throw InputError(who + ": --buffer-size " +
-                     format_bytes(static_cast<double>(o.buffer_bytes)) + ": must be 64 KiB to 1 GiB");
+    throw SettingError("buffer_bytes", format_bytes(static_cast<double>(o.buffer_bytes)) + ": must be 64 KiB to 1 GiB");
   try {
     trace::check_compression_level(o.compression_level);
   } catch (const InputError& e) {
     throw InputError(who + ": compression level " + e.what());
   }
-  if (o.duration_s < 0) throw InputError(who + ": --duration must not be negative");
+  if (o.duration_s < 0) throw SettingError("duration_s", std::to_string(o.duration_s) + " s: must not be negative");
   if (!o.host.empty()) {
     uint8_t buf[16];
     if (inet_pton(AF_INET, o.host.c_str(), buf) != 1 &&
         inet_pton(AF_INET6, o.host.c_str(), buf) != 1)
-      throw InputError(who + ": --host '" + o.host + "' is not an IPv4 or IPv6 address");
+      throw SettingError("host", "'" + o.host + "' is not an IPv4 or IPv6 address");
   }
 }
 

@@ -126,9 +126,10 @@ struct SessionMapEntry {
 // endpoint. Throws InputError naming the file and line.
 std::vector<SessionMapEntry> parse_session_map(const std::string& text, const std::string& name);
 
-// Throws InputError, one line starting with `who` (the subcommand) and naming
-// the option, for options run_sniff() would refuse; callers that do other
-// work first (capture run) check before it.
+// Throws, for options run_sniff() would refuse, SettingError naming the
+// member and its value ("max_connections": "0: must be 1 to 65536"), or
+// InputError starting with `who` (the subcommand) for a combination;
+// callers that do other work first (capture run) check before it.
 void check_sniff_options(const SniffOptions& opts, const std::string& who);
 
 // Runs a capture until the file ends, --duration passes or stop_sniff() is

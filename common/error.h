@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace tierlab {
 
@@ -24,6 +25,21 @@ class InputError : public std::runtime_error {
 class RuntimeError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// An InputError about one setting of a library's options: `setting` is the
+// name of the options member ("log_path"), the message names the value and
+// what is wrong with it ("/no/dir/x.log: No such file or directory").
+// Libraries name no command-line flag; the command that filled the member
+// maps the setting to its flag (app::for_settings), and a SettingError no
+// command maps reads as an InputError of its own.
+class SettingError : public InputError {
+ public:
+  SettingError(std::string setting, const std::string& what) : InputError(what), setting_(std::move(setting)) {}
+  const std::string& setting() const { return setting_; }
+
+ private:
+  std::string setting_;
 };
 
 // "what: strerror(errno)" for a failed system call.

@@ -93,7 +93,7 @@ Emulator::State::~State() {
   if (image_fd >= 0) ::close(image_fd);
 }
 
-Emulator::Emulator(const models::Tier& tier, const EmulateOptions& o) {
+Emulator::Emulator(const tiers::Tier& tier, const EmulateOptions& o) {
   if (::geteuid() != 0) throw RuntimeError("emulating a tier needs root (FUSE mount and loop device)");
   require_device("/dev/fuse", "FUSE");
   require_device("/dev/loop-control", "loop devices");
@@ -156,7 +156,7 @@ const std::string& Emulator::device() const { return s_->device; }
 const std::string& Emulator::mountpoint() const { return s_->mountpoint; }
 uint64_t Emulator::size() const { return s_->size; }
 uint32_t Emulator::block_size() const { return s_->block_size; }
-const models::Tier& Emulator::tier() const { return s_->tier; }
+const tiers::Tier& Emulator::tier() const { return s_->tier; }
 int64_t Emulator::round_trip_ns() const { return s_->round_trip_ns; }
 const DiskFigures& Emulator::disk() const { return s_->disk; }
 const std::vector<std::string>& Emulator::leftovers() const { return s_->leftovers; }

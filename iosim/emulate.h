@@ -32,7 +32,7 @@
 
 #include "common/histogram.h"
 #include "iosim/shaper.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include <cstdint>
 #include <memory>
@@ -79,7 +79,7 @@ DiskFigures measure_disk(const std::string& dir, std::string* why = nullptr);
 // tier asks that is faster than the disk (read p50 below the disk's plus the
 // emulator's round trip, an IOPS cap above the disk's rate at QD 32), and
 // that such I/Os run at the machine's speed.
-std::string faster_than_disk(const models::Tier& tier, const DiskFigures& disk, int64_t round_trip_ns);
+std::string faster_than_disk(const tiers::Tier& tier, const DiskFigures& disk, int64_t round_trip_ns);
 
 // An emulator killed with SIGKILL leaves its FUSE mount behind (dead: its
 // requests fail with ENOTCONN) and its mount point. Each emulator holds a
@@ -97,7 +97,7 @@ class Emulator {
   // creates the image, mounts the FUSE file system on a fresh directory and
   // attaches a loop device with direct I/O. RuntimeError naming what is
   // missing or failed; InputError for a bad image or size.
-  Emulator(const models::Tier& tier, const EmulateOptions& opts);
+  Emulator(const tiers::Tier& tier, const EmulateOptions& opts);
   ~Emulator();
   Emulator(const Emulator&) = delete;
   Emulator& operator=(const Emulator&) = delete;
@@ -106,7 +106,7 @@ class Emulator {
   const std::string& mountpoint() const;  // where the FUSE file system is
   uint64_t size() const;                  // bytes of the device
   uint32_t block_size() const;            // the loop device's logical block size
-  const models::Tier& tier() const;
+  const tiers::Tier& tier() const;
   // What a reader of the device waits beyond the emulator's own time for a
   // request (the loop device, the FUSE queue, the serving thread's
   // wake-up), measured

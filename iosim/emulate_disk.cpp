@@ -135,7 +135,7 @@ DiskFigures measure_disk(const std::string& dir, std::string* why) {
   return out;
 }
 
-std::string faster_than_disk(const models::Tier& tier, const DiskFigures& disk, int64_t round_trip_ns) {
+std::string faster_than_disk(const tiers::Tier& tier, const DiskFigures& disk, int64_t round_trip_ns) {
   std::string what;
   char b[200];
   const int64_t floor = disk.read_p50_ns + round_trip_ns;

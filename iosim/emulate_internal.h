@@ -41,7 +41,7 @@ struct ServerDeleter {
 }  // namespace emulate_detail
 
 struct Emulator::State {
-  models::Tier tier;
+  tiers::Tier tier;
   EmulateOptions opts;
   std::string device, mountpoint;
   uint64_t size = 0;
@@ -86,7 +86,7 @@ struct Emulator::State {
   int64_t calibration_delay_ns = 0;
   CpuLatencyHold cpu_latency{true};  // idle CPUs wake at once: replies leave at the tier's time
 
-  State(const models::Tier& t, const EmulateOptions& o) : tier(t), opts(o), shaper(t, o.seed) {}
+  State(const tiers::Tier& t, const EmulateOptions& o) : tier(t), opts(o), shaper(t, o.seed) {}
   ~State();
 };
 

@@ -83,7 +83,7 @@ std::string make_mountpoint(int& lock_fd) {
 }
 
 void attach_loop(Emulator::State& st, const std::string& file) {
-  const models::Tier& tier = st.tier;
+  const tiers::Tier& tier = st.tier;
   int ffd = ::open(file.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);
   if (ffd < 0) throw RuntimeError(errno_message("FUSE: opening " + file, errno));
   int ctl = ::open("/dev/loop-control", O_RDWR | O_CLOEXEC);

@@ -227,18 +227,19 @@ void Engine::open_target() {
   if (exists && !S_ISREG(st.st_mode) && !S_ISBLK(st.st_mode))
     throw InputError(o_.target + ": not a regular file or block device");
   // Read-only when the source only reads, unless the file has to be made or
-  // grown to --size.
+  // grown to the size asked for.
   const bool grow = !exists || (S_ISREG(st.st_mode) && o_.size > uint64_t(st.st_size));
   int flags = (o_.read_only && !grow ? O_RDONLY : O_RDWR) | O_CLOEXEC;
   if (o_.direct) flags |= O_DIRECT;
   if (!exists) {
     if (!o_.allow_create || o_.size == 0)
-      throw InputError(o_.target + ": does not exist (give --size to create it)");
+      throw TargetError(o_.target + ": does not exist",
+                        o_.allow_create ? TargetError::Fix::CreateWithSize : TargetError::Fix::None);
     flags |= O_CREAT;
   }
   fd_ = ::open(o_.target.c_str(), flags, 0644);
   if (fd_ < 0 && errno == EINVAL && o_.direct)
-    throw InputError(o_.target + ": O_DIRECT is not supported here (drop --direct)");
+    throw TargetError(o_.target + ": O_DIRECT is not supported here", TargetError::Fix::DropDirect);
   if (fd_ < 0) throw InputError(errno_message(o_.target, errno));
   if (::fstat(fd_, &st) != 0) throw RuntimeError(errno_message(o_.target, errno));
   if (S_ISBLK(st.st_mode)) {
@@ -253,10 +254,10 @@ void Engine::open_target() {
     size_ = uint64_t(st.st_size);
     if (o_.size > size_) {
       int rc = posix_fallocate(fd_, 0, off_t(o_.size));
-      if (rc != 0) throw RuntimeError(errno_message(o_.target + ": fallocate to --size", rc));
+      if (rc != 0) throw RuntimeError(errno_message(o_.target + ": fallocate to " + std::to_string(o_.size) + " bytes", rc));
       size_ = o_.size;
     } else if (o_.size) {
-      size_ = o_.size;  // use the first --size bytes
+      size_ = o_.size;  // use the first `size` bytes
     }
     align_ = o_.direct ? direct_io_alignment(o_.target) : 1;
     // What posix_fallocate left unwritten, and any hole, is written now:
@@ -269,7 +270,7 @@ void Engine::open_target() {
       r_.laid_out_bytes = lay_out(o_.target, todo, o_.seed, o_.stop);
     }
   }
-  if (size_ == 0) throw InputError(o_.target + ": is empty (give --size)");
+  if (size_ == 0) throw TargetError(o_.target + ": is empty", TargetError::Fix::GiveSize);
   if (o_.direct) align_ = std::max<uint64_t>(align_, 512);
   r_.target_size = size_;
 }

@@ -14,6 +14,7 @@
 // drained. A --verify mismatch throws RuntimeError naming the offset.
 #pragma once
 
+#include "common/error.h"
 #include "common/histogram.h"
 #include "iosim/shaper.h"
 #include "trace/reader.h"
@@ -108,7 +109,7 @@ struct EngineOptions {
   // that idle CPUs do not sleep too deeply to wake on time. Needs root;
   // skipped without it (EngineResult::cpu_latency_held says which).
   bool hold_cpu_latency = true;
-  bool allow_create = true;  // a missing regular file is created with --size
+  bool allow_create = true;  // a missing regular file is created with `size` bytes
   // A regular file is laid out before the run: the parts of [0, size) that
   // hold no written data (holes, and unwritten extents such as those
   // posix_fallocate leaves, which the file system answers reads of without
@@ -197,7 +198,22 @@ void probe_io_uring();
 // (EngineOptions::iodepth) the engine does not run with.
 void check_iodepth(uint32_t iodepth);
 
+// InputError about the target that the caller can mend: `fix` says what
+// would (the engine names the target, the command names its flag).
+class TargetError : public InputError {
+ public:
+  enum class Fix {
+    None,
+    CreateWithSize,  // "TARGET: does not exist": a size creates it
+    GiveSize,        // "TARGET: is empty": a size grows it
+    DropDirect,  // "TARGET: O_DIRECT is not supported here"
+  };
+  TargetError(const std::string& what, Fix fix) : InputError(what), fix(fix) {}
+  Fix fix;
+};
+
 // Runs the I/Os of `source` against opts.target. See the file comment.
+// Throws TargetError for a target it cannot use as given.
 EngineResult run_engine(const EngineOptions& opts, IoSource& source);
 
 // The verify pattern: the byte at file offset `off` for `seed`.

@@ -73,8 +73,8 @@ void Shaper::Bucket::init(double rate_per_sec, double tau_ns) {
   tat = -1e300;
 }
 
-Shaper::Shaper(const models::Tier& tier, uint64_t seed) : tier_(tier), rng_(seed) {
-  models::validate(tier_, "tier " + tier_.name);
+Shaper::Shaper(const tiers::Tier& tier, uint64_t seed) : tier_(tier), rng_(seed) {
+  tiers::validate(tier_, "tier " + tier_.name);
   double tau = static_cast<double>(tier_.bucket_ns);
   read_iops_.init(tier_.read_iops, tau);
   write_iops_.init(tier_.write_iops, tau);
@@ -86,15 +86,15 @@ Shaper::Shaper(const models::Tier& tier, uint64_t seed) : tier_(tier), rng_(seed
     burst_credits_.init(tier_.burst.refill_iops, tier_.burst.credits / tier_.burst.refill_iops * 1e9);
     burst_peak_.init(tier_.burst.burst_iops, tau);
   }
-  const models::Latency* lat[3] = {&tier_.read, &tier_.write, &tier_.flush};
+  const tiers::Latency* lat[3] = {&tier_.read, &tier_.write, &tier_.flush};
   for (int i = 0; i < 3; ++i) {
     Dist& d = dist_[i];
     d.kind = lat[i]->dist;
     d.p50 = static_cast<double>(lat[i]->p50_ns);
-    if (d.kind == models::LatencyDist::Lognormal)
+    if (d.kind == tiers::LatencyDist::Lognormal)
       d.sigma = std::log(static_cast<double>(lat[i]->p99_ns) / d.p50) / kZ99;
     d.mean = d.p50 / std::log(2.0);
-    if (d.kind != models::LatencyDist::Fixed) {
+    if (d.kind != tiers::LatencyDist::Fixed) {
       d.table.resize(kQuantiles + 1);
       d.table[0] = 0;
       for (int q = 1; q < kQuantiles; ++q)
@@ -107,9 +107,9 @@ Shaper::Shaper(const models::Tier& tier, uint64_t seed) : tier_(tier), rng_(seed
 
 double Shaper::Dist::quantile(double u) const {
   switch (kind) {
-    case models::LatencyDist::Fixed: return p50;
-    case models::LatencyDist::Lognormal: return p50 * std::exp(sigma * inverse_normal_cdf(u));
-    case models::LatencyDist::Exponential: return -mean * std::log1p(-u);
+    case tiers::LatencyDist::Fixed: return p50;
+    case tiers::LatencyDist::Lognormal: return p50 * std::exp(sigma * inverse_normal_cdf(u));
+    case tiers::LatencyDist::Exponential: return -mean * std::log1p(-u);
   }
   return p50;
 }

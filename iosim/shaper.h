@@ -25,7 +25,7 @@
 // caller should count such completions and say so.
 #pragma once
 
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 #include "trace/record.h"
 
 #include <cstdint>
@@ -103,7 +103,7 @@ struct ShaperStats {
 class Shaper {
  public:
   // Copies what it needs from `tier`; throws InputError if validate() fails.
-  Shaper(const models::Tier& tier, uint64_t seed);
+  Shaper(const tiers::Tier& tier, uint64_t seed);
 
   // Admits the I/O submitted at `now`: counts it, takes its tokens, reserves
   // a slot and draws its service time.
@@ -116,7 +116,7 @@ class Shaper {
   Nanos service_time(IoOp op);
 
   const ShaperStats& stats() const { return stats_; }
-  const models::Tier& tier() const { return tier_; }
+  const tiers::Tier& tier() const { return tier_; }
 
  private:
   // A token bucket in GCRA form: `tat` is when the bucket would be full
@@ -136,7 +136,7 @@ class Shaper {
   // the two outer segments computed exactly so the tails stay exact.
   static constexpr int kQuantiles = 4096;
   struct Dist {
-    models::LatencyDist kind = models::LatencyDist::Fixed;
+    tiers::LatencyDist kind = tiers::LatencyDist::Fixed;
     double p50 = 0;
     double sigma = 0;  // lognormal
     double mean = 0;   // exponential
@@ -146,7 +146,7 @@ class Shaper {
 
   static int op_slot(IoOp op);
 
-  models::Tier tier_;
+  tiers::Tier tier_;
   Rng rng_;
   Bucket read_iops_, write_iops_, total_iops_, bytes_, burst_credits_, burst_peak_;
   Dist dist_[3];  // read, write, flush
@@ -186,7 +186,7 @@ inline uint32_t Shaper::count(const IoRequest& req) {
 
 inline Nanos Shaper::service_time(IoOp op) {
   const Dist& d = dist_[op_slot(op)];
-  if (d.kind == models::LatencyDist::Fixed) return static_cast<Nanos>(d.p50);
+  if (d.kind == tiers::LatencyDist::Fixed) return static_cast<Nanos>(d.p50);
   const double u = rng_.uniform();
   const double x = u * kQuantiles;
   const int i = static_cast<int>(x);

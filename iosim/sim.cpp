@@ -329,7 +329,7 @@ bool TraceArrivals::next(Arrival& out) {
 
 // --- the simulations ---------------------------------------------------------------
 
-SimResult simulate_closed(const models::Tier& tier, const ClosedLoop& loop, const SimOptions& opt) {
+SimResult simulate_closed(const tiers::Tier& tier, const ClosedLoop& loop, const SimOptions& opt) {
   if (loop.iodepth == 0) throw InputError("iodepth 0: must be at least 1");
   if (loop.runtime_ns <= 0 && loop.ios == 0)
     throw InputError("a closed loop needs a runtime or an I/O count to end");
@@ -387,7 +387,7 @@ SimResult simulate_closed(const models::Tier& tier, const ClosedLoop& loop, cons
   return r;
 }
 
-SimResult simulate_open(const models::Tier& tier, ArrivalSource& arrivals, const SimOptions& opt) {
+SimResult simulate_open(const tiers::Tier& tier, ArrivalSource& arrivals, const SimOptions& opt) {
   if (opt.open_iodepth == 0) throw InputError("iodepth 0: must be at least 1");
   SimResult r;
   r.open_loop = true;

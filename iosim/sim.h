@@ -24,7 +24,7 @@
 #include "common/histogram.h"
 #include "iosim/pattern.h"
 #include "iosim/shaper.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include <cstdint>
 #include <memory>
@@ -179,7 +179,7 @@ struct SimResult {
   uint64_t issue_stalls = 0;
 };
 
-SimResult simulate_closed(const models::Tier& tier, const ClosedLoop& loop, const SimOptions& opt);
-SimResult simulate_open(const models::Tier& tier, ArrivalSource& arrivals, const SimOptions& opt);
+SimResult simulate_closed(const tiers::Tier& tier, const ClosedLoop& loop, const SimOptions& opt);
+SimResult simulate_open(const tiers::Tier& tier, ArrivalSource& arrivals, const SimOptions& opt);
 
 }  // namespace tierlab::iosim

@@ -22,7 +22,7 @@
 
 #include "models/profile.h"
 #include "models/project.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include <string>
 #include <vector>

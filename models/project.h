@@ -69,7 +69,7 @@
 #pragma once
 
 #include "models/profile.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include <iosfwd>
 #include <optional>
@@ -77,6 +77,12 @@
 #include <vector>
 
 namespace tierlab::models {
+
+// The tier model the projection takes (tiers/tiers.h).
+using tiers::Catalog;
+using tiers::Latency;
+using tiers::LatencyDist;
+using tiers::Tier;
 
 struct ProjectOptions {
   int clients_lo = 0;  // 0: the capture's client count

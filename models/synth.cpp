@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 #include "models/project.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include <nlohmann/json.hpp>
 
@@ -565,8 +565,8 @@ Profile profile_from_json(const std::string& text, const std::string& name) {
     throw InputError(name + ": not JSON: " + e.what());
   }
   if (!j.is_object() || !j.contains("per_transaction") || !j.contains("latency"))
-    throw InputError(name + ": not a profile (no per_transaction or latency; write one with `tierlab profile "
-                     "--json` or `tierlab profile synth`)");
+    throw InputError(name + ": not a profile (no per_transaction or latency: the JSON report of a profile, captured or "
+                     "synthetic, has both)");
   Profile p;
   const std::string& w = name;
   p.source = j.value("source", name);

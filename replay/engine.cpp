@@ -347,7 +347,7 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   if (opts.start_at_ns) {  // --start-at: the shared epoch of the shards
     const char* why = nullptr;
     sh.sched.epoch = wait_for_start(opts.start_at_ns, opts.wait_stop, &why);
-    if (why) throw RuntimeError(std::string("replay: stopped by ") + why + " while waiting for --start-at; nothing was replayed");
+    if (why) throw RuntimeError(std::string("replay: stopped by ") + why + " while waiting for the start time; nothing was replayed");
   }
   std::vector<std::thread> pool;
   std::optional<RealTimeScope> rt(std::in_place, opts.realtime);

@@ -337,8 +337,8 @@ Report merge_reports(const std::vector<Report>& reports, const std::vector<std::
       m.start_offset_ns = r.start_offset_ns;
       m.start_offset_max_ns = r.start_offset_max_ns;
     } else if (r.start_at_ns != m.start_at_ns) {
-      throw InputError(name(i) + " started at " + (r.start_at_ns ? format_realtime(r.start_at_ns) : "no --start-at") +
-                       ", " + name(0) + " at " + (m.start_at_ns ? format_realtime(m.start_at_ns) : "no --start-at") +
+      auto started = [](int64_t at) { return at ? "started at " + format_realtime(at) : std::string("had no start time"); };
+      throw InputError(name(i) + " " + started(r.start_at_ns) + ", " + name(0) + " " + started(m.start_at_ns) +
                        ": not shards of one replay");
     }
     m.start_offset_ns = std::min(m.start_offset_ns, r.start_offset_ns);

@@ -59,7 +59,7 @@ size_t format_unit_log_line(char* out, const UnitLogLine& l) {
 
 int open_unit_log(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError(errno_message("--log " + path, errno));
+  if (fd < 0) throw SettingError("log_path", errno_message(path, errno));
   return fd;
 }
 

@@ -145,6 +145,9 @@ TEST_CASE("report merge: reports that are not shards of one replay are refused i
   replay::Report timed = shard_report(2, 4, 4, &pooled);
   timed.max_speed = false;
   const auto d = write(dir, "d.json", app::report_json(timed, 0));
+  replay::Report at = shard_report(3, 4, 5, &pooled);
+  at.start_at_ns = 1'700'000'000'000'000'000;
+  const auto g = write(dir, "g.json", app::report_json(at, 0));
   std::ofstream(dir.file("e.json")) << "{\"sessions\": 3}";
   std::ofstream(dir.file("f.json")) << "{not json";
   struct {
@@ -156,6 +159,9 @@ TEST_CASE("report merge: reports that are not shards of one replay are refused i
       {{a, d}, "d.json was replayed at speed 1"},
       {{a, dir.file("e.json")}, "e.json: sessions_failed: missing"},
       {{a, dir.file("f.json")}, "f.json: not JSON"},
+      // The replay's start time is a value of the reports, not a flag.
+      {{a, g}, "g.json started at 2023-11-14"},
+      {{a, g}, "a.json had no start time: not shards of one replay"},
   };
   for (const auto& t : cases) {
     std::vector<std::string> args = {"report", "merge"};

@@ -1,6 +1,8 @@
 // The capture commands through the tierlab binary: bad flags are refused
 // before the output is touched, a failed import leaves the trace it would
 // have replaced, the proxy never takes over a live server's socket.
+#include "capture/proxy.h"
+#include "common/error.h"
 #include "support/background.h"
 #include "support/support.h"
 #include "trace/reader.h"
@@ -213,6 +215,37 @@ TEST_CASE("an imported trace starts at 0 and its wall clock at the import", "[im
   }
 }
 
+// The proxy is a library: it names the options member and the value, and
+// the commands put their flag in front (app::for_settings).
+TEST_CASE("capture proxy's option checks name the member and the value, not a flag", "[proxy][cli]") {
+  TempDir dir;
+  tierlab::capture::ProxyOptions po;
+  po.listen = "127.0.0.1:0";
+  po.upstream = "127.0.0.1";
+  po.out = dir.file("never.tlt");
+  auto refused = [&](const std::string& setting, const std::string& what) {
+    try {
+      tierlab::capture::Proxy p(po);
+      FAIL("accepted");
+    } catch (const tierlab::SettingError& e) {
+      CHECK(e.setting() == setting);
+      CHECK(std::string(e.what()) == what);
+    }
+  };
+  refused("upstream", "127.0.0.1: expected HOST:PORT");
+  po.threads = 300;
+  refused("threads", "300: at most 256");
+  po.threads = 1;
+  po.upstream = "127.0.0.1:1";
+  po.client_tls = "sometimes";
+  refused("client_tls", "sometimes: expected disable, allow or require");
+  // Through the command, the same value with its flag in front.
+  auto r = run_tierlab({"capture", "proxy", "--listen", "127.0.0.1:0", "--upstream", "127.0.0.1", "--out",
+                        dir.file("never.tlt")});
+  require_refused(r, "tierlab: --upstream 127.0.0.1: expected HOST:PORT\n");
+  CHECK(!std::filesystem::exists(dir.file("never.tlt")));
+}
+
 TEST_CASE("capture flags checked late no longer overwrite an existing trace", "[cli]") {
   TempDir dir;
   const std::string keep = dir.file("keep.tlt");
@@ -220,11 +253,11 @@ TEST_CASE("capture flags checked late no longer overwrite an existing trace", "[
   SECTION("sniff --max-connections 0") {
     auto r = run_tierlab({"capture", "sniff", "-i", "lo", "-p", "5432", "--max-connections", "0", "-T", "1s",
                           "--out", keep});
-    require_refused(r, "--max-connections");
+    require_refused(r, "tierlab: capture sniff: --max-connections 0: must be 1 to ");
   }
   SECTION("sniff --interface that does not exist") {
     auto r = run_tierlab({"capture", "sniff", "-i", "nosuchif9", "-p", "5432", "-T", "1s", "--out", keep});
-    require_refused(r, "--interface nosuchif9");
+    require_refused(r, "tierlab: capture sniff: --interface nosuchif9: no such interface");
   }
   SECTION("block --buffer-kb 0") {
     auto r = run_tierlab({"capture", "block", "--device", "/", "--buffer-kb", "0", "--duration", "1s", "--out", keep});
@@ -259,7 +292,7 @@ TEST_CASE("capture flags checked late no longer overwrite an existing trace", "[
     auto r = run_tierlab({"capture", "run", "--listen", "127.0.0.1:" + std::to_string(ntohs(a.sin_port)),
                           "--upstream", "127.0.0.1:1", "--duration", "1s", "--out", keep});
     ::close(fd);
-    require_refused(r, "--listen");
+    require_refused(r, "tierlab: --listen 127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + ": Address already in use\n");
     CHECK(r.err.find("Address already in use") != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(keep + ".proxy.part"));
     CHECK_FALSE(std::filesystem::exists(keep + ".samples.part"));

@@ -1,11 +1,11 @@
 // The tiers-file parser: any JSON text either loads or throws InputError.
 #include "fuzz.h"
 
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tierlab;
-  auto cat = models::Catalog::builtin();
+  auto cat = tiers::Catalog::builtin();
   try {
     cat.load_json(std::string_view(reinterpret_cast<const char*>(data), size), "fuzz.json");
   } catch (const InputError&) {

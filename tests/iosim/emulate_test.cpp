@@ -15,10 +15,10 @@ using namespace tierlab::iosim;
 
 namespace {
 
-models::Tier tier(int64_t read_p50_ns, double iops) {
-  models::Tier t;
+tiers::Tier tier(int64_t read_p50_ns, double iops) {
+  tiers::Tier t;
   t.name = "t";
-  t.read = t.write = t.flush = {models::LatencyDist::Fixed, read_p50_ns, 0};
+  t.read = t.write = t.flush = {tiers::LatencyDist::Fixed, read_p50_ns, 0};
   t.total_iops = iops;
   return t;
 }

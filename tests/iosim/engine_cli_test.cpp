@@ -71,6 +71,16 @@ TEST_CASE("cli: iosim run replays a trace open loop under a tier", "[engine][cli
   REQUIRE(j.contains("cpu_latency_held"));
   CHECK(r.out.find("cpu wake-up latency: ") == std::string::npos);
 
+  // A trace without --size on a target that is missing or empty: the
+  // engine names the target, the command the flag that mends it.
+  r = run_tierlab({"iosim", "run", "--target", dir.file("absent"), "--trace", dir.file("s.tlt")});
+  CHECK(r.status == 2);
+  CHECK(r.err == "tierlab: " + dir.file("absent") + ": does not exist (give --size to create it)\n");
+  { std::ofstream empty(dir.file("empty")); }
+  r = run_tierlab({"iosim", "run", "--target", dir.file("empty"), "--trace", dir.file("s.tlt")});
+  CHECK(r.status == 2);
+  CHECK(r.err == "tierlab: " + dir.file("empty") + ": is empty (give --size)\n");
+
   // --no-pm-qos leaves the CPU wake-up latency alone; --iodepth-batch 0
   // submits everything ready at once: the same I/Os either way.
   r = run_tierlab({"iosim", "run", "--target", dir.file("data"), "--trace", dir.file("s.tlt"), "--no-pm-qos",

@@ -171,6 +171,35 @@ TEST_CASE("engine: a missing target without --size is an input error", "[engine]
   CHECK_THROWS_AS(run_engine(o, src), InputError);
 }
 
+// The engine is a library: it names the target and says what is wrong, and
+// says through TargetError::fix what would mend it; the command names the
+// flag (tests/iosim/engine_cli_test.cpp).
+TEST_CASE("engine: target errors name the target and what mends it, not a flag", "[engine]") {
+  require_io_uring();
+  TempDir tmp;
+  EngineOptions o;
+  o.target = (tmp.path / "absent").string();
+  VectorSource none({});
+  auto fix_of = [&](EngineOptions& opts) {
+    try {
+      run_engine(opts, none);
+    } catch (const TargetError& e) {
+      CHECK(std::string(e.what()).find("--") == std::string::npos);
+      return std::make_pair(std::string(e.what()), e.fix);
+    }
+    FAIL("no TargetError");
+    return std::make_pair(std::string(), TargetError::Fix::None);
+  };
+  CHECK(fix_of(o) == std::make_pair(o.target + ": does not exist", TargetError::Fix::CreateWithSize));
+  o.allow_create = false;
+  o.size = 1 << 20;
+  CHECK(fix_of(o) == std::make_pair(o.target + ": does not exist", TargetError::Fix::None));
+  o = EngineOptions{};
+  o.target = (tmp.path / "empty").string();
+  { std::ofstream empty(o.target); }
+  CHECK(fix_of(o) == std::make_pair(o.target + ": is empty", TargetError::Fix::GiveSize));
+}
+
 TEST_CASE("engine: closed loop latency obeys Little's law (IOPS x mean lat = iodepth)", "[engine]") {
   // In a closed loop every slot holds one I/O from the moment it frees to
   // its next completion, so the mean number in flight, IOPS x mean latency,
@@ -412,7 +441,7 @@ TEST_CASE("engine: no allocation per I/O in steady state", "[engine]") {
 }
 
 #include "iosim/shaper.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 TEST_CASE("engine: a tier's latency floor and IOPS cap hold on a real file", "[engine][tier]") {
   require_io_uring();
@@ -427,8 +456,8 @@ TEST_CASE("engine: a tier's latency floor and IOPS cap hold on a real file", "[e
                         "write": {"dist": "fixed", "p50_us": 500},
                         "flush": {"dist": "fixed", "p50_us": 500}}}]})";
   }
-  models::Catalog cat = models::load_catalog(tiers);
-  const models::Tier& tier = cat.get("test-capped");
+  tiers::Catalog cat = tiers::load_catalog(tiers);
+  const tiers::Tier& tier = cat.get("test-capped");
   Shaper shaper(tier, 7);
 
   std::string file = (tmp.path / "tiered").string();

@@ -15,10 +15,10 @@ using namespace tierlab::iosim;
 
 namespace {
 
-models::Tier uncapped(Nanos latency) {
-  models::Tier t;
+tiers::Tier uncapped(Nanos latency) {
+  tiers::Tier t;
   t.name = "test";
-  t.read = t.write = t.flush = {models::LatencyDist::Fixed, latency, 0};
+  t.read = t.write = t.flush = {tiers::LatencyDist::Fixed, latency, 0};
   return t;
 }
 
@@ -134,7 +134,7 @@ TEST_CASE("flushes take write IOPS tokens only on tiers that count them", "[shap
 
 TEST_CASE("a burst bucket drains at the burst rate and refills at the baseline", "[shaper]") {
   auto t = uncapped(1000);
-  t.burst = models::Burst{3000, 1000, 100};  // 3,000 credits, 1,000 IOPS burst, 100 IOPS baseline
+  t.burst = tiers::Burst{3000, 1000, 100};  // 3,000 credits, 1,000 IOPS burst, 100 IOPS baseline
   Shaper s(t, 1);
   // Full bucket: the first ~3,000 I/Os run at the burst rate (~3.3 s with
   // refill during the burst), then the rate falls to the baseline.
@@ -185,8 +185,8 @@ TEST_CASE("parallelism limits I/Os in service", "[shaper]") {
 
 TEST_CASE("latency distributions match their parameters and are seeded", "[shaper]") {
   auto t = uncapped(0);
-  t.read = {models::LatencyDist::Lognormal, 500'000, 2'000'000};
-  t.write = {models::LatencyDist::Exponential, 693'147, 0};  // mean 1 ms
+  t.read = {tiers::LatencyDist::Lognormal, 500'000, 2'000'000};
+  t.write = {tiers::LatencyDist::Exponential, 693'147, 0};  // mean 1 ms
   Shaper a(t, 7), b(t, 7), c(t, 8);
   Histogram hr, hw;
   bool same = true, differs = false;

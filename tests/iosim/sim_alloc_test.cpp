@@ -45,7 +45,7 @@ uint64_t allocations_of(Fn fn) {
 }  // namespace
 
 TEST_CASE("the shaper and the pattern generator allocate nothing per I/O", "[sim][alloc]") {
-  auto catalog = models::Catalog::builtin();
+  auto catalog = tiers::Catalog::builtin();
   Shaper shaper(catalog.get("ebs-gp3-16k"), 1);
   PatternSpec spec;
   spec.rw = Rw::RandRw;
@@ -67,7 +67,7 @@ TEST_CASE("the shaper and the pattern generator allocate nothing per I/O", "[sim
 }
 
 TEST_CASE("the discrete-event loop allocates nothing per event", "[sim][alloc]") {
-  auto catalog = models::Catalog::builtin();
+  auto catalog = tiers::Catalog::builtin();
   for (const char* tier : {"ebs-gp3", "nvme-local", "ebs-gp2-100g"}) {
     INFO(tier);
     auto closed = [&](uint64_t ios) {

@@ -18,8 +18,8 @@ using namespace tierlab::iosim;
 
 namespace {
 
-models::Tier uncapped(models::Latency lat, uint32_t parallelism = 0) {
-  models::Tier t;
+tiers::Tier uncapped(tiers::Latency lat, uint32_t parallelism = 0) {
+  tiers::Tier t;
   t.name = "test";
   t.read = t.write = t.flush = lat;
   t.parallelism = parallelism;
@@ -45,9 +45,9 @@ uint64_t max_in_window(std::vector<std::pair<Nanos, uint32_t>> v, Nanos w) {
 }
 
 // Open-loop M/x/1: Poisson arrivals at rho / S, one server.
-SimResult run_mx1(models::LatencyDist dist, double service_ns, double rho, uint64_t n, uint64_t seed) {
-  models::Latency lat{dist, 0, 0};
-  lat.p50_ns = dist == models::LatencyDist::Exponential
+SimResult run_mx1(tiers::LatencyDist dist, double service_ns, double rho, uint64_t n, uint64_t seed) {
+  tiers::Latency lat{dist, 0, 0};
+  lat.p50_ns = dist == tiers::LatencyDist::Exponential
                    ? static_cast<Nanos>(std::llround(service_ns * std::log(2.0)))
                    : static_cast<Nanos>(service_ns);
   auto tier = uncapped(lat, 1);
@@ -63,7 +63,7 @@ SimResult run_mx1(models::LatencyDist dist, double service_ns, double rho, uint6
 }  // namespace
 
 TEST_CASE("an IOPS cap is never exceeded over any 100 ms window", "[sim]") {
-  auto catalog = models::Catalog::builtin();
+  auto catalog = tiers::Catalog::builtin();
   struct Case {
     const char* tier;
     Rw rw;
@@ -123,14 +123,14 @@ TEST_CASE("M/D/1 and M/M/1 mean waits match the formulas within 3%", "[sim]") {
   for (double rho : {0.5, 0.7, 0.8}) {
     INFO("rho " << rho);
     {
-      auto r = run_mx1(models::LatencyDist::Fixed, S, rho, n, 11);
+      auto r = run_mx1(tiers::LatencyDist::Fixed, S, rho, n, 11);
       double wq = static_cast<double>(r.shaper.slot_wait_ns) / static_cast<double>(r.ios);
       double expect = rho * S / (2 * (1 - rho));  // Pollaczek-Khinchine, deterministic service
       CHECK(wq == Approx(expect).epsilon(0.03));
       CHECK(r.lat.mean() == Approx(expect + S).epsilon(0.03));
     }
     {
-      auto r = run_mx1(models::LatencyDist::Exponential, S, rho, n, 23);
+      auto r = run_mx1(tiers::LatencyDist::Exponential, S, rho, n, 23);
       double mean_s = std::llround(S * std::log(2.0)) / std::log(2.0);
       double wq = static_cast<double>(r.shaper.slot_wait_ns) / static_cast<double>(r.ios);
       double expect = rho * mean_s / (1 - rho);
@@ -141,7 +141,7 @@ TEST_CASE("M/D/1 and M/M/1 mean waits match the formulas within 3%", "[sim]") {
 }
 
 TEST_CASE("Little's law holds: L = lambda W", "[sim]") {
-  auto catalog = models::Catalog::builtin();
+  auto catalog = tiers::Catalog::builtin();
   // Open loop through a capped, jittery tier...
   {
     PatternSpec p;
@@ -172,7 +172,7 @@ TEST_CASE("closed loop at queue depth q on an uncapped tier gives q/L IOPS", "[s
   for (uint32_t q : {1u, 8u, 32u, 256u}) {
     for (Nanos L : {Nanos{100'000}, Nanos{1'000'000}}) {
       INFO("q " << q << " L " << L);
-      auto tier = uncapped({models::LatencyDist::Fixed, L, 0});
+      auto tier = uncapped({tiers::LatencyDist::Fixed, L, 0});
       ClosedLoop loop;
       loop.iodepth = q;
       loop.runtime_ns = 1'000'000'000;
@@ -183,7 +183,7 @@ TEST_CASE("closed loop at queue depth q on an uncapped tier gives q/L IOPS", "[s
     }
   }
   // With --ios instead of --runtime: exactly that many I/Os.
-  auto tier = uncapped({models::LatencyDist::Fixed, 250'000, 0});
+  auto tier = uncapped({tiers::LatencyDist::Fixed, 250'000, 0});
   ClosedLoop loop;
   loop.iodepth = 4;
   loop.ios = 1000;
@@ -191,7 +191,7 @@ TEST_CASE("closed loop at queue depth q on an uncapped tier gives q/L IOPS", "[s
   CHECK(r.ios == 1000);
   CHECK(r.elapsed_ns == 250 * 250'000);
   // Parallelism caps the served queue depth: q = 32 on 8 slots gives 8/L.
-  auto narrow = uncapped({models::LatencyDist::Fixed, 100'000, 0}, 8);
+  auto narrow = uncapped({tiers::LatencyDist::Fixed, 100'000, 0}, 8);
   ClosedLoop deep;
   deep.iodepth = 32;
   deep.runtime_ns = 500'000'000;
@@ -200,7 +200,7 @@ TEST_CASE("closed loop at queue depth q on an uncapped tier gives q/L IOPS", "[s
 }
 
 TEST_CASE("a simulation is deterministic for a seed", "[sim]") {
-  auto catalog = models::Catalog::builtin();
+  auto catalog = tiers::Catalog::builtin();
   ClosedLoop loop;
   loop.pattern.rw = Rw::RandRw;
   loop.pattern.rwmixread = 70;
@@ -233,7 +233,7 @@ TEST_CASE("a simulation is deterministic for a seed", "[sim]") {
 }
 
 TEST_CASE("queue depth series covers the run and averages to the mean", "[sim]") {
-  auto tier = uncapped({models::LatencyDist::Fixed, 500'000, 0});
+  auto tier = uncapped({tiers::LatencyDist::Fixed, 500'000, 0});
   ClosedLoop loop;
   loop.iodepth = 10;
   loop.runtime_ns = 10'000'000'000;
@@ -284,7 +284,7 @@ TEST_CASE("open loop from a trace reports how far completions fell behind", "[si
     w->write(3'000'000'000, 0, f);
     w->close();
   }
-  auto catalog = models::Catalog::builtin();
+  auto catalog = tiers::Catalog::builtin();
   {
     auto reader = trace::open_reader(path);
     TraceArrivals arr(*reader, TraceRecords::Block);
@@ -327,7 +327,7 @@ TEST_CASE("open loop from a trace reports how far completions fell behind", "[si
 }
 
 TEST_CASE("an open loop above the tier's capacity stays within iodepth", "[sim]") {
-  auto catalog = models::Catalog::builtin();
+  auto catalog = tiers::Catalog::builtin();
   const auto& gp3 = catalog.get("ebs-gp3");  // 3,000 IOPS
   PatternSpec p;
   SimOptions opt;
@@ -355,7 +355,7 @@ TEST_CASE("an open loop above the tier's capacity stays within iodepth", "[sim]"
 }
 
 TEST_CASE("simulator input errors are InputErrors", "[sim]") {
-  auto tier = uncapped({models::LatencyDist::Fixed, 1000, 0});
+  auto tier = uncapped({tiers::LatencyDist::Fixed, 1000, 0});
   ClosedLoop loop;
   CHECK_THROWS_AS(simulate_closed(tier, loop, SimOptions{}), InputError);  // no end
   loop.ios = 10;
@@ -368,4 +368,27 @@ TEST_CASE("simulator input errors are InputErrors", "[sim]") {
   SimOptions no_depth;
   no_depth.open_iodepth = 0;
   CHECK_THROWS_AS(simulate_open(tier, ok, no_depth), InputError);
+}
+
+// The simulator is a library: its messages name the value that is wrong in
+// the simulator's terms, never a flag of the command that called it.
+TEST_CASE("simulator input errors name the value, not a flag", "[sim]") {
+  auto tier = uncapped({tiers::LatencyDist::Fixed, 1000, 0});
+  ClosedLoop loop;
+  CHECK_THROWS_WITH(simulate_closed(tier, loop, SimOptions{}),
+                    "a closed loop needs a runtime or an I/O count to end");
+  loop.ios = 10;
+  loop.think_ns = -5;
+  CHECK_THROWS_WITH(simulate_closed(tier, loop, SimOptions{}), "think time -5 ns: must not be negative");
+  loop.think_ns = 0;
+  loop.iodepth = 0;
+  CHECK_THROWS_WITH(simulate_closed(tier, loop, SimOptions{}), "iodepth 0: must be at least 1");
+  PatternSpec p;
+  CHECK_THROWS_WITH(PatternArrivals(p, 0, true, 10, 0), "arrival rate 0 IOPS: must be above 0");
+  CHECK_THROWS_WITH(PatternArrivals(p, -2.5, true, 10, 0), "arrival rate -2.5 IOPS: must be above 0");
+  CHECK_THROWS_WITH(PatternArrivals(p, 100, true, 0, 0), "an open loop needs a runtime or an I/O count to end");
+  PatternArrivals ok(p, 100, true, 10, 0);
+  SimOptions no_depth;
+  no_depth.open_iodepth = 0;
+  CHECK_THROWS_WITH(simulate_open(tier, ok, no_depth), "iodepth 0: must be at least 1");
 }

@@ -494,7 +494,7 @@ TEST_CASE("project: a burst tier is projected at its burst while credits last, t
   Profile p = base_profile();  // 2 reads per transaction, CPU-bound near 4,000 tps
   ProjectOptions o;
   o.clients_hi = 16;
-  Tier gp2 = load_catalog("").get("ebs-gp2-100g");
+  Tier gp2 = tiers::load_catalog("").get("ebs-gp2-100g");
   REQUIRE(gp2.burst.enabled());
   REQUIRE(gp2.burst.burst_iops == 3000);
   REQUIRE(gp2.burst.refill_iops == 300);

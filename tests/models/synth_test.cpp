@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 #include "models/project.h"
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include <catch2/catch.hpp>
 

@@ -1094,3 +1094,15 @@ TEST_CASE("round-trip log lines: pgbench -l's columns, then tierlab's share of t
   CHECK(buf[n - 1] == '\n');
   CHECK(std::count(buf, buf + n, ' ') == 9);
 }
+
+TEST_CASE("round-trip log: a file that cannot be made is a SettingError naming the path, not a flag",
+          "[replay][log]") {
+  const std::string path = "/nonexistent-tierlab-dir/x.log";
+  try {
+    open_unit_log(path);
+    FAIL("opened " << path);
+  } catch (const SettingError& e) {
+    CHECK(e.setting() == "log_path");
+    CHECK(std::string(e.what()) == path + ": No such file or directory");
+  }
+}

@@ -1,4 +1,4 @@
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include "common/error.h"
 
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <vector>
 
-namespace tierlab::models {
+namespace tierlab::tiers {
 namespace {
 
 using json = nlohmann::json;
@@ -407,4 +407,4 @@ Catalog load_catalog(const std::string& tiers_file) {
   return c;
 }
 
-}  // namespace tierlab::models
+}  // namespace tierlab::tiers

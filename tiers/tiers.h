@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tierlab::models {
+namespace tierlab::tiers {
 
 // Shape of the per-I/O service time.
 enum class LatencyDist : uint8_t {
@@ -123,4 +123,4 @@ Catalog load_catalog(const std::string& tiers_file);
 
 std::string_view dist_name(LatencyDist d);
 
-}  // namespace tierlab::models
+}  // namespace tierlab::tiers

@@ -1,4 +1,4 @@
-#include "models/tiers.h"
+#include "tiers/tiers.h"
 
 #include "common/error.h"
 
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 using namespace tierlab;
-using models::Catalog;
+using tiers::Catalog;
 
 namespace {
 
@@ -44,7 +44,7 @@ TEST_CASE("built-in tiers load and carry the documented caps", "[tiers]") {
                            "aurora-io-optimized"}) {
     INFO(name);
     REQUIRE(c.find(name) != nullptr);
-    CHECK_NOTHROW(models::validate(c.get(name), name));
+    CHECK_NOTHROW(tiers::validate(c.get(name), name));
   }
   CHECK(c.get("ebs-gp3").total_iops == 3000);
   CHECK(c.get("ebs-gp3").bytes_per_sec == 125.0 * 1024 * 1024);
@@ -68,21 +68,21 @@ TEST_CASE("a user tiers file adds a tier and can start from a built-in", "[tiers
                  "write": {"dist": "fixed", "p50_us": 700}}},
     {"name": "gp3-6k", "base": "ebs-gp3", "iops": 6000}
   ]})");
-  Catalog c = models::load_catalog(path);
+  Catalog c = tiers::load_catalog(path);
   std::remove(path.c_str());
   const auto& t = c.get("my-volume");
   CHECK(t.total_iops == 5000);
   CHECK(t.bytes_per_sec == 200.0 * 1024 * 1024);
-  CHECK(t.read.dist == models::LatencyDist::Lognormal);
+  CHECK(t.read.dist == tiers::LatencyDist::Lognormal);
   CHECK(t.read.p50_ns == 500000);
   CHECK(t.read.p99_ns == 1500000);
-  CHECK(t.write.dist == models::LatencyDist::Fixed);
+  CHECK(t.write.dist == tiers::LatencyDist::Fixed);
   CHECK(t.write.p50_ns == 700000);
   CHECK(t.parallelism == 32);
   CHECK(t.count_flushes);
   {
     Catalog back;
-    back.load_json(models::to_json(t), "roundtrip");
+    back.load_json(tiers::to_json(t), "roundtrip");
     CHECK(back.tiers()[0].count_flushes);
   }
   const auto& g = c.get("gp3-6k");
@@ -97,16 +97,16 @@ TEST_CASE("tiers show --json output reads back as the same tier", "[tiers]") {
   Catalog c = Catalog::builtin();
   for (const auto& t : c.tiers()) {
     Catalog back;
-    back.load_json(models::to_json(t), "roundtrip");
+    back.load_json(tiers::to_json(t), "roundtrip");
     REQUIRE(back.tiers().size() == 1);
-    CHECK(models::to_json(back.tiers()[0]) == models::to_json(t));
+    CHECK(tiers::to_json(back.tiers()[0]) == tiers::to_json(t));
   }
 }
 
 TEST_CASE("a bad tiers file gives an error naming the file and the key", "[tiers]") {
   auto path = temp_file(R"({"tiers": [{"name": "ok", "iops": 100},
                                       {"name": "bad", "latency": {"read": {"p50_us": "fast"}}}]})");
-  require_input_error([&] { models::load_catalog(path); },
+  require_input_error([&] { tiers::load_catalog(path); },
                       {path, "tiers[1]", "latency.read.p50_us", "expected a number"});
   std::remove(path.c_str());
 
@@ -135,7 +135,7 @@ TEST_CASE("a bad tiers file gives an error naming the file and the key", "[tiers
   require_input_error([&] { c.load_json(R"([{"name": "x", "iops": -5}])", "t.json"); }, {"t.json", "iops"});
   require_input_error([&] { c.load_json(R"([{"name": "x", "count_flushes": "yes"}])", "t.json"); },
                       {"t.json", "count_flushes"});
-  require_input_error([&] { models::load_catalog("/nonexistent/tiers.json"); },
+  require_input_error([&] { tiers::load_catalog("/nonexistent/tiers.json"); },
                       {"/nonexistent/tiers.json"});
 }
 
