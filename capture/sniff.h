@@ -103,8 +103,14 @@ struct SniffSummary {
   uint64_t evicted = 0;
   uint64_t held_per_connection_full = 0;
   uint64_t held_pool_full = 0;
-  uint64_t records = 0;        // trace records written
+  uint64_t records = 0;        // trace records in the file
   double seconds = 0;          // capture time (packet time for files)
+  // When the trace could not take more (a full disk): why, when (seconds
+  // into the capture) and the records decoded after its last whole chunk,
+  // which are not in it. Decoding goes on to the end, only counting.
+  std::string recording_error;
+  double recording_stopped_s = 0;
+  uint64_t lost_records = 0;
   uint64_t buffer_bytes = 0;   // live: the kernel ring asked for
 };
 
@@ -133,7 +139,9 @@ void check_sniff_options(const SniffOptions& opts, const std::string& who);
 
 // Runs a capture until the file ends, --duration passes or stop_sniff() is
 // called. Prints "capturing on ..." to `log` once packets can flow, and
-// warnings. Throws InputError for bad options or files, RuntimeError when
+// warnings. A trace that cannot take more (a full disk) stops recording:
+// one "RECORDING STOPPED" line to `log`, the file cut back to its last
+// whole chunk, the capture going on and the summary's recording_error set. Throws InputError for bad options or files, RuntimeError when
 // libpcap cannot open the interface.
 SniffSummary run_sniff(const SniffOptions& opts, std::ostream& log);
 
