@@ -176,12 +176,12 @@ class TraceSink : public RecordSink {
 class Sessions : public StreamHandler {
  public:
   Sessions(uint32_t slots, TraceSink& sink, std::vector<SessionMapEntry> map, std::ostream& log,
-           SniffSummary& sum)
-      : sink_(sink), map_(std::move(map)), log_(log), sum_(sum), slots_(slots) {}
+           SniffSummary& sum, const WireLimits& limits)
+      : sink_(sink), map_(std::move(map)), log_(log), sum_(sum), limits_(limits), slots_(slots) {}
 
   void on_open(uint32_t conn, const ConnInfo& info, Nanos ts) override {
     Slot& s = slots_[conn];
-    if (!s.dec) s.dec = std::make_unique<SessionDecoder>(sink_);
+    if (!s.dec) s.dec = std::make_unique<SessionDecoder>(sink_, limits_);
     s.id = ++next_id_;
     s.info = info;
     s.client_addr = endpoint_string(info.client, info.client_port);
@@ -311,6 +311,7 @@ class Sessions : public StreamHandler {
   std::vector<SessionMapEntry> map_;
   std::ostream& log_;
   SniffSummary& sum_;
+  WireLimits limits_;
   std::vector<Slot> slots_;
   uint64_t next_id_ = 0;
 };
@@ -563,7 +564,10 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
     for (const auto& [k, v] : o.meta) meta(k, v);
   }
 
-  Sessions sessions(o.max_connections, sink, std::move(map), log, sum);
+  BufferBudget decoder_budget(o.decoder_memory);  // outlives the decoders in `sessions`
+  WireLimits limits;
+  limits.budget = &decoder_budget;
+  Sessions sessions(o.max_connections, sink, std::move(map), log, sum, limits);
   Reassembler::Options ro;
   ro.server_port = o.port;
   ro.max_connections = o.max_connections;
@@ -673,6 +677,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
   sum.evicted = rs.evicted;
   sum.held_per_connection_full = rs.held_per_dir_full;
   sum.held_pool_full = rs.held_pool_full;
+  sum.decoder_refused = decoder_budget.refused.load(std::memory_order_relaxed);
   sum.seconds = live ? static_cast<double>(end_ts - start_mono) / 1e9
                      : static_cast<double>(run.last_rt - run.first_rt) / 1e9;
   sink.close(sum, live ? start_mono : run.first_rt - offset, end_ts);
@@ -707,6 +712,9 @@ void print_summary(const SniffSummary& s, bool live, std::ostream& out) {
                   s.fragments, s.malformed);
     out << buf;
   }
+  if (s.decoder_refused)
+    out << "caps reached: decoder memory full: " << s.decoder_refused
+        << " messages not reassembled, stream gaps in the trace\n";
   if (s.evicted || s.held_per_connection_full || s.held_pool_full) {
     std::snprintf(buf, sizeof buf,
                   "caps reached: connections evicted: %" PRIu64 " (--max-connections), reassembly buffer full: %" PRIu64

@@ -56,6 +56,10 @@ struct SniffOptions {
   std::string session_map;  // file naming user/database of joined sessions
   uint32_t max_connections = 16384;
   uint64_t reassembly_bytes = 64ull << 20;  // out-of-order segment pool
+  // What the protocol decoders of every connection may hold together for
+  // messages they reassemble (capture/wire.h BufferBudget); a larger
+  // message is recorded as a stream gap and counted.
+  uint64_t decoder_memory = 1ull << 30;
   double hole_timeout_s = 0.5;  // packet time a stream hole may stay open
   // Connections from these client endpoints are not captured (a tool's own
   // connection to the server, such as capture run's counter sampler).
@@ -103,6 +107,7 @@ struct SniffSummary {
   uint64_t evicted = 0;
   uint64_t held_per_connection_full = 0;
   uint64_t held_pool_full = 0;
+  uint64_t decoder_refused = 0;  // messages not reassembled: decoder_memory full
   uint64_t records = 0;        // trace records in the file
   double seconds = 0;          // capture time (packet time for files)
   // When the trace could not take more (a full disk): why, when (seconds
