@@ -255,31 +255,31 @@ void pgbench_through_proxy(const std::string& mode, const std::string& io_flag =
 
 }  // namespace
 
-TEST_CASE("proxy: pgbench -M simple through the proxy records every statement", "[proxy]") {
+TEST_CASE("proxy: pgbench -M simple through the proxy records every statement", "[proxy][parallel]") {
   pgbench_through_proxy("simple");
 }
 
-TEST_CASE("proxy: pgbench -M extended through the proxy records every statement", "[proxy]") {
+TEST_CASE("proxy: pgbench -M extended through the proxy records every statement", "[proxy][parallel]") {
   pgbench_through_proxy("extended");
 }
 
-TEST_CASE("proxy: pgbench -M prepared through the proxy records every statement", "[proxy]") {
+TEST_CASE("proxy: pgbench -M prepared through the proxy records every statement", "[proxy][parallel]") {
   pgbench_through_proxy("prepared");
 }
 
 TEST_CASE("proxy: pgbench -M prepared through the io_uring event loop (--io io_uring) records every statement",
-          "[proxy][loop]") {
+          "[proxy][loop][parallel]") {
   if (std::string why = uring_unsupported(); !why.empty()) test::skip(why);
   pgbench_through_proxy("prepared", "io_uring");
   pgbench_through_proxy("extended", "io_uring");
 }
 
-TEST_CASE("proxy: pgbench through the epoll event loop (--io epoll) records every statement", "[proxy][loop]") {
+TEST_CASE("proxy: pgbench through the epoll event loop (--io epoll) records every statement", "[proxy][loop][parallel]") {
   pgbench_through_proxy("simple", "epoll");
   pgbench_through_proxy("prepared", "epoll");
 }
 
-TEST_CASE("proxy: libpq pipeline mode through the proxy records every statement", "[proxy]") {
+TEST_CASE("proxy: libpq pipeline mode through the proxy records every statement", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   {
@@ -311,7 +311,7 @@ TEST_CASE("proxy: libpq pipeline mode through the proxy records every statement"
   CHECK(full == 2);
 }
 
-TEST_CASE("proxy: a scram-sha-256 user logs in and no secret reaches the trace", "[proxy]") {
+TEST_CASE("proxy: a scram-sha-256 user logs in and no secret reaches the trace", "[proxy][parallel]") {
   pgtmp::Options o = test::fast_server_options();
   o.host_auth = "scram-sha-256";
   pgtmp::Server pg(o);
@@ -345,7 +345,7 @@ TEST_CASE("proxy: a scram-sha-256 user logs in and no secret reaches the trace",
   CHECK(query);
 }
 
-TEST_CASE("proxy: psql copy in and out through the proxy keeps every row", "[proxy]") {
+TEST_CASE("proxy: psql copy in and out through the proxy keeps every row", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   pg.sql("create table copied (id int, name text)");
   TempDir dir;
@@ -378,7 +378,7 @@ TEST_CASE("proxy: psql copy in and out through the proxy keeps every row", "[pro
   CHECK(count(recs, trace::Kind::CopyDone) == 2);
 }
 
-TEST_CASE("proxy: a failing statement is recorded with its SQLSTATE", "[proxy]") {
+TEST_CASE("proxy: a failing statement is recorded with its SQLSTATE", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   ProxyProcess px(dir, upstream_of(pg));
@@ -400,7 +400,7 @@ TEST_CASE("proxy: a failing statement is recorded with its SQLSTATE", "[proxy]")
   CHECK(px.out_text.find("errors: 2") != std::string::npos);
 }
 
-TEST_CASE("proxy: a client killed mid-transaction ends its session and the proxy keeps serving", "[proxy]") {
+TEST_CASE("proxy: a client killed mid-transaction ends its session and the proxy keeps serving", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   pg.sql("create table if not exists kills (v int)");
   TempDir dir;
@@ -454,7 +454,7 @@ TEST_CASE("proxy: a client killed mid-transaction ends its session and the proxy
   CHECK(inserted);
 }
 
-TEST_CASE("proxy: upstream restarted or down gives clients errors and later sessions work", "[proxy]") {
+TEST_CASE("proxy: upstream restarted or down gives clients errors and later sessions work", "[proxy][parallel]") {
   pgtmp::Server pg(test::fast_server_options());
   TempDir dir;
   ProxyProcess px(dir, upstream_of(pg));
@@ -512,7 +512,7 @@ TEST_CASE("proxy: upstream restarted or down gives clients errors and later sess
   CHECK(px.err().find("could not connect to upstream server") != std::string::npos);
 }
 
-TEST_CASE("proxy: a malformed or oversized message closes only that session", "[proxy]") {
+TEST_CASE("proxy: a malformed or oversized message closes only that session", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   ProxyProcess px(dir, upstream_of(pg), {"--max-message-size", "64kB"});
@@ -584,7 +584,7 @@ TEST_CASE("proxy: a malformed or oversized message closes only that session", "[
   CHECK(px.out_text.find("errors: 2\n") != std::string::npos);
 }
 
-TEST_CASE("proxy: a client that reads slowly still gets every row (back-pressure)", "[proxy]") {
+TEST_CASE("proxy: a client that reads slowly still gets every row (back-pressure)", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   ProxyProcess px(dir, upstream_of(pg));
@@ -617,7 +617,7 @@ TEST_CASE("proxy: a client that reads slowly still gets every row (back-pressure
   CHECK(count(recs, trace::Kind::SessionEnd) == 1);
 }
 
-TEST_CASE("proxy: SIGKILL leaves a trace readable up to its last chunk", "[proxy]") {
+TEST_CASE("proxy: SIGKILL leaves a trace readable up to its last chunk", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   std::string out;
   REQUIRE(pg.run_tool("pgbench", {"-i", "-q", "-s", "1"}, &out) == 0);
@@ -637,7 +637,7 @@ TEST_CASE("proxy: SIGKILL leaves a trace readable up to its last chunk", "[proxy
   CHECK(statements >= 800);
 }
 
-TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addresses", "[proxy]") {
+TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addresses", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   std::string sock = dir.file("sock");
@@ -703,7 +703,7 @@ TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addr
       "--compress-level: 23: must be -100 to 22 (0 writes the trace uncompressed)");
 }
 
-TEST_CASE("proxy: capture run --io picks the proxy's event loop and is a proxy flag", "[proxy]") {
+TEST_CASE("proxy: capture run --io picks the proxy's event loop and is a proxy flag", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   std::string t = dir.file("run.tlt");
