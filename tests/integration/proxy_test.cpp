@@ -729,3 +729,99 @@ TEST_CASE("proxy: capture run --io picks the proxy's event loop and is a proxy f
   CHECK(test::count_lines(r.err) == 1);
   CHECK(r.err.find("not both") != std::string::npos);
 }
+
+namespace {
+
+// A raw client through the proxy: startup as `user`, read to ReadyForQuery.
+int raw_client(int port, const std::string& user) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  std::string body = std::string("\x00\x03\x00\x00", 4) + "user" + '\0' + user + '\0' + "database" + '\0' +
+                     "postgres" + '\0' + '\0';
+  uint32_t len = htonl(static_cast<uint32_t>(body.size() + 4));
+  std::string pkt(reinterpret_cast<const char*>(&len), 4);
+  pkt += body;
+  REQUIRE(write(fd, pkt.data(), pkt.size()) == static_cast<ssize_t>(pkt.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find(std::string("Z\0\0\0\x05I", 6)) == std::string::npos) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    REQUIRE(n > 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return fd;
+}
+
+void write_all(int fd, const std::string& s, size_t from, size_t to) {
+  while (from < to) {
+    ssize_t n = write(fd, s.data() + from, to - from);
+    REQUIRE(n > 0);
+    from += static_cast<size_t>(n);
+  }
+}
+
+// Reads the answer to a query up to ReadyForQuery; its bytes.
+size_t read_answer(int fd) {
+  std::string got;
+  char buf[65536];
+  while (got.size() < 6 || got.compare(got.size() - 6, 6, std::string("Z\0\0\0\x05I", 6)) != 0) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    REQUIRE(n > 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got.size();
+}
+
+}  // namespace
+
+TEST_CASE("proxy: two sessions reassembling large queries at once beyond --decoder-memory: one is a counted gap",
+          "[proxy][parallel]") {
+  auto& pg = test::shared_server();
+  TempDir dir;
+  ProxyProcess px(dir, upstream_of(pg), {"--threads", "1", "--max-message-size", "1MiB", "--decoder-memory", "1MiB"});
+  // Two Query messages of about 900 KiB, each sent in halves: both first
+  // halves are held at once (about 386 KiB each beyond the 64 KiB a
+  // direction keeps), the second's second half does not fit beside them.
+  const std::string sql = "select length('" + std::string(900 << 10, 'x') + "')";
+  std::string q = "Q";
+  const uint32_t len = htonl(static_cast<uint32_t>(sql.size() + 1 + 4));
+  q.append(reinterpret_cast<const char*>(&len), 4);
+  q += sql;
+  q += '\0';
+  const size_t half = q.size() / 2;
+  int a = raw_client(px.port(), pg.superuser()), b = raw_client(px.port(), pg.superuser());
+  write_all(a, q, 0, half);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  write_all(b, q, 0, half);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  write_all(b, q, half, q.size());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  write_all(a, q, half, q.size());
+  // Both forwarded and answered.
+  CHECK(read_answer(a) > 0);
+  CHECK(read_answer(b) > 0);
+  close(a);
+  close(b);
+  REQUIRE(px.stop() == 0);
+  const std::string err = px.err();
+  INFO("stdout:\n" << px.out_text << "stderr:\n" << err);
+  size_t lines = 0;
+  for (size_t at = err.find("decoder memory full"); at != std::string::npos; at = err.find("decoder memory full", at + 1))
+    ++lines;
+  CHECK(lines == 1);
+  CHECK(err.find("decoder memory full (--decoder-memory 1MiB)") != std::string::npos);
+  CHECK(px.out_text.find("messages not recorded, decoder memory full (--decoder-memory 1MiB): 1 (") != std::string::npos);
+  // One of the two is in the trace whole, the other is a stream gap.
+  auto recs = load(px.trace_path());
+  int big = 0, gaps = 0;
+  for (const auto& r : recs) {
+    if (r.kind == trace::Kind::Query && r.a == sql) ++big;
+    if (r.kind == trace::Kind::Loss) ++gaps;
+  }
+  CHECK(big == 1);
+  CHECK(gaps == 1);
+}
