@@ -5,6 +5,7 @@
 #include "app/progress.h"
 #include "app/proxy_tls.h"
 #include "capture/proxy.h"
+#include "capture/wire.h"
 #include "app/stop_signals.h"
 #include "common/error.h"
 #include "common/units.h"
@@ -29,6 +30,7 @@ struct CaptureProxyOptions {
   int threads = 0;           // 0 = half the cores, at least one
   std::string on_overflow = "block";
   std::string max_message_size = "1GiB";
+  std::string decoder_memory = "1GiB";
   std::string io = "auto";
   int compression_level = capture::ProxyOptions{}.compression_level;
   std::string conninfo;      // "" = the upstream's host and port, dbname=postgres
@@ -53,6 +55,10 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   uint64_t max_msg = parse_size("--max-message-size", o.max_message_size);
   if (max_msg > (1ull << 30)) throw InputError("--max-message-size " + o.max_message_size + ": at most 1GiB");
   po.max_message = static_cast<uint32_t>(max_msg);
+  po.decoder_memory = parse_size("--decoder-memory", o.decoder_memory);
+  if (po.decoder_memory < max_msg)
+    throw InputError("--decoder-memory " + o.decoder_memory + ": below --max-message-size " + o.max_message_size +
+                     " (a message of that size could never be recorded)");
   int64_t duration = o.duration.empty() ? 0 : parse_positive_duration("--duration", o.duration);
 
   // SIGINT/SIGTERM are taken with sigtimedwait; block them before any thread
@@ -84,6 +90,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   });
 
   bool recording_stopped = false;
+  bool decoder_full_said = false;
   capture::ProxySummary at_stop;  // the event loops' counts when recording stopped
   const char* why = signals.until_stop(
       duration,
@@ -96,6 +103,16 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
                        "tierlab capture proxy: RECORDING STOPPED: %s: --out %s cannot take more; still forwarding, "
                        "nothing more is recorded (the trace so far is kept)\n",
                        proxy.summary().recording_error.c_str(), o.out.c_str());
+          std::fflush(stderr);
+        }
+        if (!decoder_full_said && proxy.decoder_budget().refused.load(std::memory_order_relaxed) > 0) {
+          // Sessions reassembling large messages at once hold more than
+          // --decoder-memory: the next ones are forwarded, not recorded.
+          decoder_full_said = true;
+          std::fprintf(stderr,
+                       "tierlab capture proxy: decoder memory full (--decoder-memory %s): large messages are "
+                       "forwarded but not recorded while it is (stream gaps in the trace; counted in the summary)\n",
+                       o.decoder_memory.c_str());
           std::fflush(stderr);
         }
         return proxy.failed();
@@ -128,6 +145,11 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
     std::printf("sessions closed on protocol errors: %llu\n", static_cast<unsigned long long>(s.protocol_errors));
   if (s.upstream_failures)
     std::printf("upstream connection failures: %llu\n", static_cast<unsigned long long>(s.upstream_failures));
+  if (s.decoder_refused)
+    std::printf("messages not recorded, decoder memory full (--decoder-memory %s): %llu (%s), stream gaps in the "
+                "trace\n",
+                o.decoder_memory.c_str(), static_cast<unsigned long long>(s.decoder_refused),
+                format_bytes(s.decoder_refused_bytes).c_str());
   std::printf("trace: %s\n", o.out.c_str());
   if (!s.recording_error.empty()) {
     if (!recording_stopped) at_stop = s;  // stopped while closing: nothing forwarded after
@@ -172,6 +194,11 @@ void setup_capture_proxy(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--max-message-size", opt->max_message_size,
                   "close sessions sending a larger message (e.g. 64MB)")
+      ->capture_default_str();
+  cmd->add_option("--decoder-memory", opt->decoder_memory,
+                  "memory the decoders of all sessions may hold together for the messages they reassemble "
+                  "(beyond 64K per session and direction); a message that would take more is forwarded but "
+                  "recorded as a stream gap, and counted. At least --max-message-size")
       ->capture_default_str();
   add_compress_level(*cmd, opt->compression_level);
   add_proxy_tls_flags(*cmd, opt->tls, "");

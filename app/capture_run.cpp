@@ -71,6 +71,17 @@ struct CaptureRunOptions {
   bool hostless = false;   // sample the server over SQL only, wherever it runs
 };
 
+// An exception's message.
+std::string what(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 void say(const std::string& line) {
   std::fprintf(stderr, "tierlab capture run: %s\n", line.c_str());
   std::fflush(stderr);
@@ -87,6 +98,10 @@ class TxCapture {
   virtual std::string where() const = 0;
   // True when the capture ended on its own (stop() then throws its error).
   virtual bool failed() const = 0;
+  // True once its part file could take no more records (a full disk): the
+  // capture goes on (the proxy forwards), only recording stopped.
+  // `error` says why.
+  virtual bool recording_stopped(std::string& error) const = 0;
   // Stops, flushes and closes the part file; idempotent. Throws its error.
   virtual void stop() = 0;
   // The summary lines about transactions and what could not be seen.
@@ -122,6 +137,7 @@ class RecorderThread {
         w->close();
       } catch (...) {
         error_ = std::current_exception();
+        failed_.store(true, std::memory_order_release);
       }
       std::lock_guard<std::mutex> l(mu_);
       ready_ = true;
@@ -135,6 +151,10 @@ class RecorderThread {
       std::rethrow_exception(error_);
     }
   }
+  // True once the recorder ended on an error (its part file failing: a full
+  // disk); error() is then set.
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  std::exception_ptr error() const { return failed() ? error_ : nullptr; }
   // Waits for the end (after the stop flag is set); the error it ended on.
   std::exception_ptr join() {
     if (thread_.joinable()) thread_.join();
@@ -152,6 +172,7 @@ class RecorderThread {
   std::condition_variable cv_;
   bool ready_ = false;
   std::exception_ptr error_;
+  std::atomic<bool> failed_{false};
 };
 
 class ProxyCapture : public TxCapture {
@@ -172,6 +193,11 @@ class ProxyCapture : public TxCapture {
   }
   std::string where() const override { return "listening on " + proxy_->listening() + ", upstream " + upstream_; }
   bool failed() const override { return proxy_->failed(); }
+  bool recording_stopped(std::string& error) const override {
+    if (!proxy_->recording_stopped()) return false;
+    error = proxy_->summary().recording_error;
+    return true;
+  }
   void stop() override { proxy_->stop(); }
   std::string progress(double secs) override {
     capture::ProxySummary now = proxy_->progress();
@@ -187,6 +213,9 @@ class ProxyCapture : public TxCapture {
     print_counts(s.sessions, s.statements, s.transactions, s.errors);
     if (s.dropped) std::printf("dropped records: %llu\n", static_cast<unsigned long long>(s.dropped));
     print_writer_waits(s.queue_waits);
+    if (!s.recording_error.empty())
+      std::printf("transactions not recorded: %llu records (the chunk being written and every one after)\n",
+                  static_cast<unsigned long long>(s.lost_records));
   }
 
  private:
@@ -213,6 +242,13 @@ class SniffCapture : public TxCapture {
            (o.host.empty() ? std::string() : ", host " + o.host);
   }
   bool failed() const override { return sniff_.done(); }
+  // The sniffer says so itself (its RECORDING STOPPED line) and goes on
+  // decoding; its summary, once it ended, says why.
+  bool recording_stopped(std::string& error) const override {
+    if (!sniff_.done()) return false;
+    error = sniff_.summary().recording_error;
+    return !error.empty();
+  }
   void stop() override { sniff_.stop(); }
   void print_summary(const char* why) const override {
     const auto& s = sniff_.summary();
@@ -230,6 +266,9 @@ class SniffCapture : public TxCapture {
     if (s.decode_failures)
       std::printf("sessions that stopped decoding (malformed stream): %llu\n",
                   static_cast<unsigned long long>(s.decode_failures));
+    if (!s.recording_error.empty())
+      std::printf("transactions not recorded: %llu records (after %.1f s: %s)\n",
+                  static_cast<unsigned long long>(s.lost_records), s.recording_stopped_s, s.recording_error.c_str());
   }
 
  private:
@@ -376,6 +415,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   std::mutex mu;
   std::condition_variable cv;
   std::exception_ptr sample_error;
+  std::atomic<bool> samples_failed{false};
   capture::BlockCaptureStats block_stats;
   capture::FileIoCaptureStats file_io_stats;
   std::atomic<uint64_t> live_block_ios{0}, live_file_ios{0};  // for the status line
@@ -486,6 +526,7 @@ void run_capture_run(const CaptureRunOptions& o) {
       sample_writer->close();
     } catch (...) {
       sample_error = std::current_exception();
+      samples_failed.store(true, std::memory_order_release);
     }
   });
 
@@ -529,7 +570,35 @@ void run_capture_run(const CaptureRunOptions& o) {
     return line;
   });
 
-  const char* why = signals.until_stop(duration, [&] { return tx->failed(); }, "transaction capture failed");
+  // A part file that can take no more (the disk of --out full) stops
+  // recording, said once; the transactions go on being served (through the
+  // proxy) and what was recorded is kept.
+  bool stopped_said = false;
+  auto say_recording_stopped = [&](const std::string& error) {
+    stopped_said = true;
+    say("RECORDING STOPPED: " + error + ": --out " + o.out +
+        "'s disk cannot take more; still forwarding, nothing more is recorded (what was recorded is kept)");
+  };
+  const char* why = signals.until_stop(
+      duration,
+      [&] {
+        std::string error;
+        if (!stopped_said) {
+          if (tx->recording_stopped(error)) {
+            say_recording_stopped(error);
+          } else if (samples_failed.load(std::memory_order_acquire)) {
+            say_recording_stopped(what(sample_error));
+          } else {
+            for (auto* t : {&block_thread, &file_io_thread})
+              if (t->failed()) {
+                say_recording_stopped(what(t->error()));
+                break;
+              }
+          }
+        }
+        return tx->failed();
+      },
+      "transaction capture failed");
   progress.stop();
   std::exception_ptr tx_error;
   try {
@@ -544,14 +613,29 @@ void run_capture_run(const CaptureRunOptions& o) {
   cv.notify_all();
   sample_thread.join();
   std::exception_ptr block_error = block_thread.join(), file_io_error = file_io_thread.join();
+  // Why the trace is incomplete, if it is: the first error of a part.
+  std::string incomplete;
+  if (std::string e; tx->recording_stopped(e)) incomplete = e;
   for (auto* e : {&tx_error, &block_error, &file_io_error, &sample_error})
-    if (*e) {
-      for (const auto& p : parts) ::unlink(p.c_str());
-      std::rethrow_exception(*e);
-    }
+    if (*e && incomplete.empty()) incomplete = what(*e);
 
-  parts_guard.keep = true;  // a failed merge leaves them: nothing recorded is lost
-  uint64_t records = capture::merge_traces(parts, o.out);
+  // What was recorded is merged even after an error: each part ends at its
+  // last whole chunk. If the merge itself fails (no room for the trace
+  // beside its parts), the parts stay and say how to join them later.
+  parts_guard.keep = true;
+  uint64_t records = 0;
+  try {
+    records = capture::merge_traces(parts, o.out);
+  } catch (const std::exception& e) {
+    ::unlink(o.out.c_str());
+    std::string list;
+    for (const auto& p : parts) list += " " + p;
+    say("the trace could not be merged (" + std::string(e.what()) + "); its parts are kept, nothing recorded is lost:" +
+        list + "; with room for the trace, `tierlab trace merge" + list + " --out " + o.out + "` joins them");
+    for (auto* err : {&tx_error, &block_error, &file_io_error, &sample_error})
+      if (*err) std::rethrow_exception(*err);
+    throw RuntimeError("capture run: the trace " + o.out + " was not written: " + e.what());
+  }
   for (const auto& p : parts) ::unlink(p.c_str());
   tx->print_summary(why);
   if (block)
@@ -562,6 +646,10 @@ void run_capture_run(const CaptureRunOptions& o) {
               static_cast<unsigned long long>(samples.load()));
   std::printf("trace: %s (%llu records)\n", o.out.c_str(), static_cast<unsigned long long>(records));
   std::fflush(stdout);
+  if (!incomplete.empty()) {
+    if (tx_error) std::rethrow_exception(tx_error);
+    throw RuntimeError("capture run: the trace " + o.out + " is incomplete: " + incomplete);
+  }
 }
 
 }  // namespace

@@ -68,6 +68,9 @@ void run_sniff_cli(SniffCli& cli) {
   std::cout << "capture sniff: " << (live ? "interface " + cli.opts.interface : cli.opts.pcap_file)
             << ", port " << cli.opts.port << " -> " << cli.opts.out << "\n";
   capture::print_summary(sum, live, std::cout);
+  std::cout.flush();
+  if (!sum.recording_error.empty())
+    throw RuntimeError("capture sniff: the trace " + cli.opts.out + " is incomplete: " + sum.recording_error);
 }
 
 }  // namespace

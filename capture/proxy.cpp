@@ -269,6 +269,8 @@ std::string realtime_iso() {
 }  // namespace
 
 struct Proxy::Impl : detail::Shared {
+  // First, so that it outlives the loops' decoders, which give back to it.
+  std::unique_ptr<BufferBudget> budget;
   ~Impl() {
     for (int fd : tcp_fds)
       if (fd >= 0) ::close(fd);
@@ -300,6 +302,8 @@ Proxy::Proxy(const ProxyOptions& opts) : impl_(std::make_unique<Impl>()) {
   Impl& px = *impl_;
   px.opts = opts;
   px.limits.max_message = opts.max_message;
+  px.budget = std::make_unique<BufferBudget>(opts.decoder_memory);
+  px.limits.budget = px.budget.get();
   if (opts.max_message < 1024) throw SettingError("max_message", std::to_string(opts.max_message) + " bytes: at least 1kB");
   px.threads = opts.threads > 0 ? opts.threads
                                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency() / 2));
@@ -508,8 +512,12 @@ ProxySummary Proxy::progress() const {
     s.protocol_errors += l->stats.protocol_errors;
     s.upstream_failures += l->stats.upstream_failures;
   }
+  s.decoder_refused = px.budget->refused.load(std::memory_order_relaxed);
+  s.decoder_refused_bytes = px.budget->refused_bytes.load(std::memory_order_relaxed);
   return s;
 }
+
+const BufferBudget& Proxy::decoder_budget() const { return *impl_->budget; }
 
 ProxySummary Proxy::summary() const {
   const Impl& px = *impl_;

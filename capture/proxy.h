@@ -48,6 +48,8 @@
 
 namespace tierlab::capture {
 
+struct BufferBudget;  // capture/wire.h
+
 struct ProxyOptions {
   std::string listen = "127.0.0.1:6432";  // HOST:PORT; port 0 picks one; "" = none
   std::string listen_unix;                // socket directory; "" = none
@@ -62,6 +64,10 @@ struct ProxyOptions {
   // tests/CMakeLists.txt).
   std::string io = "auto";
   uint32_t max_message = 1u << 30;        // largest message accepted
+  // What the decoders of every connection may hold together for messages
+  // they reassemble (capture/wire.h BufferBudget): a larger message is
+  // forwarded but recorded as a stream gap and counted.
+  uint64_t decoder_memory = 1ull << 30;
   size_t queue_bytes = 8u << 20;          // record queue per thread
   // Bytes queued per direction (received, not yet sent on) at which the
   // proxy stops reading that direction's source until they drain.
@@ -100,6 +106,10 @@ struct ProxySummary {
   uint64_t protocol_errors = 0;
   uint64_t upstream_failures = 0;
   uint64_t queue_waits = 0;   // times an event loop waited for the writer
+  // Messages not recorded because the decoders' memory (decoder_memory)
+  // was full, and their bytes.
+  uint64_t decoder_refused = 0;
+  uint64_t decoder_refused_bytes = 0;
   trace::Nanos duration_ns = 0;
   // When the trace could not be written (a full disk): the error, how long
   // after start() it happened, and the records not in the trace (those of
@@ -144,6 +154,8 @@ class Proxy {
   // while the proxy runs. Statements, transactions and errors count the
   // sessions that have ended; records, dropped and queue_waits are 0.
   ProxySummary progress() const;
+  // The decoders' memory cap (ProxyOptions::decoder_memory).
+  const BufferBudget& decoder_budget() const;
 
  private:
   struct Impl;

@@ -105,13 +105,47 @@ bool looks_like_tls_record(const uint8_t* p, size_t n) {
   return n >= 5 && p[0] >= 20 && p[0] <= 23 && p[1] == 3 && p[2] <= 4;
 }
 
-// Writes decoded records into the trace.
+// Writes decoded records into the trace. When the file cannot take more (a
+// full disk) it says so once in `log`, and from then on only counts: the
+// writer holds the records of its last whole chunk, the rest are lost.
 class TraceSink : public RecordSink {
  public:
-  explicit TraceSink(trace::Writer& w) : w_(w) {}
+  TraceSink(trace::Writer& w, std::ostream& log, std::string path) : w_(w), log_(log), path_(std::move(path)) {}
   void record(const trace::Record& r) override {
-    w_.write(r);
     ++records;
+    if (!error.empty()) return;
+    try {
+      w_.write(r);
+    } catch (const RuntimeError& e) {
+      stop(e, r.ts);
+    }
+  }
+  // Ends the chunk being filled (the writer's flush()), unless stopped.
+  void flush(Nanos ts) {
+    if (!error.empty()) return;
+    try {
+      w_.flush();
+    } catch (const RuntimeError& e) {
+      stop(e, ts);
+    }
+  }
+  // Closes the trace at `end_ts`; what the file holds then goes into `sum`.
+  void close(SniffSummary& sum, Nanos start_ts, Nanos end_ts) {
+    if (error.empty()) {
+      try {
+        w_.close();
+      } catch (const RuntimeError& e) {
+        stop(e, end_ts);
+      }
+    }
+    if (error.empty()) {
+      sum.records = records;
+      return;
+    }
+    sum.records = w_.records_flushed();
+    sum.lost_records = records - sum.records;
+    sum.recording_error = error;
+    sum.recording_stopped_s = stopped_ts > start_ts ? static_cast<double>(stopped_ts - start_ts) / 1e9 : 0;
   }
   void parameter_status(uint64_t, std::string_view name, std::string_view value,
                         Nanos ts) override {
@@ -120,23 +154,34 @@ class TraceSink : public RecordSink {
       record(trace::Record{ts, 0, trace::Meta{"server_version", value}});
     }
   }
-  uint64_t records = 0;
+  uint64_t records = 0;  // given to record(), written or not
   bool server_version_seen = false;
+  std::string error;     // why the trace stopped taking records; "" while it takes them
+  Nanos stopped_ts = 0;
 
  private:
+  void stop(const RuntimeError& e, Nanos ts) {
+    error = e.what();
+    stopped_ts = ts;
+    log_ << "tierlab capture sniff: RECORDING STOPPED: " << error << ": the trace " << path_
+         << " cannot take more; still decoding, nothing more is recorded (the trace so far is kept)" << std::endl;
+  }
+
   trace::Writer& w_;
+  std::ostream& log_;
+  std::string path_;
 };
 
 // Connects reassembled streams to one SessionDecoder per connection slot.
 class Sessions : public StreamHandler {
  public:
   Sessions(uint32_t slots, TraceSink& sink, std::vector<SessionMapEntry> map, std::ostream& log,
-           SniffSummary& sum)
-      : sink_(sink), map_(std::move(map)), log_(log), sum_(sum), slots_(slots) {}
+           SniffSummary& sum, const WireLimits& limits)
+      : sink_(sink), map_(std::move(map)), log_(log), sum_(sum), limits_(limits), slots_(slots) {}
 
   void on_open(uint32_t conn, const ConnInfo& info, Nanos ts) override {
     Slot& s = slots_[conn];
-    if (!s.dec) s.dec = std::make_unique<SessionDecoder>(sink_);
+    if (!s.dec) s.dec = std::make_unique<SessionDecoder>(sink_, limits_);
     s.id = ++next_id_;
     s.info = info;
     s.client_addr = endpoint_string(info.client, info.client_port);
@@ -266,6 +311,7 @@ class Sessions : public StreamHandler {
   std::vector<SessionMapEntry> map_;
   std::ostream& log_;
   SniffSummary& sum_;
+  WireLimits limits_;
   std::vector<Slot> slots_;
   uint64_t next_id_ = 0;
 };
@@ -501,7 +547,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
 
   SniffSummary sum;
   if (live) sum.buffer_bytes = o.buffer_bytes;
-  TraceSink sink(*writer);
+  TraceSink sink(*writer, log, o.out);
   {
     auto meta = [&](std::string_view k, std::string_view v) {
       sink.record(trace::Record{now_ns(), 0, trace::Meta{k, v}});
@@ -517,7 +563,10 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
     for (const auto& [k, v] : o.meta) meta(k, v);
   }
 
-  Sessions sessions(o.max_connections, sink, std::move(map), log, sum);
+  BufferBudget decoder_budget(o.decoder_memory);  // outlives the decoders in `sessions`
+  WireLimits limits;
+  limits.budget = &decoder_budget;
+  Sessions sessions(o.max_connections, sink, std::move(map), log, sum, limits);
   Reassembler::Options ro;
   ro.server_port = o.port;
   ro.max_connections = o.max_connections;
@@ -607,7 +656,7 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
       if (now - last_housekeeping >= 1'000'000'000) {
         last_housekeeping = now;
         record_drops(now);
-        writer->flush();
+        sink.flush(now);
       }
     } else if (run.last_rt) {
       reasm.advance(run.last_rt - offset);
@@ -627,10 +676,10 @@ SniffSummary run_sniff(const SniffOptions& o, std::ostream& log) {
   sum.evicted = rs.evicted;
   sum.held_per_connection_full = rs.held_per_dir_full;
   sum.held_pool_full = rs.held_pool_full;
-  sum.records = sink.records;
+  sum.decoder_refused = decoder_budget.refused.load(std::memory_order_relaxed);
   sum.seconds = live ? static_cast<double>(end_ts - start_mono) / 1e9
                      : static_cast<double>(run.last_rt - run.first_rt) / 1e9;
-  writer->close();
+  sink.close(sum, live ? start_mono : run.first_rt - offset, end_ts);
   return sum;
 }
 
@@ -662,6 +711,9 @@ void print_summary(const SniffSummary& s, bool live, std::ostream& out) {
                   s.fragments, s.malformed);
     out << buf;
   }
+  if (s.decoder_refused)
+    out << "caps reached: decoder memory full: " << s.decoder_refused
+        << " messages not reassembled, stream gaps in the trace\n";
   if (s.evicted || s.held_per_connection_full || s.held_pool_full) {
     std::snprintf(buf, sizeof buf,
                   "caps reached: connections evicted: %" PRIu64 " (--max-connections), reassembly buffer full: %" PRIu64
@@ -670,6 +722,12 @@ void print_summary(const SniffSummary& s, bool live, std::ostream& out) {
     out << buf;
   }
   out << "records written: " << s.records << "\n";
+  if (!s.recording_error.empty()) {
+    std::snprintf(buf, sizeof buf, "recording stopped after %.1f s: ", s.recording_stopped_s);
+    out << buf << s.recording_error << "\n";
+    out << "not recorded: " << s.lost_records
+        << " records (the chunk being written and every one after); the trace ends there, without its end record\n";
+  }
 }
 
 std::string drop_advice(const SniffSummary& s) {

@@ -56,6 +56,10 @@ struct SniffOptions {
   std::string session_map;  // file naming user/database of joined sessions
   uint32_t max_connections = 16384;
   uint64_t reassembly_bytes = 64ull << 20;  // out-of-order segment pool
+  // What the protocol decoders of every connection may hold together for
+  // messages they reassemble (capture/wire.h BufferBudget); a larger
+  // message is recorded as a stream gap and counted.
+  uint64_t decoder_memory = 1ull << 30;
   double hole_timeout_s = 0.5;  // packet time a stream hole may stay open
   // Connections from these client endpoints are not captured (a tool's own
   // connection to the server, such as capture run's counter sampler).
@@ -103,8 +107,15 @@ struct SniffSummary {
   uint64_t evicted = 0;
   uint64_t held_per_connection_full = 0;
   uint64_t held_pool_full = 0;
-  uint64_t records = 0;        // trace records written
+  uint64_t decoder_refused = 0;  // messages not reassembled: decoder_memory full
+  uint64_t records = 0;        // trace records in the file
   double seconds = 0;          // capture time (packet time for files)
+  // When the trace could not take more (a full disk): why, when (seconds
+  // into the capture) and the records decoded after its last whole chunk,
+  // which are not in it. Decoding goes on to the end, only counting.
+  std::string recording_error;
+  double recording_stopped_s = 0;
+  uint64_t lost_records = 0;
   uint64_t buffer_bytes = 0;   // live: the kernel ring asked for
 };
 
@@ -134,7 +145,9 @@ void check_sniff_options(const SniffOptions& opts, const std::string& who);
 
 // Runs a capture until the file ends, --duration passes or stop_sniff() is
 // called. Prints "capturing on ..." to `log` once packets can flow, and
-// warnings. Throws InputError for bad options or files, RuntimeError when
+// warnings. A trace that cannot take more (a full disk) stops recording:
+// one "RECORDING STOPPED" line to `log`, the file cut back to its last
+// whole chunk, the capture going on and the summary's recording_error set. Throws InputError for bad options or files, RuntimeError when
 // libpcap cannot open the interface.
 SniffSummary run_sniff(const SniffOptions& opts, std::ostream& log);
 

@@ -59,9 +59,41 @@ size_t make_error_response(uint8_t* out, size_t cap, std::string_view severity,
   return total;
 }
 
+bool BufferBudget::take(uint64_t n) {
+  uint64_t cur = held.load(std::memory_order_relaxed);
+  do {
+    if (cur + n > cap) return false;
+  } while (!held.compare_exchange_weak(cur, cur + n, std::memory_order_relaxed));
+  return true;
+}
+
 SessionDecoder::SessionDecoder(RecordSink& sink, WireLimits limits)
     : sink_(sink), limits_(limits) {
   startup_.resize(std::max<uint32_t>(limits_.max_startup, 512) + 512);
+}
+
+SessionDecoder::~SessionDecoder() {
+  for (Dir& s : dirs_) release(s);
+}
+
+bool SessionDecoder::grow(Dir& s, size_t need) {
+  if (limits_.budget && need > BufferBudget::kFree) {
+    const uint64_t charge = need - BufferBudget::kFree;
+    if (charge > s.charged) {
+      if (!limits_.budget->take(charge - s.charged)) return false;
+      s.charged = charge;
+    }
+  }
+  s.buf.resize(need);
+  return true;
+}
+
+void SessionDecoder::release(Dir& s) {
+  if (s.charged == 0) return;
+  limits_.budget->give_back(s.charged);
+  s.charged = 0;
+  s.buf.resize(BufferBudget::kFree);
+  s.buf.shrink_to_fit();
 }
 
 void SessionDecoder::begin(uint64_t session, std::string_view client_addr, uint32_t flags,
@@ -80,6 +112,7 @@ void SessionDecoder::begin(uint64_t session, std::string_view client_addr, uint3
   if (n) std::memcpy(client_addr_buf_, client_addr.data(), n);  // data() may be null when empty
   client_addr_ = std::string_view(client_addr_buf_, n);
   for (Dir& s : dirs_) {
+    release(s);
     s.mode = Mode::Header;
     s.startup = false;
     s.hdr_have = 0;
@@ -406,14 +439,26 @@ bool SessionDecoder::feed_dir(Direction d, Dir& s, const uint8_t* p, size_t n,
 
       case Mode::Collect: {
         size_t take = std::min<size_t>(s.body_len - s.body_have, n - pos);
-        if (s.buf.size() < s.body_have + take) s.buf.resize(s.body_have + take);
+        if (s.buf.size() < s.body_have + take && !grow(s, s.body_have + take)) [[unlikely]] {
+          // No room left for it among all the decoders: the message is
+          // lost as a whole, as behind a stream gap; the session goes on.
+          limits_.budget->refused.fetch_add(1, std::memory_order_relaxed);
+          limits_.budget->refused_bytes.fetch_add(s.body_len, std::memory_order_relaxed);
+          stats_.gap_bytes += s.body_len;
+          emit(ts, trace::Loss{trace::LossKind::StreamGap, s.body_len});
+          release(s);
+          s.mode = Mode::Skip;
+          break;
+        }
         std::memcpy(s.buf.data() + s.body_have, p + pos, take);
         s.body_have += static_cast<uint32_t>(take);
         pos += take;
         s.offset += take;
         if (s.body_have == s.body_len) {
           s.mode = Mode::Header;
-          if (!deliver(d, s, s.type, s.buf.data(), s.body_len, ts)) return false;
+          const bool ok = deliver(d, s, s.type, s.buf.data(), s.body_len, ts);
+          release(s);
+          if (!ok) return false;
         }
         break;
       }
@@ -468,7 +513,10 @@ void SessionDecoder::gap(Direction d, uint64_t bytes, trace::Nanos ts) {
       if (bytes <= rest) {
         s.body_have += static_cast<uint32_t>(bytes);
         // A message being reassembled is lost as a whole.
-        if (s.mode == Mode::Collect) s.mode = Mode::Skip;
+        if (s.mode == Mode::Collect) {
+          s.mode = Mode::Skip;
+          release(s);
+        }
         if (s.body_have == s.body_len) {
           ++stats_.messages[idx(d)];
           s.mode = Mode::Header;

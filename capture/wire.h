@@ -46,6 +46,7 @@
 
 #include "trace/record.h"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -71,6 +72,26 @@ class RecordSink {
                                 std::string_view /*value*/, trace::Nanos /*ts*/) {}
 };
 
+// Memory that the decoders sharing it (every connection of a proxy or of a
+// sniffer) may hold, together, for messages they reassemble beyond the
+// first kFree bytes each direction keeps for itself: without it each
+// connection could hold up to max_message (1 GiB). A message that would take
+// the total beyond `cap` is not reassembled: it is skipped and recorded as
+// a stream gap (Loss{StreamGap}) of its length, and counted in `refused`;
+// the session goes on. Used from many threads at once.
+struct BufferBudget {
+  static constexpr uint32_t kFree = 64 * 1024;
+  explicit BufferBudget(uint64_t cap_bytes) : cap(cap_bytes) {}
+  // Takes n bytes if the total stays within cap.
+  bool take(uint64_t n);
+  void give_back(uint64_t n) { held.fetch_sub(n, std::memory_order_relaxed); }
+
+  const uint64_t cap;
+  std::atomic<uint64_t> held{0};     // bytes taken now
+  std::atomic<uint64_t> refused{0};  // messages not reassembled for want of room
+  std::atomic<uint64_t> refused_bytes{0};
+};
+
 struct WireLimits {
   // Largest message accepted, counting its 4-byte length (not the type byte).
   uint32_t max_message = 1u << 30;
@@ -79,6 +100,9 @@ struct WireLimits {
   // CopyData messages longer than this are recorded in the pieces they
   // arrive in rather than reassembled.
   uint32_t copy_reassemble_max = 256 * 1024;
+  // The total all decoders may buffer (see BufferBudget); null: no cap but
+  // max_message per message.
+  BufferBudget* budget = nullptr;
 };
 
 // The first packets a client sends have no type byte: length then a code.
@@ -125,6 +149,7 @@ class SessionDecoder {
   static constexpr size_t kHuntWindow = 256 * 1024;
 
   explicit SessionDecoder(RecordSink& sink, WireLimits limits = {});
+  ~SessionDecoder();
   SessionDecoder(const SessionDecoder&) = delete;
   SessionDecoder& operator=(const SessionDecoder&) = delete;
 
@@ -191,6 +216,7 @@ class SessionDecoder {
     uint64_t offset = 0;     // bytes of this direction fed so far
     uint64_t msg_offset = 0; // offset where the current message started
     std::vector<uint8_t> buf;
+    uint64_t charged = 0;  // bytes of buf taken from limits_.budget
   };
   enum class Action : uint8_t { Unknown, Collect, Skip, Copy };
 
@@ -202,6 +228,11 @@ class SessionDecoder {
   bool frontend_message(char type, const uint8_t* b, uint32_t len, trace::Nanos ts);
   bool backend_message(char type, const uint8_t* b, uint32_t len, trace::Nanos ts);
   bool hunt(Direction d, Dir& s, const uint8_t* p, size_t n, trace::Nanos ts);
+  // Grows s.buf to `need` bytes for the message being reassembled; false
+  // if the budget has no room (nothing changed then).
+  bool grow(Dir& s, size_t need);
+  // Gives back what s.buf holds beyond BufferBudget::kFree (its memory too).
+  void release(Dir& s);
   Action action(Direction d, char type) const;
   // Header check without side effects: type known, length within limits and
   // right for fixed-size messages.

@@ -90,7 +90,7 @@ void log_to(const tierlab::pgtmp::Server& pg, const std::string& name, const std
 
 TEST_CASE("capture log: pgbench in each protocol mode and log setting, stderr (default and RDS prefix), csvlog, "
           "jsonlog: counts and a clean replay",
-          "[log][pg]") {
+          "[log][pg][parallel]") {
   if (geteuid() != 0) tierlab::test::skip("the throwaway server's log files belong to the postgres user: needs root");
   tierlab::pgtmp::Options o;
   o.settings = {{"logging_collector", "on"},
@@ -181,7 +181,7 @@ TEST_CASE("capture log: pgbench in each protocol mode and log setting, stderr (d
 }
 
 TEST_CASE("capture log: a log no known prefix matches: exit 2, one line naming file and line, no trace",
-          "[log]") {
+          "[log][parallel]") {
   TempDir dir;
   const std::string log = dir.file("syslog.log"), out = dir.file("t.tlt");
   {

@@ -43,7 +43,7 @@ void check_durability_settings(const std::map<std::string, std::string>& s) {
 
 }  // namespace
 
-TEST_CASE("capture proxy records the server's durability settings", "[integration][capture][durability]") {
+TEST_CASE("capture proxy records the server's durability settings", "[integration][capture][durability][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   const int port = pgtmp::free_port();
@@ -64,7 +64,7 @@ TEST_CASE("capture proxy records the server's durability settings", "[integratio
 }
 
 TEST_CASE("capture proxy says in one line when it cannot read the settings, and goes on",
-          "[integration][capture][durability]") {
+          "[integration][capture][durability][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   const std::string trace = dir.file("proxy.tlt");
@@ -77,7 +77,7 @@ TEST_CASE("capture proxy says in one line when it cannot read the settings, and 
   CHECK(settings_of(trace).empty());
 }
 
-TEST_CASE("capture sniff records the server's durability settings", "[integration][capture][durability]") {
+TEST_CASE("capture sniff records the server's durability settings", "[integration][capture][durability][parallel]") {
   test::require_root("capture sniff on lo");
   auto& pg = test::shared_server();
   TempDir dir;
@@ -91,7 +91,7 @@ TEST_CASE("capture sniff records the server's durability settings", "[integratio
 }
 
 TEST_CASE("run as root without --conninfo, a capture asks the server as postgres, not as root",
-          "[integration][capture][durability]") {
+          "[integration][capture][durability][parallel]") {
   test::require_root("capture sniff on lo, as root");
   auto& pg = test::shared_server();
   TempDir dir;
@@ -106,7 +106,7 @@ TEST_CASE("run as root without --conninfo, a capture asks the server as postgres
 }
 
 TEST_CASE("capture run records the durability settings, and profile and project say first that fsync was off",
-          "[integration][capture][durability]") {
+          "[integration][capture][durability][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   std::string out;

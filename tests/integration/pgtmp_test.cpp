@@ -98,7 +98,7 @@ ChildServer start_in_child() {
 
 }  // namespace
 
-TEST_CASE("pgtmp: a server starts and answers SQL on the unix socket and over TCP", "[pgtmp]") {
+TEST_CASE("pgtmp: a server starts and answers SQL on the unix socket and over TCP", "[pgtmp][parallel]") {
   Server s;
   CHECK(s.sql("select 1") == "1");
   CHECK(s.port() > 0);
@@ -127,7 +127,7 @@ TEST_CASE("pgtmp: a server starts and answers SQL on the unix socket and over TC
   }
 }
 
-TEST_CASE("pgtmp: settings are appended to postgresql.conf and win over the defaults", "[pgtmp]") {
+TEST_CASE("pgtmp: settings are appended to postgresql.conf and win over the defaults", "[pgtmp][parallel]") {
   Options o;
   o.settings = {{"work_mem", "7MB"}, {"fsync", "off"}, {"application_name", "it's quoted"}};
   Server s(o);
@@ -136,13 +136,13 @@ TEST_CASE("pgtmp: settings are appended to postgresql.conf and win over the defa
   CHECK(s.sql("show application_name") == "it's quoted");
 }
 
-TEST_CASE("pgtmp: a server that cannot start reports the server log", "[pgtmp]") {
+TEST_CASE("pgtmp: a server that cannot start reports the server log", "[pgtmp][parallel]") {
   Options o;
   o.settings = {{"shared_buffers", "lots"}};
   CHECK_THROWS_WITH(Server(o), Catch::Contains("shared_buffers") && Catch::Contains("server log"));
 }
 
-TEST_CASE("pgtmp: two servers run at once on different ports", "[pgtmp]") {
+TEST_CASE("pgtmp: two servers run at once on different ports", "[pgtmp][parallel]") {
   Server a, b;
   CHECK(a.port() != b.port());
   CHECK(a.temp_dir() != b.temp_dir());
@@ -151,7 +151,7 @@ TEST_CASE("pgtmp: two servers run at once on different ports", "[pgtmp]") {
   CHECK(query(b.conninfo(), "select count(*) from only_in_a").rfind("ERROR", 0) == 0);
 }
 
-TEST_CASE("pgtmp: restart keeps data and port", "[pgtmp]") {
+TEST_CASE("pgtmp: restart keeps data and port", "[pgtmp][parallel]") {
   Server s;
   const int port = s.port();
   const pid_t first = s.postmaster_pid();
@@ -170,7 +170,7 @@ TEST_CASE("pgtmp: restart keeps data and port", "[pgtmp]") {
   CHECK(query(s.conninfo(), "select count(*) from kept") == "2");
 }
 
-TEST_CASE("pgtmp: the destructor stops the postmaster and removes the temp dir", "[pgtmp]") {
+TEST_CASE("pgtmp: the destructor stops the postmaster and removes the temp dir", "[pgtmp][parallel]") {
   pid_t pm;
   std::string dir;
   {
@@ -184,7 +184,7 @@ TEST_CASE("pgtmp: the destructor stops the postmaster and removes the temp dir",
   CHECK_FALSE(fs::exists(dir));
 }
 
-TEST_CASE("pgtmp: SIGINT to the starting process stops the server and removes its dir", "[pgtmp]") {
+TEST_CASE("pgtmp: SIGINT to the starting process stops the server and removes its dir", "[pgtmp][parallel]") {
   ChildServer cs = start_in_child();
   REQUIRE(process_exists(cs.postmaster));
   REQUIRE(fs::exists(cs.temp_dir));
@@ -198,7 +198,7 @@ TEST_CASE("pgtmp: SIGINT to the starting process stops the server and removes it
   CHECK_FALSE(fs::exists(cs.temp_dir));
 }
 
-TEST_CASE("pgtmp: a postmaster exits when the process that started it is SIGKILLed", "[pgtmp]") {
+TEST_CASE("pgtmp: a postmaster exits when the process that started it is SIGKILLed", "[pgtmp][parallel]") {
   // Orphans are reparented to us, so we can reap the postmaster and see it go.
   REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   ChildServer cs = start_in_child();
@@ -217,7 +217,7 @@ TEST_CASE("pgtmp: a postmaster exits when the process that started it is SIGKILL
   fs::remove_all(cs.temp_dir, ec);
 }
 
-TEST_CASE("pgtmp: run_tool runs pgbench against the server", "[pgtmp]") {
+TEST_CASE("pgtmp: run_tool runs pgbench against the server", "[pgtmp][parallel]") {
   Server s;
   std::string out;
   int rc = s.run_tool("pgbench", {"-i", "-s", "1"}, &out);
@@ -234,7 +234,7 @@ TEST_CASE("pgtmp: run_tool runs pgbench against the server", "[pgtmp]") {
   CHECK(out.find("no_such_table") != std::string::npos);
 }
 
-TEST_CASE("pgtmp: a missing run_as user is a clear error", "[pgtmp]") {
+TEST_CASE("pgtmp: a missing run_as user is a clear error", "[pgtmp][parallel]") {
   tierlab::test::require_root("running PostgreSQL as another user");
   Options o;
   o.run_as = "tierlab-no-such-user";
@@ -242,7 +242,7 @@ TEST_CASE("pgtmp: a missing run_as user is a clear error", "[pgtmp]") {
   CHECK_THROWS_WITH(Server(o), Catch::Contains("tierlab-no-such-user") && Catch::Contains("does not exist"));
 }
 
-TEST_CASE("pgtmp: scram-sha-256 over TCP needs the password", "[pgtmp]") {
+TEST_CASE("pgtmp: scram-sha-256 over TCP needs the password", "[pgtmp][parallel]") {
   Options o;
   o.host_auth = "scram-sha-256";
   Server s(o);
@@ -258,7 +258,7 @@ TEST_CASE("pgtmp: scram-sha-256 over TCP needs the password", "[pgtmp]") {
   CHECK_THROWS_AS(Server(bad), tierlab::InputError);
 }
 
-TEST_CASE("pgtmp: servers copied from the cached initdb result are independent of it", "[pgtmp]") {
+TEST_CASE("pgtmp: servers copied from the cached initdb result are independent of it", "[pgtmp][parallel]") {
   Options fresh;
   fresh.reuse_initdb = false;  // runs initdb, and fills the cache if it was empty
   Server a(fresh);
@@ -273,7 +273,7 @@ TEST_CASE("pgtmp: servers copied from the cached initdb result are independent o
   CHECK((st.st_mode & 0777) == 0700);
 }
 
-TEST_CASE("pgtmp: started by an unprivileged user, the server runs as that user", "[pgtmp]") {
+TEST_CASE("pgtmp: started by an unprivileged user, the server runs as that user", "[pgtmp][parallel]") {
   tierlab::test::require_root("switching to an unprivileged user for this test");
   const passwd* pw = getpwnam("postgres");
   if (!pw) tierlab::test::skip("no user postgres to switch to");
@@ -313,7 +313,7 @@ TEST_CASE("pgtmp: started by an unprivileged user, the server runs as that user"
   CHECK(msg == "postgres " + std::to_string(uid) + " 42");
 }
 
-TEST_CASE("pgtmp: a temp dir the server user cannot reach is a clear error", "[pgtmp]") {
+TEST_CASE("pgtmp: a temp dir the server user cannot reach is a clear error", "[pgtmp][parallel]") {
   tierlab::test::require_root("running PostgreSQL as another user");
   tierlab::test::TempDir private_parent;  // mode 0700, owned by root
   Options o;

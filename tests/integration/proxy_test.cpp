@@ -255,31 +255,31 @@ void pgbench_through_proxy(const std::string& mode, const std::string& io_flag =
 
 }  // namespace
 
-TEST_CASE("proxy: pgbench -M simple through the proxy records every statement", "[proxy]") {
+TEST_CASE("proxy: pgbench -M simple through the proxy records every statement", "[proxy][parallel]") {
   pgbench_through_proxy("simple");
 }
 
-TEST_CASE("proxy: pgbench -M extended through the proxy records every statement", "[proxy]") {
+TEST_CASE("proxy: pgbench -M extended through the proxy records every statement", "[proxy][parallel]") {
   pgbench_through_proxy("extended");
 }
 
-TEST_CASE("proxy: pgbench -M prepared through the proxy records every statement", "[proxy]") {
+TEST_CASE("proxy: pgbench -M prepared through the proxy records every statement", "[proxy][parallel]") {
   pgbench_through_proxy("prepared");
 }
 
 TEST_CASE("proxy: pgbench -M prepared through the io_uring event loop (--io io_uring) records every statement",
-          "[proxy][loop]") {
+          "[proxy][loop][parallel]") {
   if (std::string why = uring_unsupported(); !why.empty()) test::skip(why);
   pgbench_through_proxy("prepared", "io_uring");
   pgbench_through_proxy("extended", "io_uring");
 }
 
-TEST_CASE("proxy: pgbench through the epoll event loop (--io epoll) records every statement", "[proxy][loop]") {
+TEST_CASE("proxy: pgbench through the epoll event loop (--io epoll) records every statement", "[proxy][loop][parallel]") {
   pgbench_through_proxy("simple", "epoll");
   pgbench_through_proxy("prepared", "epoll");
 }
 
-TEST_CASE("proxy: libpq pipeline mode through the proxy records every statement", "[proxy]") {
+TEST_CASE("proxy: libpq pipeline mode through the proxy records every statement", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   {
@@ -311,7 +311,7 @@ TEST_CASE("proxy: libpq pipeline mode through the proxy records every statement"
   CHECK(full == 2);
 }
 
-TEST_CASE("proxy: a scram-sha-256 user logs in and no secret reaches the trace", "[proxy]") {
+TEST_CASE("proxy: a scram-sha-256 user logs in and no secret reaches the trace", "[proxy][parallel]") {
   pgtmp::Options o = test::fast_server_options();
   o.host_auth = "scram-sha-256";
   pgtmp::Server pg(o);
@@ -345,7 +345,7 @@ TEST_CASE("proxy: a scram-sha-256 user logs in and no secret reaches the trace",
   CHECK(query);
 }
 
-TEST_CASE("proxy: psql copy in and out through the proxy keeps every row", "[proxy]") {
+TEST_CASE("proxy: psql copy in and out through the proxy keeps every row", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   pg.sql("create table copied (id int, name text)");
   TempDir dir;
@@ -378,7 +378,7 @@ TEST_CASE("proxy: psql copy in and out through the proxy keeps every row", "[pro
   CHECK(count(recs, trace::Kind::CopyDone) == 2);
 }
 
-TEST_CASE("proxy: a failing statement is recorded with its SQLSTATE", "[proxy]") {
+TEST_CASE("proxy: a failing statement is recorded with its SQLSTATE", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   ProxyProcess px(dir, upstream_of(pg));
@@ -400,7 +400,7 @@ TEST_CASE("proxy: a failing statement is recorded with its SQLSTATE", "[proxy]")
   CHECK(px.out_text.find("errors: 2") != std::string::npos);
 }
 
-TEST_CASE("proxy: a client killed mid-transaction ends its session and the proxy keeps serving", "[proxy]") {
+TEST_CASE("proxy: a client killed mid-transaction ends its session and the proxy keeps serving", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   pg.sql("create table if not exists kills (v int)");
   TempDir dir;
@@ -454,7 +454,7 @@ TEST_CASE("proxy: a client killed mid-transaction ends its session and the proxy
   CHECK(inserted);
 }
 
-TEST_CASE("proxy: upstream restarted or down gives clients errors and later sessions work", "[proxy]") {
+TEST_CASE("proxy: upstream restarted or down gives clients errors and later sessions work", "[proxy][parallel]") {
   pgtmp::Server pg(test::fast_server_options());
   TempDir dir;
   ProxyProcess px(dir, upstream_of(pg));
@@ -512,7 +512,7 @@ TEST_CASE("proxy: upstream restarted or down gives clients errors and later sess
   CHECK(px.err().find("could not connect to upstream server") != std::string::npos);
 }
 
-TEST_CASE("proxy: a malformed or oversized message closes only that session", "[proxy]") {
+TEST_CASE("proxy: a malformed or oversized message closes only that session", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   ProxyProcess px(dir, upstream_of(pg), {"--max-message-size", "64kB"});
@@ -584,7 +584,7 @@ TEST_CASE("proxy: a malformed or oversized message closes only that session", "[
   CHECK(px.out_text.find("errors: 2\n") != std::string::npos);
 }
 
-TEST_CASE("proxy: a client that reads slowly still gets every row (back-pressure)", "[proxy]") {
+TEST_CASE("proxy: a client that reads slowly still gets every row (back-pressure)", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   ProxyProcess px(dir, upstream_of(pg));
@@ -617,7 +617,7 @@ TEST_CASE("proxy: a client that reads slowly still gets every row (back-pressure
   CHECK(count(recs, trace::Kind::SessionEnd) == 1);
 }
 
-TEST_CASE("proxy: SIGKILL leaves a trace readable up to its last chunk", "[proxy]") {
+TEST_CASE("proxy: SIGKILL leaves a trace readable up to its last chunk", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   std::string out;
   REQUIRE(pg.run_tool("pgbench", {"-i", "-q", "-s", "1"}, &out) == 0);
@@ -637,7 +637,7 @@ TEST_CASE("proxy: SIGKILL leaves a trace readable up to its last chunk", "[proxy
   CHECK(statements >= 800);
 }
 
-TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addresses", "[proxy]") {
+TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addresses", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   std::string sock = dir.file("sock");
@@ -703,7 +703,7 @@ TEST_CASE("proxy: unix socket listener and SSL refusal and duration and bad addr
       "--compress-level: 23: must be -100 to 22 (0 writes the trace uncompressed)");
 }
 
-TEST_CASE("proxy: capture run --io picks the proxy's event loop and is a proxy flag", "[proxy]") {
+TEST_CASE("proxy: capture run --io picks the proxy's event loop and is a proxy flag", "[proxy][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   std::string t = dir.file("run.tlt");
@@ -728,4 +728,100 @@ TEST_CASE("proxy: capture run --io picks the proxy's event loop and is a proxy f
   CHECK(r.status == 2);
   CHECK(test::count_lines(r.err) == 1);
   CHECK(r.err.find("not both") != std::string::npos);
+}
+
+namespace {
+
+// A raw client through the proxy: startup as `user`, read to ReadyForQuery.
+int raw_client(int port, const std::string& user) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0);
+  std::string body = std::string("\x00\x03\x00\x00", 4) + "user" + '\0' + user + '\0' + "database" + '\0' +
+                     "postgres" + '\0' + '\0';
+  uint32_t len = htonl(static_cast<uint32_t>(body.size() + 4));
+  std::string pkt(reinterpret_cast<const char*>(&len), 4);
+  pkt += body;
+  REQUIRE(write(fd, pkt.data(), pkt.size()) == static_cast<ssize_t>(pkt.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find(std::string("Z\0\0\0\x05I", 6)) == std::string::npos) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    REQUIRE(n > 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return fd;
+}
+
+void write_all(int fd, const std::string& s, size_t from, size_t to) {
+  while (from < to) {
+    ssize_t n = write(fd, s.data() + from, to - from);
+    REQUIRE(n > 0);
+    from += static_cast<size_t>(n);
+  }
+}
+
+// Reads the answer to a query up to ReadyForQuery; its bytes.
+size_t read_answer(int fd) {
+  std::string got;
+  char buf[65536];
+  while (got.size() < 6 || got.compare(got.size() - 6, 6, std::string("Z\0\0\0\x05I", 6)) != 0) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    REQUIRE(n > 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  return got.size();
+}
+
+}  // namespace
+
+TEST_CASE("proxy: two sessions reassembling large queries at once beyond --decoder-memory: one is a counted gap",
+          "[proxy][parallel]") {
+  auto& pg = test::shared_server();
+  TempDir dir;
+  ProxyProcess px(dir, upstream_of(pg), {"--threads", "1", "--max-message-size", "1MiB", "--decoder-memory", "1MiB"});
+  // Two Query messages of about 900 KiB, each sent in halves: both first
+  // halves are held at once (about 386 KiB each beyond the 64 KiB a
+  // direction keeps), the second's second half does not fit beside them.
+  const std::string sql = "select length('" + std::string(900 << 10, 'x') + "')";
+  std::string q = "Q";
+  const uint32_t len = htonl(static_cast<uint32_t>(sql.size() + 1 + 4));
+  q.append(reinterpret_cast<const char*>(&len), 4);
+  q += sql;
+  q += '\0';
+  const size_t half = q.size() / 2;
+  int a = raw_client(px.port(), pg.superuser()), b = raw_client(px.port(), pg.superuser());
+  write_all(a, q, 0, half);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  write_all(b, q, 0, half);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  write_all(b, q, half, q.size());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  write_all(a, q, half, q.size());
+  // Both forwarded and answered.
+  CHECK(read_answer(a) > 0);
+  CHECK(read_answer(b) > 0);
+  close(a);
+  close(b);
+  REQUIRE(px.stop() == 0);
+  const std::string err = px.err();
+  INFO("stdout:\n" << px.out_text << "stderr:\n" << err);
+  size_t lines = 0;
+  for (size_t at = err.find("decoder memory full"); at != std::string::npos; at = err.find("decoder memory full", at + 1))
+    ++lines;
+  CHECK(lines == 1);
+  CHECK(err.find("decoder memory full (--decoder-memory 1MiB)") != std::string::npos);
+  CHECK(px.out_text.find("messages not recorded, decoder memory full (--decoder-memory 1MiB): 1 (") != std::string::npos);
+  // One of the two is in the trace whole, the other is a stream gap.
+  auto recs = load(px.trace_path());
+  int big = 0, gaps = 0;
+  for (const auto& r : recs) {
+    if (r.kind == trace::Kind::Query && r.a == sql) ++big;
+    if (r.kind == trace::Kind::Loss) ++gaps;
+  }
+  CHECK(big == 1);
+  CHECK(gaps == 1);
 }

@@ -237,21 +237,21 @@ void pgbench_over_tls(const std::string& mode) {
 
 }  // namespace
 
-TEST_CASE("proxy tls: pgbench -M simple with TLS on both sides and SCRAM records every statement", "[proxy][tls]") {
+TEST_CASE("proxy tls: pgbench -M simple with TLS on both sides and SCRAM records every statement", "[proxy][tls][parallel]") {
   pgbench_over_tls("simple");
 }
 
 TEST_CASE("proxy tls: pgbench -M extended with TLS on both sides and SCRAM records every statement",
-          "[proxy][tls]") {
+          "[proxy][tls][parallel]") {
   pgbench_over_tls("extended");
 }
 
 TEST_CASE("proxy tls: pgbench -M prepared with TLS on both sides and SCRAM records every statement",
-          "[proxy][tls]") {
+          "[proxy][tls][parallel]") {
   pgbench_over_tls("prepared");
 }
 
-TEST_CASE("proxy tls: verify-full takes the right host name and refuses a wrong one in one line", "[proxy][tls]") {
+TEST_CASE("proxy tls: verify-full takes the right host name and refuses a wrong one in one line", "[proxy][tls][parallel]") {
   TlsServer srv;
   auto& pg = srv.pg;
   TempDir dir;
@@ -328,7 +328,7 @@ TEST_CASE("proxy tls: verify-full takes the right host name and refuses a wrong 
   }
 }
 
-TEST_CASE("proxy tls: --client-tls require refuses a plaintext client with one line", "[proxy][tls]") {
+TEST_CASE("proxy tls: --client-tls require refuses a plaintext client with one line", "[proxy][tls][parallel]") {
   TlsServer srv;
   auto& pg = srv.pg;
   TempDir dir;
@@ -357,7 +357,7 @@ TEST_CASE("proxy tls: --client-tls require refuses a plaintext client with one l
 }
 
 TEST_CASE("proxy tls: a client that insists on channel binding gets an error naming the proxy's TLS termination",
-          "[proxy][tls]") {
+          "[proxy][tls][parallel]") {
   TlsServer srv;
   auto& pg = srv.pg;
   TempDir dir;
@@ -406,7 +406,7 @@ TEST_CASE("proxy tls: a client that insists on channel binding gets an error nam
 }
 
 TEST_CASE("proxy tls: --upstream-sslmode disable, allow and prefer against a server that takes only TLS",
-          "[proxy][tls]") {
+          "[proxy][tls][parallel]") {
   TlsServer srv;
   auto& pg = srv.pg;
   for (std::string mode : {"disable", "allow", "prefer"}) {
@@ -440,7 +440,7 @@ TEST_CASE("proxy tls: --upstream-sslmode disable, allow and prefer against a ser
   }
 }
 
-TEST_CASE("proxy tls: capture run proxies with TLS on both sides", "[proxy][tls]") {
+TEST_CASE("proxy tls: capture run proxies with TLS on both sides", "[proxy][tls][parallel]") {
   TlsServer srv;
   auto& pg = srv.pg;
   TempDir dir;
@@ -565,7 +565,7 @@ TEST_CASE("proxy tls: a capture through TLS replays directly over TLS against th
 }
 
 TEST_CASE("proxy tls: --upstream-sslcert logs the client in with the proxy's certificate (cert authentication)",
-          "[proxy][tls]") {
+          "[proxy][tls][parallel]") {
   TlsServer srv;
   auto& pg = srv.pg;
   TempDir dir;
@@ -637,7 +637,7 @@ std::string read_all(int fd) {
 }  // namespace
 
 TEST_CASE("proxy tls: bytes after an SSLRequest before the handshake, or no TLS after 'S', close only that session",
-          "[proxy][tls]") {
+          "[proxy][tls][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
   ProxyProcess px(dir, pg.host() + ":" + std::to_string(pg.port()));

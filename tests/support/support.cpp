@@ -12,7 +12,9 @@
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -74,6 +76,14 @@ TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
 }
+
+SmallTmpfs::SmallTmpfs(const TempDir& dir, const std::string& size) : path_(dir.file("full")) {
+  ::mkdir(path_.c_str(), 0755);
+  if (::mount("tierlab-test", path_.c_str(), "tmpfs", 0, ("size=" + size).c_str()) != 0)
+    skip("cannot mount a tmpfs on " + path_ + ": " + std::strerror(errno));
+}
+
+SmallTmpfs::~SmallTmpfs() { ::umount2(path_.c_str(), MNT_DETACH); }
 
 RunResult run_tierlab(const std::vector<std::string>& args, const std::optional<std::string>& stdin_text,
                       const std::vector<std::string>& env, const std::vector<long>& missing_syscalls) {

@@ -34,6 +34,21 @@ class TempDir {
   std::string path_;
 };
 
+// A tmpfs of `size` ("512k") mounted on a new directory in `dir`, for a
+// disk that fills; unmounted by the destructor. skip()s if it cannot be
+// mounted (it needs root).
+class SmallTmpfs {
+ public:
+  SmallTmpfs(const TempDir& dir, const std::string& size);
+  ~SmallTmpfs();
+  SmallTmpfs(const SmallTmpfs&) = delete;
+  SmallTmpfs& operator=(const SmallTmpfs&) = delete;
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
 struct RunResult {
   int status = -1;  // exit code, or 128 + signal number
   std::string out;  // everything written to stdout
