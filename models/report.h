@@ -31,6 +31,19 @@ struct CaptureTimeline {
     double reads = 0, writes = 0;  // block I/O requests issued
     double read_bytes = 0, write_bytes = 0;
     double read_latency_s = 0, write_latency_s = 0;  // sums (issue to completion)
+    // Adds o's counts and sums: two neighbouring buckets merged into one.
+    Bucket& operator+=(const Bucket& o) {
+      transactions += o.transactions;
+      statements += o.statements;
+      errors += o.errors;
+      reads += o.reads;
+      writes += o.writes;
+      read_bytes += o.read_bytes;
+      write_bytes += o.write_bytes;
+      read_latency_s += o.read_latency_s;
+      write_latency_s += o.write_latency_s;
+      return *this;
+    }
   };
   // Bucket i spans [i, i + 1) * bucket_s from the first statement, error,
   // transaction end or block I/O of the trace.

@@ -57,19 +57,10 @@ struct Builder {
       for (size_t k = 0; k < b.size(); ++k) {
         const auto& src = b[k];
         auto& dst = b[k / 2];
-        if (k % 2 == 0) {
+        if (k % 2 == 0)
           dst = src;
-        } else {
-          dst.transactions += src.transactions;
-          dst.statements += src.statements;
-          dst.errors += src.errors;
-          dst.reads += src.reads;
-          dst.writes += src.writes;
-          dst.read_bytes += src.read_bytes;
-          dst.write_bytes += src.write_bytes;
-          dst.read_latency_s += src.read_latency_s;
-          dst.write_latency_s += src.write_latency_s;
-        }
+        else
+          dst += src;
       }
       b.resize((b.size() + 1) / 2);
       bucket_ns *= 2;

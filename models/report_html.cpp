@@ -174,19 +174,7 @@ void capture_section(std::ostringstream& h, const CaptureTimeline& c) {
   constexpr size_t kPoints = 120;
   const size_t k = std::max<size_t>(1, (c.buckets.size() + kPoints - 1) / kPoints);
   std::vector<CaptureTimeline::Bucket> buckets((c.buckets.size() + k - 1) / k);
-  for (size_t i = 0; i < c.buckets.size(); ++i) {
-    const auto& s = c.buckets[i];
-    auto& d = buckets[i / k];
-    d.transactions += s.transactions;
-    d.statements += s.statements;
-    d.errors += s.errors;
-    d.reads += s.reads;
-    d.writes += s.writes;
-    d.read_bytes += s.read_bytes;
-    d.write_bytes += s.write_bytes;
-    d.read_latency_s += s.read_latency_s;
-    d.write_latency_s += s.write_latency_s;
-  }
+  for (size_t i = 0; i < c.buckets.size(); ++i) buckets[i / k] += c.buckets[i];
   const double w = c.bucket_s * static_cast<double>(k);
   h << "<p>" << c.statement_count << " statements of " << c.statements.size() << " templates in "
     << num(static_cast<double>(c.buckets.size()) * c.bucket_s) << " s, taking " << num(c.statement_time_s, "%.2f")
