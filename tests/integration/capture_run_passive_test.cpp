@@ -115,8 +115,12 @@ TEST_CASE("capture run --interface records pgbench from loopback packets with sa
                   "--sample-interval", "200ms", "--out", trace_path},
                  dir.file("capture.out"));
   REQUIRE(cap.wait_for("capturing on lo"));
+  // At 500 transactions a second in all (-R), so that the run spans several
+  // sample intervals however fast the machine: unthrottled, a quiet machine
+  // ran it in 0.17 s, within one 200 ms interval, and the clients' CPU,
+  // sampled only while their connections are open, had no sample.
   int rc = pg.run_tool("pgbench", {"-n", "-h", "127.0.0.1", "-p", std::to_string(pg.port()), "-c",
-                                   std::to_string(kClients), "-j", "2", "-t", std::to_string(kTxPerClient)},
+                                   std::to_string(kClients), "-j", "2", "-R", "500", "-t", std::to_string(kTxPerClient)},
                        &out);
   INFO(out);
   REQUIRE(rc == 0);
