@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "relay_net.h"
+
 #define BUF (1 << 20)
 #define MARKS 4096
 #define MAX_CONNS 4096
@@ -120,20 +122,13 @@ int main(int argc, char **argv) {
   }
   signal(SIGPIPE, SIG_IGN);
   delay_ns = (uint64_t)strtoull(argv[4], NULL, 10) * 1000u;
-  struct sockaddr_in up = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[3]))};
-  if (inet_pton(AF_INET, argv[2], &up.sin_addr) != 1) {
+  struct sockaddr_in up;
+  if (relay_upstream(argv[2], argv[3], &up)) {
     fprintf(stderr, "delay_relay: upstream host %s is not an IPv4 address\n", argv[2]);
     return 2;
   }
-  int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-  int one = 1;
-  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  struct sockaddr_in la = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(argv[1]))};
-  la.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(ls, (struct sockaddr *)&la, sizeof la) || listen(ls, 1024)) {
-    perror("delay_relay: listen");
-    return 1;
-  }
+  int ls = relay_listen(argv[1]);
+  if (ls < 0) return 1;
   ep = epoll_create1(0);
   struct epoll_event le = {.events = EPOLLIN, .data.ptr = NULL};
   epoll_ctl(ep, EPOLL_CTL_ADD, ls, &le);
@@ -163,18 +158,15 @@ int main(int argc, char **argv) {
     now = now_ns();
     for (int e = 0; e < n; e++) {
       if (evs[e].data.ptr == NULL) {
-        for (;;) {
-          int cfd = accept4(ls, NULL, NULL, SOCK_NONBLOCK);
-          if (cfd < 0) break;
-          int ufd = socket(AF_INET, SOCK_STREAM, 0);
-          if (nconns == MAX_CONNS || connect(ufd, (struct sockaddr *)&up, sizeof up)) {
-            close(cfd);
-            close(ufd);
+        int fds[2], r;
+        while ((r = relay_accept_pair(ls, &up, fds)) != 0) {
+          if (r < 0) continue;
+          if (nconns == MAX_CONNS) {
+            close(fds[0]);
+            close(fds[1]);
             continue;
           }
-          int fl = 1;
-          setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &fl, sizeof fl);
-          setsockopt(ufd, IPPROTO_TCP, TCP_NODELAY, &fl, sizeof fl);
+          int cfd = fds[0], ufd = fds[1];
           struct conn *c = calloc(1, sizeof *c);
           c->fd[0] = cfd;
           c->fd[1] = ufd;

@@ -20,6 +20,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "relay_net.h"
+
 #define BUF 65536
 
 struct conn;
@@ -76,19 +78,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
-  struct sockaddr_in la = {0}, ua = {0};
-  la.sin_family = AF_INET;
-  la.sin_port = htons((unsigned short)atoi(argv[1]));
-  la.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ua.sin_family = AF_INET;
-  ua.sin_port = htons((unsigned short)atoi(argv[3]));
-  inet_pton(AF_INET, argv[2], &ua.sin_addr);
-  int lfd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), one = 1;
-  setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (bind(lfd, (struct sockaddr *)&la, sizeof la) || listen(lfd, 1024)) {
-    perror("relay: bind/listen");
-    return 1;
+  struct sockaddr_in ua;
+  if (relay_upstream(argv[2], argv[3], &ua)) {
+    fprintf(stderr, "relay: upstream host %s is not an IPv4 address\n", argv[2]);
+    return 2;
   }
+  int lfd = relay_listen(argv[1]);
+  if (lfd < 0) return 1;
   ep = epoll_create1(0);
   struct epoll_event lev = {.events = EPOLLIN, .data.ptr = NULL};
   epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &lev);
@@ -102,20 +98,10 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) {
       if (evs[i].events == 0) continue; /* its connection was dropped in this batch */
       if (evs[i].data.ptr == NULL) {
-        int cfd;
-        while ((cfd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK)) >= 0) {
-          /* blocking connect to the upstream keeps the relay short; it is
-           * only on the connection path, which the benchmark does not time */
-          int ufd = socket(AF_INET, SOCK_STREAM, 0);
-          if (connect(ufd, (struct sockaddr *)&ua, sizeof ua)) {
-            close(cfd);
-            close(ufd);
-            continue;
-          }
-          int fl = 1;
-          setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &fl, sizeof fl);
-          setsockopt(ufd, IPPROTO_TCP, TCP_NODELAY, &fl, sizeof fl);
-          fcntl(ufd, F_SETFL, fcntl(ufd, F_GETFL) | O_NONBLOCK);
+        int fds[2], r;
+        while ((r = relay_accept_pair(lfd, &ua, fds)) != 0) {
+          if (r < 0) continue;
+          int cfd = fds[0], ufd = fds[1];
           struct conn *c = calloc(1, sizeof *c);
           c->s[0] = (struct side){c, cfd, 0};
           c->s[1] = (struct side){c, ufd, 1};
