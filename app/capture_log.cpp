@@ -62,8 +62,15 @@ void run_log(const LogOptions& o) {
     throw InputError(std::string("capture log: --log-line-prefix: ") + e.what());
   }
   capture::LogCapture& capture = *made;
-  for (const std::string& f : o.files) capture.read_file(f);
-  capture::LogStats st = capture.finish();
+  capture::LogStats st;
+  try {
+    for (const std::string& f : o.files) capture.read_file(f);
+    st = capture.finish();
+  } catch (const SettingError& e) {
+    // No line matched the prefix: the flag that gives the server's.
+    if (e.setting() != "log_line_prefix") throw;
+    throw InputError(std::string(e.what()) + " (give the server's with --log-line-prefix)");
+  }
   writer->close();
   writer.reset();
   target.commit();

@@ -137,7 +137,12 @@ void run_project(const ProjectCliOptions& o) {
   // A profile JSON (`profile --json`, `profile synth --json`) or a trace.
   const bool is_json = o.trace.size() > 5 && o.trace.compare(o.trace.size() - 5, 5, ".json") == 0;
   models::Profile profile = is_json ? models::read_profile_json(o.trace) : models::profile_file(o.trace);
-  models::Projection p = models::project(profile, tiers, po);
+  // The options the model checks, by their flags.
+  const std::vector<SettingFlag> settings = {{"clients", "--clients"},
+                                             {"memory", "--memory"},
+                                             {"data_growth", "--data-growth"},
+                                             {"capture_memory", "--capture-memory"}};
+  models::Projection p = for_settings(settings, [&] { return models::project(profile, tiers, po); });
   if (capacity) {
     // A load beyond the clients' limit is the flag's.
     try {
@@ -161,7 +166,7 @@ void run_project(const ProjectCliOptions& o) {
                      " transactions and " + std::to_string(static_cast<int>(models::kMinWindowSeconds)) + " s");
   if (n >= 2) {
     auto windows = models::profile_windows(o.trace, profile, n);
-    models::add_windows(p, windows, tiers, po);
+    for_settings(settings, [&] { models::add_windows(p, windows, tiers, po); });
     for (const auto& w : models::steadiness(profile, windows).warnings(profile)) p.notes.push_back(w);
   } else if (!o.windows && !is_json) {
     for (const auto& w : models::steadiness(profile, {}).warnings(profile)) p.notes.push_back(w);

@@ -96,11 +96,12 @@ void LogCapture::Impl::read_stderr(LogSource& in) {
     if (!at) {
       if (line.empty()) continue;
       if (matched == 0 && in.lineno() - first_line >= 20) {
-        throw InputError(in.name() + ":" + std::to_string(first_line) + ": no line of the first " +
-                         std::to_string(in.lineno() - first_line + 1) + " matches log_line_prefix " +
-                         (prefix ? "'" + prefix->spec() + "'"
-                                 : std::string("'%m [%p] ', '%t:%r:%u@%d:[%p]:' or '%m|%u|%d|%c|'")) +
-                         " (give the server's with --log-line-prefix)");
+        // SettingError: the app says which flag gives the server's prefix.
+        throw SettingError("log_line_prefix",
+                           in.name() + ":" + std::to_string(first_line) + ": no line of the first " +
+                               std::to_string(in.lineno() - first_line + 1) + " matches log_line_prefix " +
+                               (prefix ? "'" + prefix->spec() + "'"
+                                       : std::string("'%m [%p] ', '%t:%r:%u@%d:[%p]:' or '%m|%u|%d|%c|'")));
       }
       ++st.unparsed;
       continue;
@@ -146,10 +147,10 @@ void LogCapture::Impl::read_stderr(LogSource& in) {
     while (order.size() > 64) flush_at(0);
   }
   if (matched == 0 && st.lines > 0 && in.lineno() >= first_line) {
-    throw InputError(in.name() + ":" + std::to_string(first_line) + ": no line matches log_line_prefix " +
-                     (prefix ? "'" + prefix->spec() + "'"
-                             : std::string("'%m [%p] ', '%t:%r:%u@%d:[%p]:' or '%m|%u|%d|%c|'")) +
-                     " (give the server's with --log-line-prefix)");
+    throw SettingError("log_line_prefix",
+                       in.name() + ":" + std::to_string(first_line) + ": no line matches log_line_prefix " +
+                           (prefix ? "'" + prefix->spec() + "'"
+                                   : std::string("'%m [%p] ', '%t:%r:%u@%d:[%p]:' or '%m|%u|%d|%c|'")));
   }
   while (!order.empty()) flush_at(0);
 }

@@ -400,9 +400,9 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.clients_hi = o.clients_hi > 0 ? o.clients_hi : cap_clients;
   out.clients_lo = o.clients_lo > 0 ? o.clients_lo : out.clients_hi;
   if (out.clients_lo > out.clients_hi)
-    throw InputError("--clients: range " + std::to_string(out.clients_lo) + ".." +
-                     std::to_string(out.clients_hi) + " is empty");
-  if (out.clients_hi > 100000) throw InputError("--clients: at most 100000");
+    throw SettingError("clients", "range " + std::to_string(out.clients_lo) + ".." +
+                                      std::to_string(out.clients_hi) + " is empty");
+  if (out.clients_hi > 100000) throw SettingError("clients", std::to_string(out.clients_hi) + ": at most 100000");
   // The server's CPUs at capture (Meta "cpu.count", else this machine's,
   // where the capture is taken to have run) and on the target (--vcpus,
   // else as captured). "Other" is calibrated on the former: it is what the
@@ -417,7 +417,7 @@ Projection project(const Profile& p, const std::vector<Tier>& tiers, const Proje
   out.memory_bytes = o.memory_bytes > 0 ? o.memory_bytes : out.capture_memory_bytes;
   double extra_reads = 0;
   if (!(o.data_growth > 0) || !std::isfinite(o.data_growth))
-    throw InputError("data growth " + fmt("%g", o.data_growth) + ": expected a factor more than 0");
+    throw SettingError("data_growth", fmt("%g", o.data_growth) + ": expected a factor more than 0");
   out.data_growth = o.data_growth;
   out.read_factor =
       memory_factor(p, o.memory_bytes, out.capture_memory_bytes, o.data_growth, out.notes, extra_reads);

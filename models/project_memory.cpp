@@ -13,19 +13,21 @@ double memory_factor(const Profile& p, double memory, double capture_memory, dou
   extra_reads = 0;
   const bool grows = growth != 1.0;
   if ((memory <= 0 || memory == capture_memory) && !grows) return 1.0;
-  const char* flag = memory > 0 && memory != capture_memory ? "--memory" : "--data-growth";
+  // SettingError: the app names the option ("--memory cannot be projected: ...").
+  const char* setting = memory > 0 && memory != capture_memory ? "memory" : "data_growth";
   // A profile from `profile synth` has its reads from its own cache model.
   if (p.mrc.empty() && p.source.rfind("synth: ", 0) == 0)
-    throw InputError(p.source + ": a synthetic profile has no miss-ratio curve, so " + flag +
-                     " cannot be projected from it: give `profile synth` the target's --memory, and for grown "
-                     "data the grown --scale");
+    throw SettingError(setting, "cannot be projected: " + p.source +
+                                    " is a synthetic profile, with no miss-ratio curve: synthesize it at the "
+                                    "target's memory, and for grown data at the grown scale");
   if (p.mrc.empty())
-    throw InputError(p.source + ": no page references in the trace, so " + flag + " cannot be projected "
-                     "(record the server's file I/O: `tierlab capture run` as root; or block I/O: "
-                     "`tierlab capture run --device` or `tierlab capture block`)");
+    throw SettingError(setting, "cannot be projected: " + p.source +
+                                    " has no page references (record the server's file I/O: `tierlab capture "
+                                    "run` as root; or block I/O: `tierlab capture run` on the data's device, "
+                                    "or `tierlab capture block`)");
   if (capture_memory <= 0)
-    throw InputError(p.source + ": the trace does not record the capture's memory (meta "
-                     "memory.bytes); give --capture-memory");
+    throw SettingError("capture_memory", "needed: " + p.source +
+                                             " does not record the capture's memory (meta memory.bytes)");
   if (memory <= 0) memory = capture_memory;
   // The memory as today's data sees it.
   const double reach = memory / growth;

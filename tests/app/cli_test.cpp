@@ -186,3 +186,17 @@ TEST_CASE("cli: setup_all lists every subcommand, groups and their commands in t
     at = p + 1;
   }
 }
+
+TEST_CASE("cli: capture log on a log no prefix matches names the file and line, and the flag that gives the prefix",
+          "[cli]") {
+  tierlab::test::TempDir dir;
+  const std::string log = dir.file("syslog.log");
+  {
+    std::ofstream f(log);
+    for (int i = 0; i < 30; ++i) f << "Dec  3 10:00:00 host postgres[12]: [1-1] LOG:  statement: SELECT 1\n";
+  }
+  check_bad_input({"capture", "log", log, "--format", "stderr", "--out", dir.file("t.tlt")},
+                  log + ":1: no line of the first 21 matches log_line_prefix");
+  auto r = run_tierlab({"capture", "log", log, "--format", "stderr", "--out", dir.file("t.tlt")});
+  CHECK(r.err.find("(give the server's with --log-line-prefix)\n") != std::string::npos);
+}

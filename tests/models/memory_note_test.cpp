@@ -50,7 +50,7 @@ TEST_CASE("project: less memory with a block-level curve names no command that d
     project(p, {t}, o);
     FAIL("no curve: --memory cannot be projected");
   } catch (const InputError& e) {
-    CHECK(std::string(e.what()).find("tierlab capture run --device") != std::string::npos);
+    CHECK(std::string(e.what()).find("`tierlab capture run` on the data's device") != std::string::npos);
     CHECK(std::string(e.what()).find("record the server's file I/O: `tierlab capture run` as root") !=
           std::string::npos);
   }

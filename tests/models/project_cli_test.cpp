@@ -153,3 +153,25 @@ TEST_CASE("project: 0 for --vcpus, --memory or --capture-memory is refused, nami
   auto ok = run_tierlab({"project", trace, "--tier", "nvme-local", "--vcpus", "2"});
   CHECK(ok.status == 0);
 }
+
+TEST_CASE("project: the options the model checks are refused naming their flags, the model's message after them",
+          "[project][cli]") {
+  TempDir dir;
+  std::string trace = dir.file("proxy.tlt");
+  write_proxy_trace(trace);
+  // The proxy trace has no page references and no recorded memory.
+  const std::vector<std::pair<std::vector<std::string>, std::vector<std::string>>> bad = {
+      {{"--data-growth", "2"}, {"tierlab: --data-growth cannot be projected: ", "proxy.tlt has no page references"}},
+      {{"--memory", "1GiB", "--capture-memory", "2GiB"},
+       {"tierlab: --memory cannot be projected: ", "proxy.tlt has no page references"}}};
+  for (const auto& [flags, want] : bad) {
+    std::vector<std::string> args = {"project", trace, "--tier", "nvme-local"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto r = run_tierlab(args);
+    INFO(flags[0] << ": [" << r.out << "] [" << r.err << "]");
+    CHECK(r.status == 2);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.rfind(want[0], 0) == 0);
+    CHECK(r.err.find(want[1]) != std::string::npos);
+  }
+}

@@ -715,8 +715,11 @@ TEST_CASE("capacity: data growth reads the miss-ratio curve at memory / growth",
   try {
     project(p, {read_capped("x", 0.2, 0)}, o);
     FAIL("no curve: data growth cannot be projected");
-  } catch (const InputError& e) {
-    CHECK(std::string(e.what()).find("--data-growth cannot be projected") != std::string::npos);
+  } catch (const SettingError& e) {
+    // The app puts the flag in front: "--data-growth cannot be projected: ...".
+    CHECK(e.setting() == "data_growth");
+    CHECK(std::string(e.what()).rfind("cannot be projected: ", 0) == 0);
+    CHECK(std::string(e.what()).find("--") == std::string::npos);
   }
   // A synthetic profile has no curve: the message points at profile synth's
   // own flags.
@@ -724,8 +727,9 @@ TEST_CASE("capacity: data growth reads the miss-ratio curve at memory / growth",
   try {
     project(p, {read_capped("x", 0.2, 0)}, o);
     FAIL("a synthetic profile: data growth cannot be projected");
-  } catch (const InputError& e) {
-    CHECK(std::string(e.what()).find("grown --scale") != std::string::npos);
+  } catch (const SettingError& e) {
+    CHECK(e.setting() == "data_growth");
+    CHECK(std::string(e.what()).find("at the grown scale") != std::string::npos);
     CHECK(std::string(e.what()).find("capture run") == std::string::npos);
   }
   o.data_growth = 0;
@@ -769,4 +773,41 @@ TEST_CASE("project: at its cap, a capture's COMMIT statements measure the commit
   Profile no_commits = p;
   no_commits.commit_statements = 0;
   CHECK(project(p, tiers, o).other_s == Approx(project(no_commits, tiers, o).other_s));
+}
+
+TEST_CASE("project: a client count out of range is a SettingError naming the setting, not a flag", "[project]") {
+  ProjectOptions o;
+  o.clients_lo = 8;
+  o.clients_hi = 4;
+  try {
+    project(base_profile(), {read_capped("x", 0.2, 0)}, o);
+    FAIL("an empty range");
+  } catch (const SettingError& e) {
+    CHECK(e.setting() == "clients");
+    CHECK(std::string(e.what()) == "range 8..4 is empty");
+  }
+  o.clients_lo = o.clients_hi = 200000;
+  try {
+    project(base_profile(), {read_capped("x", 0.2, 0)}, o);
+    FAIL("too many clients");
+  } catch (const SettingError& e) {
+    CHECK(e.setting() == "clients");
+    CHECK(std::string(e.what()) == "200000: at most 100000");
+  }
+  // Another memory, a curve, but no memory recorded at capture.
+  Profile p = base_profile();
+  p.mrc.source = "file_io";
+  p.mrc.points = {{0, 1.0}, {2048 * kMiB, 0.0}};
+  p.mrc.references = 10000 * 8;
+  p.memory_bytes = 0;
+  o.clients_lo = o.clients_hi = 0;
+  o.memory_bytes = 2048 * kMiB;
+  try {
+    project(p, {read_capped("x", 0.2, 0)}, o);
+    FAIL("no capture memory");
+  } catch (const SettingError& e) {
+    CHECK(e.setting() == "capture_memory");
+    CHECK(std::string(e.what()).rfind("needed: ", 0) == 0);
+    CHECK(std::string(e.what()).find("--") == std::string::npos);
+  }
 }
