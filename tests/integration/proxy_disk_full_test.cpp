@@ -116,6 +116,19 @@ void round_trip(PGconn* c, int i) {
 
 }  // namespace
 
+// Round trips on `c` until the capture says RECORDING STOPPED (at most
+// 60 s): the number made.
+template <class Capture>
+int fill_until_stopped(Capture& px, PGconn* c) {
+  int i = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (px.err().find("RECORDING STOPPED") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    round_trip(c, i++);
+  }
+  return i;
+}
+
 TEST_CASE("proxy: the trace's disk fills: forwarding goes on, recording stops loudly, the trace reads back",
           "[proxy][disk-full][parallel]") {
   test::require_root("mounting a small tmpfs for the trace");
@@ -130,12 +143,7 @@ TEST_CASE("proxy: the trace's disk fills: forwarding goes on, recording stops lo
   // about 24 KiB (its parameter, and the result twice as long), so a few
   // dozen fill 512 KiB.
   PGconn* c = connect_to(px.port(), pg);
-  int i = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (px.err().find("RECORDING STOPPED") == std::string::npos) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    round_trip(c, i++);
-  }
+  int i = fill_until_stopped(px, c);
   INFO(px.err());
   CHECK(i > 10);
   // Still served: the same session, and new ones.
@@ -217,12 +225,7 @@ TEST_CASE("capture run: the trace's disk fills: forwarding goes on, recording st
            "run");
 
   PGconn* c = connect_to(px.port(), pg);
-  int i = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (px.err().find("RECORDING STOPPED") == std::string::npos) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    round_trip(c, i++);
-  }
+  int i = fill_until_stopped(px, c);
   INFO(px.err());
   CHECK(i > 10);
   // Still served: the same session, and a new one.
