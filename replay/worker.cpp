@@ -64,6 +64,7 @@ void Worker::run() {
       connect(gated_[gate_next_++], now);
     }
     if (sync_check_) sync_wake(now);
+    if (held_batch_ && !starved_.empty() && now - held_at_ >= kHeldPatience && holder_stuck()) release_held();
     if (stream_moved_) stream_wake(now);
     while (!timers_.empty() && timers_.top_due() <= now) on_timer(timers_.pop(), now);
     if (active_ == 0) break;
@@ -76,6 +77,7 @@ void Worker::run() {
     // workers' sessions may be the last to connect).
     if (!started_ && !held_.empty()) sooner(now + 20000);
     if (sync_check_ || stream_moved_) sooner(now);  // waiting slots may go: look without sleeping
+    if (held_batch_ && !starved_.empty()) sooner(held_at_ + kHeldPatience);
     int n = loop_->wait_until(evs, kMaxEvents, deadline);
     if (n < 0) throw RuntimeError(errno_message(std::string("replay: ") + loop_->backend() + " wait", -n));
     dispatch(evs, n);
@@ -347,6 +349,7 @@ const Unit* Worker::next_unit(uint32_t slot, const Tables** tab, uint32_t* index
       s.q_head = h->next;
       if (!s.q_head) s.q_tail = nullptr;
       --s.queued;
+      s.unbounded = false;  // it sends again: its read-ahead is bounded again
       stream_->recycle(h);
       if (held_batch_ && slot_of_[held_batch_->session] == slot) {
         enqueue(s, held_batch_);
@@ -374,8 +377,12 @@ const Unit* Worker::next_unit(uint32_t slot, const Tables** tab, uint32_t* index
       stream_->recycle(b);
       continue;
     }
-    if (to.queued >= kQueueBatches) held_batch_ = b;
-    else enqueue(to, b);
+    if (to.queued >= kQueueBatches && !to.unbounded) {
+      held_batch_ = b;
+      held_at_ = now_ns();
+    } else {
+      enqueue(to, b);
+    }
   }
 }
 
@@ -384,6 +391,27 @@ void Worker::enqueue(Slot& s, UnitBatch* b) {
   else s.q_head = b;
   s.q_tail = b;
   ++s.queued;
+}
+
+bool Worker::holder_stuck() const {
+  const Slot& h = slots_[slot_of_[held_batch_->session]];
+  if (h.unit == kNone) return false;  // no unit in flight: it waits for its time, not the server
+  // Only a session inside a transaction holds locks the holder's unit may
+  // wait for.
+  for (uint32_t slot : starved_) {
+    const Slot& s = slots_[slot];
+    if (s.state == State::Done) continue;
+    if (s.direct ? s.ready != 'I' : (s.conn && PQtransactionStatus(s.conn) != PQTRANS_IDLE)) return true;
+  }
+  return false;
+}
+
+void Worker::release_held() {
+  Slot& s = slots_[slot_of_[held_batch_->session]];
+  s.unbounded = true;
+  enqueue(s, held_batch_);
+  held_batch_ = nullptr;
+  stream_moved_ = true;
 }
 
 void Worker::stream_wake(Nanos now) {
@@ -665,6 +693,9 @@ void Worker::unit_done(uint32_t slot, Nanos now) {
   s.free_at = now;
   ++s.next;
   s.unit = kNone;
+  // The holder of a held batch goes on: a starved session waits for it
+  // (release_held is for a holder that does not).
+  if (held_batch_ && slot_of_[held_batch_->session] == slot) held_at_ = now;
   s.tab = nullptr;
   if (stream_) ++s.q_head->pos;  // the unit sent was the head's (next_unit)
   schedule_next(slot, now);

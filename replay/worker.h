@@ -75,6 +75,9 @@ constexpr uint32_t kMaxMessage = 1u << 30;
 // A streamed replay reads ahead at most this many batches of a session
 // (Worker::next_unit): the window that bounds its memory.
 constexpr uint32_t kQueueBatches = 16;
+// How long a held batch may keep a starved session waiting before the
+// read-ahead bound gives way (Worker::release_held).
+constexpr Nanos kHeldPatience = 5'000'000;
 // CopyDone, for a COPY FROM STDIN the capture holds no data for (it began
 // before the capture); after a COPY started by Execute, a Sync follows (the
 // server ignored the unit's Sync while it waited for the data), as libpq's
@@ -130,6 +133,7 @@ struct Slot {
   UnitBatch* q_tail = nullptr;
   uint32_t queued = 0;
   bool starved = false;              // waits for the stream (Worker::next_unit)
+  bool unbounded = false;            // its read-ahead let past kQueueBatches until it sends (Worker::release_held)
   uint32_t op = 0;                   // Extended: next op to get its result
   uint32_t copy = 0;                 // Copy: next chunk to queue
   Outcome agg;                       // Simple/Copy: answers folded
@@ -204,10 +208,18 @@ class Worker {
   // batches of other sessions read on the way queue on their slots, up to
   // kQueueBatches each; a batch for a full queue is held, and the reading
   // stops until that session sends (nullptr: the slot waits, starved_,
-  // until stream_wake). On a trace in time order this cannot hold every
-  // session back: the full queue's units come before the starved one's.
+  // until stream_wake). The full queue's session may itself wait on the
+  // server for a lock a starved session holds (at --max-speed sessions
+  // drift from the captured interleaving): when the holder's unit in flight
+  // has gone unanswered for kHeldPatience while a starved session is inside
+  // a transaction (holder_stuck: it may hold the lock the holder's unit
+  // waits for), the batch is queued anyway (release_held) and that
+  // session reads ahead without bound until it finishes a batch. A holder
+  // that goes on keeps the bound: the starved wait for it.
   const Unit* next_unit(uint32_t slot, const Tables** tab, uint32_t* index);
   void enqueue(Slot& s, UnitBatch* b);
+  bool holder_stuck() const;
+  void release_held();
   // Streamed: a held batch went to its queue; the starved slots look again.
   void stream_wake(Nanos now);
   // Streamed: the batches still queued for the slot go back to the stream.
@@ -359,6 +371,7 @@ class Worker {
   UnitStream* stream_ = nullptr;     // streamed: this worker's sessions' units
   std::vector<uint32_t> slot_of_;    // streamed: plan session -> slot
   UnitBatch* held_batch_ = nullptr;  // read, for a session whose queue is full
+  Nanos held_at_ = 0;                // when held_batch_ was held, or its session last finished a unit
   std::vector<uint32_t> starved_, waking_;  // slots waiting for the stream
   bool stream_moved_ = false;        // a held batch was queued: starved slots may go
   const int index_;                  // the worker's number, for the connection thread

@@ -710,3 +710,55 @@ TEST_CASE("a streamed replay does not stall when sessions start as others end, w
   CHECK(r.statements == 1200 + 12 * 60);
   CHECK(r.errors == 0);
 }
+
+TEST_CASE("a streamed replay does not deadlock when a session with a full read-ahead waits on a lock a starved one holds",
+          "[replay][pg][stream]") {
+  // One worker. Session 1 takes a row lock in a transaction and commits
+  // late in the trace; session 2 updates that row (so waits for the lock on
+  // the server) and then has far more units than a session's read-ahead
+  // before session 1's COMMIT. Session 1 needs the trace past session 2's
+  // queue to commit, and session 2 cannot send until session 1 commits:
+  // the read-ahead bound must give way.
+  auto& pg = tierlab::test::shared_server();
+  tierlab::test::TempDir dir;
+  pg.sql("DROP TABLE IF EXISTS lockt; CREATE TABLE lockt (id int PRIMARY KEY, v int); INSERT INTO lockt VALUES (1, 0)");
+  const std::string path = dir.file("lock.tlt");
+  {
+    trace::WriterOptions wo;
+    wo.start_mono_ns = 0;
+    auto w = trace::open_writer(path, wo);
+    auto q = [&](Nanos ts, uint64_t s, std::string_view sql, std::string_view tag, char ready) {
+      w->write(ts, s, trace::Query{sql});
+      w->write(ts + 500, s, trace::Result{tag, false, 0});
+      w->write(ts + 500, s, trace::Ready{ready});
+    };
+    for (uint64_t s = 1; s <= 2; ++s) {
+      w->write(0, s, trace::SessionBegin{"", "", "", "", 0, 0});
+      w->write(0, s, trace::Ready{'I'});
+    }
+    q(1 * kMs, 1, "BEGIN", "BEGIN", 'T');
+    q(2 * kMs, 1, "UPDATE lockt SET v = v + 1 WHERE id = 1", "UPDATE 1", 'T');
+    q(20 * kMs, 2, "UPDATE lockt SET v = v + 1 WHERE id = 1", "UPDATE 1", 'I');
+    for (int k = 0; k < 300; ++k) q(21 * kMs + k * (kMs / 5), 2, "SELECT 1", "SELECT 1", 'I');
+    q(90 * kMs, 1, "COMMIT", "COMMIT", 'I');
+    w->write(95 * kMs, 1, trace::SessionEnd{trace::EndReason::Clean});
+    w->write(95 * kMs, 2, trace::SessionEnd{trace::EndReason::Clean});
+    w->close();
+  }
+  Options o;
+  o.conninfo = pg.conninfo();
+  o.user = pg.superuser();
+  o.threads = 1;
+  o.sync = false;
+  o.speed = 1;  // timed: session 1 holds the lock before session 2 asks for it
+  const auto t0 = std::chrono::steady_clock::now();
+  o.wait_stop = [&](long timeout_ns) -> const char* {
+    std::this_thread::sleep_for(std::chrono::nanoseconds(std::min(timeout_ns, 50'000'000L)));
+    return std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20) ? "deadlocked" : nullptr;
+  };
+  const Report r = run(stream(path), o);
+  CHECK(r.stopped == "");
+  CHECK(r.statements == 304);
+  CHECK(r.errors == 0);
+  CHECK(pg.sql("SELECT v FROM lockt WHERE id = 1") == "2");
+}
