@@ -85,12 +85,15 @@ settle_server() {
 # they set emu_pid and dev (start_emulator) and pg_data (pg_start), which the
 # caller's cleanup uses.
 
-# start_emulator IMAGE TIER TIERS_FILE: `tierlab iosim emulate` in the
-# background, once its device is ready.
+# start_emulator IMAGE TIER TIERS_FILE [ARG...]: `tierlab iosim emulate`
+# (with the ARGs, e.g. --stats 1s) in the background, once its device is
+# ready; its stderr is $work/err, and emu_t0 the time (date +%s.%N) it said
+# it was ready, about when its --stats intervals start.
 start_emulator() {
-  "$TIERLAB" iosim emulate --tier "$2" --tiers-file "$3" --image "$1" >"$work/dev" 2>"$work/err" &
+  "$TIERLAB" iosim emulate --tier "$2" --tiers-file "$3" --image "$1" "${@:4}" >"$work/dev" 2>"$work/err" &
   emu_pid=$!
   for _ in $(seq 100); do grep -q 'detaches it' "$work/err" && break; sleep 0.1; done
+  emu_t0=$(date +%s.%N)
   dev=$(head -1 "$work/dev")
   [ -b "$dev" ] || { cat "$work/err" >&2; exit 1; }
 }
