@@ -20,6 +20,7 @@
 //   block       random 8 KiB reads (70%) and writes on a 100 GiB device,
 //               ~20k IOPS (exponential gaps), reads 80-400 us, writes 20-120 us,
 //               reads from 16 backend pids, writes from 2 writeback threads.
+#include "common/clock.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
 
@@ -96,9 +97,7 @@ std::vector<BlockEv> gen_block(size_t n, uint64_t seed) {
 // the machine does not count against the code under test ("one core").
 struct CpuClock {
   static double now() {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+    return static_cast<double>(tierlab::clock_ns(CLOCK_THREAD_CPUTIME_ID)) * 1e-9;
   }
 };
 double seconds_since(double t0) { return CpuClock::now() - t0; }
