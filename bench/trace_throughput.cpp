@@ -108,6 +108,32 @@ struct Timing {
   double write_s = 0, read_s = 0;
 };
 
+// Reads back what `mem` holds into res.bytes and res.read_s (the reader
+// gets the bytes moved, not copied into the timing), summing `touch` of
+// each record so that the reading is not optimised away; a count that is
+// not res.records ends the program.
+template <class Touch>
+void time_read(Timing& res, MemorySink& mem, const char* what, Touch&& touch) {
+  res.bytes = mem.bytes().size();
+  std::vector<uint8_t> bytes = std::move(mem.bytes());
+  const double t0 = CpuClock::now();
+  Reader r(memory_source(std::move(bytes)));
+  Record rec;
+  uint64_t n = 0, check = 0;
+  while (r.next(rec)) {
+    ++n;
+    check += touch(rec);
+  }
+  res.read_s = seconds_since(t0);
+  if (n != res.records) {
+    std::fprintf(stderr, "%s: read %llu of %llu records\n", what, static_cast<unsigned long long>(n),
+                 static_cast<unsigned long long>(res.records));
+    std::exit(1);
+  }
+  if (check == 42) std::puts("");  // keep the loop
+}
+
+
 // Writes the statement stream as a capture would (responses interleaved in
 // time order), then reads it back.
 Timing run_statements(const std::vector<StmtEv>& evs, const WriterOptions& opts) {
@@ -158,24 +184,7 @@ Timing run_statements(const std::vector<StmtEv>& evs, const WriterOptions& opts)
     res.records = w.records_written();
   }
   res.write_s = seconds_since(t0);
-  res.bytes = mem->bytes().size();
-  // The reader gets the bytes (moved, not copied into the timing).
-  std::vector<uint8_t> bytes = std::move(mem->bytes());
-  t0 = CpuClock::now();
-  Reader r(memory_source(std::move(bytes)));
-  Record rec;
-  uint64_t n = 0, check = 0;
-  while (r.next(rec)) {
-    ++n;
-    check += static_cast<uint64_t>(rec.ts);
-  }
-  res.read_s = seconds_since(t0);
-  if (n != res.records) {
-    std::fprintf(stderr, "statement stream: read %llu of %llu records\n",
-                 static_cast<unsigned long long>(n), static_cast<unsigned long long>(res.records));
-    std::exit(1);
-  }
-  if (check == 42) std::puts("");  // keep the loop
+  time_read(res, *mem, "statement stream", [](const Record& rec) { return static_cast<uint64_t>(rec.ts); });
   return res;
 }
 
@@ -194,23 +203,7 @@ Timing run_block(const std::vector<BlockEv>& evs, const WriterOptions& opts) {
     res.records = w.records_written();
   }
   res.write_s = seconds_since(t0);
-  res.bytes = mem->bytes().size();
-  std::vector<uint8_t> bytes = std::move(mem->bytes());
-  t0 = CpuClock::now();
-  Reader r(memory_source(std::move(bytes)));
-  Record rec;
-  uint64_t n = 0, check = 0;
-  while (r.next(rec)) {
-    ++n;
-    check += std::get<BlockIo>(rec.body).offset;
-  }
-  res.read_s = seconds_since(t0);
-  if (n != res.records) {
-    std::fprintf(stderr, "block stream: read %llu of %llu records\n", static_cast<unsigned long long>(n),
-                 static_cast<unsigned long long>(res.records));
-    std::exit(1);
-  }
-  if (check == 42) std::puts("");
+  time_read(res, *mem, "block stream", [](const Record& rec) { return std::get<BlockIo>(rec.body).offset; });
   return res;
 }
 
