@@ -1,10 +1,10 @@
 // tierlab capture proxy: record live PostgreSQL traffic through a transparent
 // wire-protocol proxy.
-#include "app/capture_server.h"
 #include "app/command.h"
 #include "app/progress.h"
 #include "app/proxy_tls.h"
 #include "capture/proxy.h"
+#include "capture/server.h"
 #include "capture/wire.h"
 #include "app/stop_signals.h"
 #include "common/error.h"
@@ -68,7 +68,7 @@ void run_capture_proxy(const CaptureProxyOptions& o) {
   // The server's durability settings go into the trace (straight to the
   // server, not through the proxy); without them the capture goes on.
   std::string no_settings;
-  po.meta = server_meta(o.conninfo.empty() ? conninfo_for(o.upstream) : o.conninfo, &no_settings);
+  po.meta = capture::server_meta(o.conninfo.empty() ? capture::conninfo_for(o.upstream) : o.conninfo, &no_settings);
   // Checks --listen and --upstream: a bad one is the only line.
   capture::Proxy proxy = for_settings(kProxyFlags, [&] { return capture::Proxy(po); });
   if (!no_settings.empty()) say_settings_skipped("capture proxy", no_settings + " (give --conninfo)");

@@ -2,11 +2,11 @@
 // passively from packets), the block and file I/O recorders and periodic
 // samples of the server (CPU time of its process tree, PostgreSQL's
 // counters) together, on one clock, into one trace.
-#include "app/capture_server.h"
 #include "app/command.h"
 #include "app/progress.h"
 #include "app/sniff_thread.h"
 #include "app/stop_signals.h"
+#include "capture/server.h"
 #include "common/units.h"
 #include "capture/block.h"
 #include "capture/file_io.h"
@@ -329,7 +329,7 @@ void run_capture_run(const CaptureRunOptions& o) {
   // What the server is: version, shared_buffers, postmaster pid, memory.
   std::string server = o.upstream;
   if (passive) server = (o.host.empty() ? std::string("localhost") : o.host) + ":" + std::to_string(o.port);
-  PgSampler pg(o.conninfo.empty() ? conninfo_for(server) : o.conninfo);
+  capture::PgSampler pg(o.conninfo.empty() ? capture::conninfo_for(server) : o.conninfo);
   if (passive) {
     capture::SniffOptions::Client self;
     if (pg.tcp_client(self.addr, self.port)) so.ignore_clients.push_back(self);
@@ -349,8 +349,8 @@ void run_capture_run(const CaptureRunOptions& o) {
   }
   if (pg.ok()) {
     meta.push_back({"server_version", pg.value("SHOW server_version")});
-    for (auto& kv : durability_settings(pg)) meta.push_back(std::move(kv));
-    for (auto& kv : projection_settings(pg)) meta.push_back(std::move(kv));
+    for (auto& kv : capture::durability_settings(pg)) meta.push_back(std::move(kv));
+    for (auto& kv : capture::projection_settings(pg)) meta.push_back(std::move(kv));
     datadir = pg.value("SHOW data_directory");  // "" without pg_read_all_settings
     if (!datadir.empty()) meta.push_back({"data_directory", datadir});
     if (postmaster == 0 && !datadir.empty() && !hostless) {
@@ -451,8 +451,8 @@ void run_capture_run(const CaptureRunOptions& o) {
   // Samples: CPU of the postmaster's tree and PostgreSQL's counters.
   auto sample_writer = trace::open_writer(part_samples);
   for (const auto& [k, v] : meta) sample_writer->write(now_ns(), 0, trace::Meta{k, v});
-  std::unique_ptr<CounterSampler> counters;
-  if (pg.ok()) counters = std::make_unique<CounterSampler>(pg, [](const std::string& line) { say(line); });
+  std::unique_ptr<capture::CounterSampler> counters;
+  if (pg.ok()) counters = std::make_unique<capture::CounterSampler>(pg, [](const std::string& line) { say(line); });
   // Clients on the server's machine (pgbench beside it) use the same cores:
   // their CPU, found by the client ends of connections to where they
   // connect (the server's port when passive, the proxy's when not).

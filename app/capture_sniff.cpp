@@ -1,9 +1,9 @@
 // tierlab capture sniff: record PostgreSQL traffic passively from packets.
-#include "app/capture_server.h"
 #include "app/command.h"
 #include "app/progress.h"
 #include "app/sniff_thread.h"
 #include "app/stop_signals.h"
+#include "capture/server.h"
 #include "common/units.h"
 #include "capture/sniff.h"
 #include "common/error.h"
@@ -41,12 +41,12 @@ void run_sniff_cli(SniffCli& cli) {
   // closed before the capture starts, so it is not recorded.
   std::string no_settings;
   if (!cli.conninfo.empty()) {
-    cli.opts.meta = server_meta(cli.conninfo, &no_settings);
+    cli.opts.meta = capture::server_meta(cli.conninfo, &no_settings);
   } else if (!cli.opts.pcap_file.empty()) {
     no_settings = "reading a pcap file, no server to ask (give --conninfo)";
   } else {
     const std::string host = cli.opts.host.empty() ? std::string("127.0.0.1") : cli.opts.host;
-    cli.opts.meta = server_meta(conninfo_for(host + ":" + std::to_string(cli.opts.port)), &no_settings);
+    cli.opts.meta = capture::server_meta(capture::conninfo_for(host + ":" + std::to_string(cli.opts.port)), &no_settings);
     if (!no_settings.empty()) no_settings += " (give --conninfo)";
   }
   if (!no_settings.empty()) say_settings_skipped("capture sniff", no_settings);

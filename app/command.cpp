@@ -214,6 +214,11 @@ void print_writer_waits(uint64_t waits) {
                 static_cast<unsigned long long>(waits));
 }
 
+void say_settings_skipped(const char* cmd, const std::string& why) {
+  std::fprintf(stderr, "tierlab %s: durability settings not recorded: %s\n", cmd, why.c_str());
+  std::fflush(stderr);
+}
+
 namespace {
 
 CLI::Validator number_check(bool zero_ok) {

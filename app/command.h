@@ -132,6 +132,9 @@ CLI::Option* add_compress_level(CLI::App& cmd, int& level);
 // the trace writer (back-pressure); nothing when there were none.
 void print_writer_waits(uint64_t waits);
 
+// The line a capture prints when capture::server_meta() could not connect.
+void say_settings_skipped(const char* cmd, const std::string& why);
+
 // Where a command writes an output file until it is complete. A regular
 // file (new, or one that exists; through a symbolic link, the file it
 // names) is written as a temporary file beside it, which commit() renames

@@ -27,13 +27,13 @@ ProgressLine::ProgressLine(double period_s, std::function<std::string(double)> l
   if (period_s <= 0) return;
   const int64_t period_ns = static_cast<int64_t>(period_s * 1e9);
   thread_ = std::thread([this, period_ns, period_s, line = std::move(line)] {
-    const int64_t start = clock_ns(CLOCK_MONOTONIC);
+    const int64_t start = now_ns();
     // Invariant: next is the end of the period the next line covers, on
     // the absolute schedule start + k * period.
     int64_t next = start + period_ns;
     std::unique_lock<std::mutex> l(mu_);
     for (;;) {
-      const int64_t now = clock_ns(CLOCK_MONOTONIC);
+      const int64_t now = now_ns();
       if (now < next) {
         if (cv_.wait_for(l, std::chrono::nanoseconds(next - now), [&] { return done_; })) return;
         continue;

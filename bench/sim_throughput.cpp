@@ -10,6 +10,7 @@
 //
 // Rates are I/Os per CPU second of this process, so other load on the
 // machine counts less; the best of the repetitions is the least disturbed.
+#include "common/clock.h"
 #include "iosim/sim.h"
 
 #include <algorithm>
@@ -36,11 +37,9 @@ int main(int argc, char** argv) {
     std::vector<double> rates;
     double simulated_iops = 0;
     for (int i = 0; i < reps; ++i) {
-      timespec a{}, b{};
-      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+      const Nanos a = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
       auto r = iosim::simulate_closed(catalog.get(tier_name), loop, iosim::SimOptions{});
-      clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
-      double cpu = static_cast<double>(b.tv_sec - a.tv_sec) + static_cast<double>(b.tv_nsec - a.tv_nsec) / 1e9;
+      double cpu = static_cast<double>(clock_ns(CLOCK_PROCESS_CPUTIME_ID) - a) / 1e9;
       rates.push_back(static_cast<double>(r.ios) / cpu);
       simulated_iops = r.iops;
     }

@@ -20,6 +20,7 @@
 //   block       random 8 KiB reads (70%) and writes on a 100 GiB device,
 //               ~20k IOPS (exponential gaps), reads 80-400 us, writes 20-120 us,
 //               reads from 16 backend pids, writes from 2 writeback threads.
+#include "common/clock.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
 
@@ -96,9 +97,7 @@ std::vector<BlockEv> gen_block(size_t n, uint64_t seed) {
 // the machine does not count against the code under test ("one core").
 struct CpuClock {
   static double now() {
-    timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+    return static_cast<double>(tierlab::clock_ns(CLOCK_THREAD_CPUTIME_ID)) * 1e-9;
   }
 };
 double seconds_since(double t0) { return CpuClock::now() - t0; }
@@ -108,6 +107,32 @@ struct Timing {
   uint64_t bytes = 0;
   double write_s = 0, read_s = 0;
 };
+
+// Reads back what `mem` holds into res.bytes and res.read_s (the reader
+// gets the bytes moved, not copied into the timing), summing `touch` of
+// each record so that the reading is not optimised away; a count that is
+// not res.records ends the program.
+template <class Touch>
+void time_read(Timing& res, MemorySink& mem, const char* what, Touch&& touch) {
+  res.bytes = mem.bytes().size();
+  std::vector<uint8_t> bytes = std::move(mem.bytes());
+  const double t0 = CpuClock::now();
+  Reader r(memory_source(std::move(bytes)));
+  Record rec;
+  uint64_t n = 0, check = 0;
+  while (r.next(rec)) {
+    ++n;
+    check += touch(rec);
+  }
+  res.read_s = seconds_since(t0);
+  if (n != res.records) {
+    std::fprintf(stderr, "%s: read %llu of %llu records\n", what, static_cast<unsigned long long>(n),
+                 static_cast<unsigned long long>(res.records));
+    std::exit(1);
+  }
+  if (check == 42) std::puts("");  // keep the loop
+}
+
 
 // Writes the statement stream as a capture would (responses interleaved in
 // time order), then reads it back.
@@ -159,24 +184,7 @@ Timing run_statements(const std::vector<StmtEv>& evs, const WriterOptions& opts)
     res.records = w.records_written();
   }
   res.write_s = seconds_since(t0);
-  res.bytes = mem->bytes().size();
-  // The reader gets the bytes (moved, not copied into the timing).
-  std::vector<uint8_t> bytes = std::move(mem->bytes());
-  t0 = CpuClock::now();
-  Reader r(memory_source(std::move(bytes)));
-  Record rec;
-  uint64_t n = 0, check = 0;
-  while (r.next(rec)) {
-    ++n;
-    check += static_cast<uint64_t>(rec.ts);
-  }
-  res.read_s = seconds_since(t0);
-  if (n != res.records) {
-    std::fprintf(stderr, "statement stream: read %llu of %llu records\n",
-                 static_cast<unsigned long long>(n), static_cast<unsigned long long>(res.records));
-    std::exit(1);
-  }
-  if (check == 42) std::puts("");  // keep the loop
+  time_read(res, *mem, "statement stream", [](const Record& rec) { return static_cast<uint64_t>(rec.ts); });
   return res;
 }
 
@@ -195,23 +203,7 @@ Timing run_block(const std::vector<BlockEv>& evs, const WriterOptions& opts) {
     res.records = w.records_written();
   }
   res.write_s = seconds_since(t0);
-  res.bytes = mem->bytes().size();
-  std::vector<uint8_t> bytes = std::move(mem->bytes());
-  t0 = CpuClock::now();
-  Reader r(memory_source(std::move(bytes)));
-  Record rec;
-  uint64_t n = 0, check = 0;
-  while (r.next(rec)) {
-    ++n;
-    check += std::get<BlockIo>(rec.body).offset;
-  }
-  res.read_s = seconds_since(t0);
-  if (n != res.records) {
-    std::fprintf(stderr, "block stream: read %llu of %llu records\n", static_cast<unsigned long long>(n),
-                 static_cast<unsigned long long>(res.records));
-    std::exit(1);
-  }
-  if (check == 42) std::puts("");
+  time_read(res, *mem, "block stream", [](const Record& rec) { return std::get<BlockIo>(rec.body).offset; });
   return res;
 }
 

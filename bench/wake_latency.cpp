@@ -12,18 +12,12 @@
 //
 // No schedule can be kept more closely than this on an idle machine: a
 // replay's schedule lag p99 below the p99 here is out of any client's reach.
+#include "common/clock.h"
 #include "common/histogram.h"
 #include "common/realtime.h"
 
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
-
-namespace {
-
-int64_t ns_of(const timespec& t) { return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec; }
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace tierlab;
@@ -37,16 +31,11 @@ int main(int argc, char** argv) {
   tight_timer_slack();
   request_short_slice(kShortestSliceNs);  // as replay's kWorkerSliceNs
   Histogram late;  // the replay's own, as its lag figures come from
-  timespec now{};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  int64_t due = ns_of(now);
+  Nanos due = now_ns();
   for (long i = 0; i < count; ++i) {
     due += period_us * 1000;
-    timespec t{static_cast<time_t>(due / 1'000'000'000), static_cast<long>(due % 1'000'000'000)};
-    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, nullptr) != 0) {
-    }
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    late.record(ns_of(now) - due);
+    sleep_until_ns(due);
+    late.record(now_ns() - due);
   }
   auto ms = [](int64_t ns) { return static_cast<double>(ns) / 1e6; };
   std::printf("wake_latency_ms p50 %.3f p99 %.3f p999 %.3f max %.3f sleeps %ld period_us %ld held %d\n",

@@ -7,6 +7,7 @@
 // statements are looked up by view.
 #include "capture/log_internal.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <algorithm>
@@ -489,9 +490,7 @@ LogStats LogCapture::Impl::finish() {
   sessions.clear();
   recent = {};
   if (!w) {
-    timespec now{};
-    ::clock_gettime(CLOCK_REALTIME, &now);
-    writer(int64_t(now.tv_sec) * 1'000'000'000 + now.tv_nsec);
+    writer(clock_ns(CLOCK_REALTIME));
   }
   if (prefix) st.prefix = prefix->spec();
   return st;

@@ -1,6 +1,7 @@
 #include "capture/run.h"
 
 #include "common/error.h"
+#include "trace/merge.h"
 #include "trace/reader.h"
 #include "trace/writer.h"
 
@@ -182,19 +183,7 @@ uint64_t merge_traces(const std::vector<std::string>& parts, const std::string& 
     wo.realtime_offset_ns = readers.front()->header().realtime_offset_ns;
   }
   auto writer = trace::open_writer(out, wo);
-  // Invariant: heads[i] is the next unwritten record of readers[i] (its
-  // views stay valid until readers[i]->next() is called again).
-  std::vector<trace::Record> heads(readers.size());
-  std::vector<bool> live(readers.size());
-  for (size_t i = 0; i < readers.size(); ++i) live[i] = readers[i]->next(heads[i]);
-  for (;;) {
-    size_t best = readers.size();
-    for (size_t i = 0; i < readers.size(); ++i)
-      if (live[i] && (best == readers.size() || heads[i].ts < heads[best].ts)) best = i;
-    if (best == readers.size()) break;
-    writer->write(heads[best]);
-    live[best] = readers[best]->next(heads[best]);
-  }
+  trace::interleave(readers, *writer);
   writer->close();
   return writer->records_written();
 }

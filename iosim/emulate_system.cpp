@@ -2,6 +2,7 @@
 // mounts of killed emulators, the loop device, the FUSE connection.
 #include "iosim/emulate_internal.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <dirent.h>
@@ -48,7 +49,7 @@ bool owner_gone(const std::string& path, bool is_mounted) {
   }
   // An empty directory without a lock, not new: an emulator killed between
   // its mkdtemp and its lock, or a lock removed by hand.
-  return ::stat(path.c_str(), &sb) == 0 && sb.st_mtime + 60 < ::time(nullptr);
+  return ::stat(path.c_str(), &sb) == 0 && sb.st_mtime + 60 < clock_ns(CLOCK_REALTIME) / 1'000'000'000;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "pgtmp/pgtmp.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "pgtmp/cleanup.h"
 #include "pgtmp/process.h"
@@ -367,7 +368,7 @@ struct Server::Impl {
 
     const std::string ping = "host=" + conn_value(socket_dir) + " port=" + std::to_string(port) +
                              " user=" + superuser + " dbname=postgres connect_timeout=2";
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(opts.start_timeout_s);
+    const Nanos deadline = now_ns() + Nanos{opts.start_timeout_s} * 1'000'000'000;
     for (;;) {
       if (PQping(ping.c_str()) == PQPING_OK) return "";
       int st = 0;
@@ -378,7 +379,7 @@ struct Server::Impl {
         return "pgtmp: postgres exited during startup (status " + std::to_string(detail::shell_status(st)) +
                "); server log: " + tail_from(log);
       }
-      if (std::chrono::steady_clock::now() >= deadline) {
+      if (now_ns() >= deadline) {
         kill_postmaster(true, 5000);
         return "pgtmp: postgres did not accept connections within " + std::to_string(opts.start_timeout_s) +
                " s; server log: " + tail_lines(log_path, 15);

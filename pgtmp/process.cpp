@@ -1,5 +1,6 @@
 #include "pgtmp/process.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <fcntl.h>
@@ -201,7 +202,7 @@ bool wait_for(pid_t pid, int timeout_ms, int* status) {
     if (status) *status = st;
     return true;
   }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  const Nanos deadline = now_ns() + Nanos{timeout_ms} * 1'000'000;
   for (;;) {
     pid_t r = waitpid(pid, &st, WNOHANG);
     if (r == pid) {
@@ -212,7 +213,7 @@ bool wait_for(pid_t pid, int timeout_ms, int* status) {
       if (status) *status = 0;
       return true;
     }
-    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (now_ns() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }

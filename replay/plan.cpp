@@ -387,7 +387,7 @@ void PlanBuilder::Impl::on(SessionBuild& sb, Nanos ts, const trace::Bind& b) {
   }
   // libpq asks for one result format for all columns: the first given.
   op.result_format = b.result_formats.empty() ? 0 : b.result_formats[0];
-  auto it = sb.prepared.find(std::string(b.statement));
+  auto it = sb.prepared.find(b.statement);
   if (it != sb.prepared.end()) {
     sb.bind_fp = it->second.fp;
     op.sql = it->second.sql;
@@ -397,7 +397,10 @@ void PlanBuilder::Impl::on(SessionBuild& sb, Nanos ts, const trace::Bind& b) {
   }
   sb.bind = op;
   sb.bind_pending = true;
-  sb.portal_fp[std::string(b.portal)] = sb.bind_fp;
+  if (auto p = sb.portal_fp.find(b.portal); p != sb.portal_fp.end())
+    p->second = sb.bind_fp;
+  else
+    sb.portal_fp.emplace(std::string(b.portal), sb.bind_fp);
 }
 
 void PlanBuilder::Impl::on(SessionBuild& sb, Nanos ts, const trace::Execute& e) {
@@ -407,7 +410,7 @@ void PlanBuilder::Impl::on(SessionBuild& sb, Nanos ts, const trace::Execute& e) 
     // Execute of a portal already run once (max_rows): libpq has no call
     // that resumes a portal; a directly driven session sends it.
     ++sb.libpq_unsupported;
-    auto it = sb.portal_fp.find(std::string(e.portal));
+    auto it = sb.portal_fp.find(e.portal);
     sb.execs.emplace_back(it != sb.portal_fp.end() ? it->second
                                                    : fp_for_text("EXECUTE /* a portal bound before the capture */"),
                           kNone);

@@ -9,12 +9,16 @@
 #include "replay/sync_sql.h"
 #include "replay/wire.h"
 
+#include <boost/container/flat_map.hpp>
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -22,6 +26,13 @@ namespace tierlab::replay {
 namespace build_detail {
 
 constexpr uint32_t kNone = UINT32_MAX;
+
+// Hashes a name table's std::string keys and the string_view a record
+// carries alike, so that a lookup makes no std::string.
+struct NameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view v) const { return std::hash<std::string_view>{}(v); }
+};
 
 // A statement, normalised (normalize_sql: lower case, no comments, no
 // leading space), that opens a transaction block.
@@ -68,7 +79,10 @@ struct SessionBuild {
   std::string wire;                 // the messages as sent (Unit::wire)
   bool wire_synced = false;         // `wire` ends with a Sync
   uint32_t libpq_unsupported = 0;   // of them, what libpq cannot send
-  std::unordered_map<std::string, uint32_t> portal_fp;  // bound portal -> fp
+  // Bound portal -> fp. Sessions bind one or two portals (mostly the
+  // unnamed one), where a sorted vector looked up by the record's
+  // string_view is the quickest (bench/small_tables.cpp).
+  boost::container::flat_map<std::string, uint32_t, std::less<>> portal_fp;
   bool bind_pending = false;
   Op bind;                          // Execute op prepared by the last Bind
   uint32_t bind_fp = 0;
@@ -90,7 +104,10 @@ struct SessionBuild {
   } awaiting;
   uint32_t last_unit = kNone;
   std::vector<CopyChunk> copy_tmp;
-  std::unordered_map<std::string, Prepared> prepared;
+  // Statement name -> what Parse prepared; up to tens of statements, where
+  // a hash looked up by the record's string_view is the quickest
+  // (bench/small_tables.cpp).
+  std::unordered_map<std::string, Prepared, NameHash, std::equal_to<>> prepared;
   // Streamed (replay/stream.cpp): the units made since the session was last
   // idle and their bookkeeping, handed on (emit) once their answers are in;
   // the session's index in the loaded plan being streamed (pass 2); and the

@@ -156,15 +156,13 @@ int64_t wait_for_start(int64_t start_realtime_ns, const std::function<const char
     }
   }
   // The two clocks read back to back: the monotonic time of the start.
-  const int64_t mono = clock_ns(CLOCK_MONOTONIC);
+  const int64_t mono = now_ns();
   const int64_t real = clock_ns(CLOCK_REALTIME);
   return mono + (start_realtime_ns - real);
 }
 
 int64_t start_offset(int64_t start_realtime_ns, int64_t epoch_mono_ns) {
-  timespec ts{static_cast<time_t>(epoch_mono_ns / kSec), static_cast<long>(epoch_mono_ns % kSec)};
-  while (::clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-  }
+  sleep_until_ns(epoch_mono_ns);
   return clock_ns(CLOCK_REALTIME) - start_realtime_ns;
 }
 

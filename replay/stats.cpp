@@ -2,10 +2,10 @@
 #include "replay/start_at.h"
 #include "replay/stats.h"
 
+#include "common/clock.h"
 #include "common/error.h"
 
 #include <algorithm>
-#include <chrono>
 #include <map>
 #include <cstdio>
 #include <cstring>
@@ -76,7 +76,7 @@ void SqlstateCounts::add(const char* sqlstate, uint64_t n, std::string_view mess
   if (added) {
     // Slow path, once per SQLSTATE.
     message_[i].assign(message);
-    first_at_[i] = std::chrono::steady_clock::now().time_since_epoch().count();
+    first_at_[i] = now_ns();
     statement_[i] = kNoStatement;
   }
 }

@@ -7,6 +7,28 @@
 
 namespace tierlab::trace {
 
+void interleave(const std::vector<std::unique_ptr<Reader>>& readers, Writer& w,
+                const std::function<void(Record&, size_t)>& adjust) {
+  // Invariant: heads[i] is the next unwritten record of readers[i], already
+  // adjusted (its views stay valid until readers[i]->next() is called
+  // again).
+  std::vector<Record> heads(readers.size());
+  std::vector<bool> live(readers.size());
+  auto advance = [&](size_t i) {
+    live[i] = readers[i]->next(heads[i]);
+    if (live[i] && adjust) adjust(heads[i], i);
+  };
+  for (size_t i = 0; i < readers.size(); ++i) advance(i);
+  for (;;) {
+    size_t best = readers.size();
+    for (size_t i = 0; i < readers.size(); ++i)
+      if (live[i] && (best == readers.size() || heads[i].ts < heads[best].ts)) best = i;
+    if (best == readers.size()) break;
+    w.write(heads[best]);
+    advance(best);
+  }
+}
+
 MergeResult merge_on_wall_clock(const std::vector<std::string>& inputs, const std::string& out) {
   MergeResult res;
   // First pass: each input's offset, span and highest session id.
@@ -45,15 +67,7 @@ MergeResult merge_on_wall_clock(const std::vector<std::string>& inputs, const st
   wo.start_mono_ns = readers.front()->header().start_mono_ns;
   wo.realtime_offset_ns = offset0;
   auto writer = open_writer(out, wo);
-  // Invariant: heads[i] is the next unwritten record of readers[i], already
-  // moved to the output's clock and sessions (its views stay valid until
-  // readers[i]->next() is called again).
-  std::vector<Record> heads(readers.size());
-  std::vector<bool> live(readers.size());
-  auto advance = [&](size_t i) {
-    live[i] = readers[i]->next(heads[i]);
-    if (!live[i]) return;
-    Record& h = heads[i];
+  interleave(readers, *writer, [&](Record& h, size_t i) {
     const MergeInput& in = res.inputs[i];
     h.ts += in.shift_ns;
     if (h.session != 0) h.session += in.session_base;
@@ -61,16 +75,7 @@ MergeResult merge_on_wall_clock(const std::vector<std::string>& inputs, const st
       b->complete_ns += in.shift_ns;
       if (b->queued_ns != 0) b->queued_ns += in.shift_ns;
     }
-  };
-  for (size_t i = 0; i < readers.size(); ++i) advance(i);
-  for (;;) {
-    size_t best = readers.size();
-    for (size_t i = 0; i < readers.size(); ++i)
-      if (live[i] && (best == readers.size() || heads[i].ts < heads[best].ts)) best = i;
-    if (best == readers.size()) break;
-    writer->write(heads[best]);
-    advance(best);
-  }
+  });
   writer->close();
   res.records = writer->records_written();
   return res;

@@ -5,10 +5,22 @@
 #include "trace/record.h"
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace tierlab::trace {
+
+class Reader;
+class Writer;
+
+// Writes every record of `readers` to `w` in time order, each passed
+// through `adjust(record, index of its reader)` first when one is given
+// (times compared after it). Each reader's records must be in time order;
+// of equal times the earlier reader's goes first. Does not close `w`.
+void interleave(const std::vector<std::unique_ptr<Reader>>& readers, Writer& w,
+                const std::function<void(Record&, size_t)>& adjust = {});
 
 struct MergeInput {
   std::string path;

@@ -59,10 +59,15 @@ bool valid_utf8(std::string_view s) {
   return true;
 }
 
-// "..." with C-style escapes; at most `limit` bytes shown.
-void append_quoted(std::string& s, std::string_view v, size_t limit = 200) {
-  s += '"';
-  size_t shown = std::min(v.size(), limit);
+// How a string's bytes are escaped: as dump quotes them (C style) or as
+// JSON.
+enum class Escapes { C, Json };
+
+// Appends v[0, shown): UTF-8 sequences as they are; quote, backslash, \n,
+// \r and \t by their escapes; other control bytes (and, C style, DEL) as
+// \xHH or \u00HH; bytes that are not UTF-8 as \xHH or U+FFFD.
+void append_escaped(std::string& s, std::string_view v, size_t shown, Escapes e) {
+  const char* hex_prefix = e == Escapes::C ? "\\x" : "\\u00";
   for (size_t i = 0; i < shown; ++i) {
     unsigned char c = static_cast<unsigned char>(v[i]);
     if (c >= 0x80) {
@@ -70,8 +75,10 @@ void append_quoted(std::string& s, std::string_view v, size_t limit = 200) {
       if (n && i + n <= shown) {
         s.append(v.data() + i, n);
         i += n - 1;
+      } else if (e == Escapes::Json) {
+        s += "\\ufffd";
       } else {
-        s += "\\x";
+        s += hex_prefix;
         s += kHex[c >> 4];
         s += kHex[c & 15];
       }
@@ -84,8 +91,8 @@ void append_quoted(std::string& s, std::string_view v, size_t limit = 200) {
       case '\r': s += "\\r"; break;
       case '\t': s += "\\t"; break;
       default:
-        if (c < 0x20 || c == 0x7f) {
-          s += "\\x";
+        if (c < 0x20 || (c == 0x7f && e == Escapes::C)) {
+          s += hex_prefix;
           s += kHex[c >> 4];
           s += kHex[c & 15];
         } else {
@@ -93,6 +100,13 @@ void append_quoted(std::string& s, std::string_view v, size_t limit = 200) {
         }
     }
   }
+}
+
+// "..." with C-style escapes; at most `limit` bytes shown.
+void append_quoted(std::string& s, std::string_view v, size_t limit = 200) {
+  s += '"';
+  size_t shown = std::min(v.size(), limit);
+  append_escaped(s, v, shown, Escapes::C);
   s += '"';
   if (shown < v.size()) {
     s += "...(";
@@ -104,36 +118,7 @@ void append_quoted(std::string& s, std::string_view v, size_t limit = 200) {
 // JSON string; bytes that are not UTF-8 become U+FFFD.
 void append_json(std::string& s, std::string_view v) {
   s += '"';
-  for (size_t i = 0; i < v.size();) {
-    unsigned char c = static_cast<unsigned char>(v[i]);
-    if (c >= 0x80) {
-      size_t n = utf8_len(v, i);
-      if (n) {
-        s.append(v.data() + i, n);
-        i += n;
-      } else {
-        s += "\\ufffd";
-        ++i;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"': s += "\\\""; break;
-      case '\\': s += "\\\\"; break;
-      case '\n': s += "\\n"; break;
-      case '\r': s += "\\r"; break;
-      case '\t': s += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          s += "\\u00";
-          s += kHex[c >> 4];
-          s += kHex[c & 15];
-        } else {
-          s += static_cast<char>(c);
-        }
-    }
-    ++i;
-  }
+  append_escaped(s, v, v.size(), Escapes::Json);
   s += '"';
 }
 
@@ -276,6 +261,49 @@ void append_rel(std::string& s, Nanos ts, Nanos origin) {
   s += buf;
 }
 
+std::string_view enum_name(EndReason v) { return reason_name(v); }
+std::string_view enum_name(LossKind v) { return loss_name(v); }
+std::string_view enum_name(IoOp v) { return op_name(v); }
+std::string_view enum_name(CopyDir v) { return dir_name(v); }
+
+// A string dump prints as it is, not quoted (a severity, a sample's name).
+struct Bare {
+  std::string_view v;
+};
+
+// `label`, then `v` as dump shows its type: strings quoted, enums by name,
+// a one-character code as it is, lists in brackets.
+template <class M>
+void shown(std::string& s, std::string_view label, const M& v) {
+  s.append(label);
+  if constexpr (std::is_same_v<M, std::string_view>) {
+    append_quoted(s, v);
+  } else if constexpr (std::is_same_v<M, Bare>) {
+    s.append(v.v);
+  } else if constexpr (std::is_same_v<M, char>) {
+    s += v;
+  } else if constexpr (std::is_enum_v<M>) {
+    s.append(enum_name(v));
+  } else if constexpr (std::is_same_v<M, double>) {
+    append_double(s, v);
+  } else if constexpr (is_span_v<M>) {
+    constexpr bool params = std::is_same_v<M, std::span<const Param>>;
+    s += '[';
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (i) s.append(params ? ", " : ",");
+      if constexpr (params)
+        append_param(s, v[i]);
+      else
+        shown(s, "", v[i]);
+    }
+    s += ']';
+  } else if constexpr (std::is_signed_v<M>) {
+    append_i(s, v);
+  } else {
+    append_u(s, v);
+  }
+}
+
 }  // namespace
 
 // --- dump ------------------------------------------------------------------------
@@ -283,129 +311,75 @@ void append_rel(std::string& s, Nanos ts, Nanos origin) {
 void dump_line(std::string& s, const Record& r, Nanos origin) {
   s.clear();
   append_rel(s, r.ts, origin);
-  s += " s=";
-  append_u(s, r.session);
-  s += ' ';
-  s.append(kind_name(r.kind()));
+  shown(s, " s=", r.session);
+  shown(s, " ", Bare{kind_name(r.kind())});
   std::visit(
       [&](const auto& b) {
         using T = std::decay_t<decltype(b)>;
         if constexpr (std::is_same_v<T, SessionBegin>) {
-          s += " user=";
-          append_quoted(s, b.user);
-          s += " database=";
-          append_quoted(s, b.database);
-          s += " application=";
-          append_quoted(s, b.application_name);
-          s += " client=";
-          append_quoted(s, b.client_addr);
-          s += " pid=";
-          append_i(s, b.backend_pid);
+          shown(s, " user=", b.user);
+          shown(s, " database=", b.database);
+          shown(s, " application=", b.application_name);
+          shown(s, " client=", b.client_addr);
+          shown(s, " pid=", b.backend_pid);
           if (b.flags & kSessionUnknownStartup) s += " unknown_startup";
           if (b.flags & kSessionUnixSocket) s += " unix";
           if (b.flags & kSessionTls) s += " tls";
         } else if constexpr (std::is_same_v<T, SessionEnd>) {
-          s += " reason=";
-          s.append(reason_name(b.reason));
+          shown(s, " reason=", b.reason);
         } else if constexpr (std::is_same_v<T, Query>) {
-          s += " sql=";
-          append_quoted(s, b.sql);
+          shown(s, " sql=", b.sql);
         } else if constexpr (std::is_same_v<T, Parse>) {
-          s += " stmt=";
-          append_quoted(s, b.statement);
-          s += " sql=";
-          append_quoted(s, b.sql);
-          s += " types=[";
-          for (size_t i = 0; i < b.param_types.size(); ++i) {
-            if (i) s += ',';
-            append_u(s, b.param_types[i]);
-          }
-          s += ']';
+          shown(s, " stmt=", b.statement);
+          shown(s, " sql=", b.sql);
+          shown(s, " types=", b.param_types);
         } else if constexpr (std::is_same_v<T, Bind>) {
-          s += " portal=";
-          append_quoted(s, b.portal);
-          s += " stmt=";
-          append_quoted(s, b.statement);
-          s += " params=[";
-          for (size_t i = 0; i < b.params.size(); ++i) {
-            if (i) s += ", ";
-            append_param(s, b.params[i]);
-          }
-          s += ']';
-          if (!b.result_formats.empty()) {
-            s += " result_formats=[";
-            for (size_t i = 0; i < b.result_formats.size(); ++i) {
-              if (i) s += ',';
-              append_i(s, b.result_formats[i]);
-            }
-            s += ']';
-          }
+          shown(s, " portal=", b.portal);
+          shown(s, " stmt=", b.statement);
+          shown(s, " params=", b.params);
+          if (!b.result_formats.empty()) shown(s, " result_formats=", b.result_formats);
         } else if constexpr (std::is_same_v<T, Execute>) {
-          s += " portal=";
-          append_quoted(s, b.portal);
-          s += " max_rows=";
-          append_u(s, b.max_rows);
+          shown(s, " portal=", b.portal);
+          shown(s, " max_rows=", b.max_rows);
         } else if constexpr (std::is_same_v<T, Describe> || std::is_same_v<T, Close>) {
-          s += b.target == 'P' ? " portal=" : " stmt=";
-          append_quoted(s, b.name);
+          shown(s, b.target == 'P' ? " portal=" : " stmt=", b.name);
         } else if constexpr (std::is_same_v<T, CopyData>) {
-          s += ' ';
-          s.append(dir_name(b.dir));
-          s += " bytes=";
-          append_u(s, b.data.size());
+          shown(s, " ", b.dir);
+          shown(s, " bytes=", b.data.size());
           s += ' ';
           append_quoted(s, b.data, 64);
         } else if constexpr (std::is_same_v<T, CopyDone>) {
-          s += ' ';
-          s.append(dir_name(b.dir));
+          shown(s, " ", b.dir);
         } else if constexpr (std::is_same_v<T, CopyFail>) {
-          s += " message=";
-          append_quoted(s, b.message);
+          shown(s, " message=", b.message);
         } else if constexpr (std::is_same_v<T, Result>) {
-          s += " tag=";
-          append_quoted(s, b.tag);
-          if (b.has_rows) {
-            s += " rows=";
-            append_u(s, b.rows);
-          }
+          shown(s, " tag=", b.tag);
+          if (b.has_rows) shown(s, " rows=", b.rows);
         } else if constexpr (std::is_same_v<T, Error>) {
-          s += ' ';
-          s.append(b.severity);
-          s += ' ';
-          s.append(b.sqlstate);
-          s += ' ';
-          append_quoted(s, b.message);
+          shown(s, " ", Bare{b.severity});
+          shown(s, " ", Bare{b.sqlstate});
+          shown(s, " ", b.message);
         } else if constexpr (std::is_same_v<T, Ready>) {
-          s += " status=";
-          s += b.status;
+          shown(s, " status=", b.status);
         } else if constexpr (std::is_same_v<T, BlockIo>) {
-          s += ' ';
-          s.append(op_name(b.op));
+          shown(s, " ", b.op);
           s += " dev=";
           append_device(s, b.device);
           append_io_fields(s, b.offset, b.length, (b.flags & kIoIncomplete) ? -1 : b.complete_ns - r.ts, b.pid,
                            b.flags);
         } else if constexpr (std::is_same_v<T, FileIo>) {
-          s += ' ';
-          s.append(op_name(b.op));
-          s += " file=";
-          append_quoted(s, b.file);
+          shown(s, " ", b.op);
+          shown(s, " file=", b.file);
           append_io_fields(s, b.offset, b.length, b.latency_ns, b.pid, b.flags);
         } else if constexpr (std::is_same_v<T, Sample>) {
-          s += ' ';
-          s.append(b.name);
-          s += '=';
-          append_double(s, b.value);
+          shown(s, " ", Bare{b.name});
+          shown(s, "=", b.value);
         } else if constexpr (std::is_same_v<T, Meta>) {
-          s += ' ';
-          s.append(b.key);
-          s += '=';
-          append_quoted(s, b.value);
+          shown(s, " ", Bare{b.key});
+          shown(s, "=", b.value);
         } else if constexpr (std::is_same_v<T, Loss>) {
-          s += ' ';
-          s.append(loss_name(b.what));
-          s += " count=";
-          append_u(s, b.count);
+          shown(s, " ", b.what);
+          shown(s, " count=", b.count);
         }
       },
       r.body);
@@ -428,11 +402,6 @@ void json_key(std::string& s, std::string_view k) {
   s.append(k);
   s += "\":";
 }
-
-std::string_view enum_name(EndReason v) { return reason_name(v); }
-std::string_view enum_name(LossKind v) { return loss_name(v); }
-std::string_view enum_name(IoOp v) { return op_name(v); }
-std::string_view enum_name(CopyDir v) { return dir_name(v); }
 
 void json_param(std::string& s, const Param& p) {
   s += "{\"format\":";

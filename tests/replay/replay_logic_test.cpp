@@ -1106,3 +1106,28 @@ TEST_CASE("round-trip log: a file that cannot be made is a SettingError naming t
     CHECK(std::string(e.what()) == path + ": No such file or directory");
   }
 }
+
+TEST_CASE("plan: an Execute that resumes a portal and a Bind of a statement prepared before the capture get their fingerprints",
+          "[replay][plan]") {
+  Trace t;
+  t.add(0, 4, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  // A name longer than std::string keeps inline, and a named portal run in
+  // two steps (max_rows), then a statement the capture never saw prepared.
+  t.add(1 * kMs, 4, trace::Parse{"__asyncpg_stmt_1f__", "SELECT a FROM t WHERE id = $1", {}});
+  t.add(1 * kMs, 4, trace::Bind{"cursor_one", "__asyncpg_stmt_1f__", {}, {}});
+  t.add(1 * kMs, 4, trace::Execute{"cursor_one", 1});
+  t.add(1 * kMs, 4, trace::Execute{"cursor_one", 1});
+  t.add(1 * kMs, 4, trace::Bind{"", "S_9", {}, {}});
+  t.add(1 * kMs, 4, trace::Execute{"", 0});
+  t.add(1 * kMs, 4, trace::Sync{});
+  t.add(2 * kMs, 4, trace::Ready{'I'});
+  auto p = t.build();
+  REQUIRE(p->sessions[0].n_units == 1);
+  const Unit& u = p->units[p->session_units[0]];
+  REQUIRE(u.n_stmts == 3);
+  const auto text = [&](uint32_t i) { return p->fingerprints[p->stmts[u.first_stmt + i].fp]; };
+  CHECK(text(0) == normalize_sql("SELECT a FROM t WHERE id = $1"));
+  CHECK(text(1) == text(0));  // the resumed portal is the statement it was bound to
+  CHECK(text(2) == normalize_sql("EXECUTE S_9 /* prepared before the capture */"));
+  CHECK(p->summary.libpq_unsupported == 1);  // the resumed portal
+}

@@ -1,4 +1,4 @@
-#include "app/capture_server.h"
+#include "capture/server.h"
 
 #include <arpa/inet.h>
 #include <libpq-fe.h>
@@ -13,7 +13,7 @@
 #include <iterator>
 #include <string_view>
 
-namespace tierlab::app {
+namespace tierlab::capture {
 
 std::string conninfo_for(const std::string& upstream) {
   std::string host = upstream, port = "5432";
@@ -314,12 +314,15 @@ bool CounterSampler::sample(std::vector<std::pair<std::string, double>>& out,
   return any;
 }
 
-std::vector<std::pair<std::string, std::string>> projection_settings(PgSampler& pg) {
-  static const char* const kNames[] = {"effective_cache_size", "max_connections", "track_io_timing",
-                                       "server_version_num"};
+namespace {
+
+// The settings `names` as Meta records ("setting.NAME"), in that order;
+// those the server does not know are left out.
+template <size_t N>
+std::vector<std::pair<std::string, std::string>> settings(PgSampler& pg, const char* const (&names)[N]) {
   std::vector<std::pair<std::string, std::string>> out;
   if (!pg.ok()) return out;
-  for (const char* name : kNames) {
+  for (const char* name : names) {
     const std::string sql = std::string("SELECT current_setting('") + name + "', true)";
     std::string v = pg.value(sql.c_str());
     if (!v.empty()) out.push_back({std::string("setting.") + name, v});
@@ -327,18 +330,19 @@ std::vector<std::pair<std::string, std::string>> projection_settings(PgSampler& 
   return out;
 }
 
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> projection_settings(PgSampler& pg) {
+  static const char* const kNames[] = {"effective_cache_size", "max_connections", "track_io_timing",
+                                       "server_version_num"};
+  return settings(pg, kNames);
+}
+
 std::vector<std::pair<std::string, std::string>> durability_settings(PgSampler& pg) {
   static const char* const kNames[] = {"fsync",        "synchronous_commit", "wal_sync_method",
                                        "full_page_writes", "commit_delay", "checkpoint_timeout",
                                        "max_wal_size", "shared_buffers"};
-  std::vector<std::pair<std::string, std::string>> out;
-  if (!pg.ok()) return out;
-  for (const char* name : kNames) {
-    const std::string sql = std::string("SELECT current_setting('") + name + "', true)";
-    std::string v = pg.value(sql.c_str());
-    if (!v.empty()) out.push_back({std::string("setting.") + name, v});
-  }
-  return out;
+  return settings(pg, kNames);
 }
 
 std::vector<std::pair<std::string, std::string>> server_meta(const std::string& conninfo, std::string* why) {
@@ -350,9 +354,4 @@ std::vector<std::pair<std::string, std::string>> server_meta(const std::string& 
   return durability_settings(pg);
 }
 
-void say_settings_skipped(const char* cmd, const std::string& why) {
-  std::fprintf(stderr, "tierlab %s: durability settings not recorded: %s\n", cmd, why.c_str());
-  std::fflush(stderr);
-}
-
-}  // namespace tierlab::app
+}  // namespace tierlab::capture

@@ -14,7 +14,7 @@
 
 struct pg_conn;
 
-namespace tierlab::app {
+namespace tierlab::capture {
 
 // "host=H port=P dbname=postgres ..." from HOST:PORT or DIR[:PORT] (the
 // form of --upstream).
@@ -121,7 +121,4 @@ std::vector<std::pair<std::string, std::string>> durability_settings(PgSampler& 
 // connect, returns nothing and sets *why (one line); the capture goes on.
 std::vector<std::pair<std::string, std::string>> server_meta(const std::string& conninfo, std::string* why);
 
-// The line a capture prints when server_meta() could not connect.
-void say_settings_skipped(const char* cmd, const std::string& why);
-
-}  // namespace tierlab::app
+}  // namespace tierlab::capture
