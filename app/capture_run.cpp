@@ -8,6 +8,7 @@
 #include "app/stop_signals.h"
 #include "capture/server.h"
 #include "common/units.h"
+#include "capture/activity.h"
 #include "capture/block.h"
 #include "capture/file_io.h"
 #include "capture/proxy.h"
@@ -453,6 +454,15 @@ void run_capture_run(const CaptureRunOptions& o) {
   for (const auto& [k, v] : meta) sample_writer->write(now_ns(), 0, trace::Meta{k, v});
   std::unique_ptr<capture::CounterSampler> counters;
   if (pg.ok()) counters = std::make_unique<capture::CounterSampler>(pg, [](const std::string& line) { say(line); });
+  // What the backends in a transaction wait on, every round: the profile's
+  // split of a transaction's time by wait.
+  std::unique_ptr<capture::ActivitySampler> activity;
+  if (pg.ok())
+    activity = std::make_unique<capture::ActivitySampler>(
+        [&pg](const char* sql, std::vector<std::vector<std::string>>& rows, std::string& err) {
+          return pg.rows(sql, rows, err);
+        },
+        [](const std::string& line) { say(line); });
   // Clients on the server's machine (pgbench beside it) use the same cores:
   // their CPU, found by the client ends of connections to where they
   // connect (the server's port when passive, the proxy's when not).
@@ -515,6 +525,11 @@ void run_capture_run(const CaptureRunOptions& o) {
             for (const auto& [k, v] : texts) sample_writer->write(now, 0, trace::Meta{k, v});
             for (const auto& [name, v] : c) sample_writer->write(now, 0, trace::Sample{name, v});
             samples += c.size();
+            c.clear();
+            if (activity->sample(c)) {
+              for (const auto& [name, v] : c) sample_writer->write(now, 0, trace::Sample{name, v});
+              samples += c.size();
+            }
           } else {
             pg_on = false;
           }
@@ -665,7 +680,8 @@ void setup_capture_run(CLI::App& parent) {
       "writes and syncs from the kernel's syscall tracepoints; needs root, --no-file-io to leave it\n"
       "out), and every --sample-interval the CPU time of the server's process tree and PostgreSQL's\n"
       "counters (pg_stat_database, pg_stat_bgwriter, pg_stat_checkpointer, pg_stat_wal, pg_stat_io,\n"
-      "pg_stat_statements, WAL position, as the server version has them). A server not on this\n"
+      "pg_stat_statements, WAL position, as the server version has them) and what the backends in a\n"
+      "transaction wait on (pg_stat_activity; the role needs pg_monitor). A server not on this\n"
       "machine (RDS, Aurora) is captured host-less: transactions through the proxy and its counters\n"
       "over SQL only.");
   auto* listen = cmd->add_option("--listen", opt->listen,

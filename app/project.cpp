@@ -138,7 +138,8 @@ void run_project(const ProjectCliOptions& o) {
   const bool is_json = o.trace.size() > 5 && o.trace.compare(o.trace.size() - 5, 5, ".json") == 0;
   models::Profile profile = is_json ? models::read_profile_json(o.trace) : models::profile_file(o.trace);
   // The options the model checks, by their flags.
-  const std::vector<SettingFlag> settings = {{"clients", "--clients"},
+  const std::vector<SettingFlag> settings = {{"tiers", "--tier"},
+                                             {"clients", "--clients"},
                                              {"memory", "--memory"},
                                              {"data_growth", "--data-growth"},
                                              {"capture_memory", "--capture-memory"}};

@@ -6,6 +6,7 @@
 #include "common/units.h"
 #include "models/mrc.h"
 #include "models/profile_counters.h"
+#include "models/profile_internal.h"
 
 #include <algorithm>
 #include <cctype>
@@ -45,12 +46,6 @@ LatencySummary summarise(const Histogram& h) {
   s.p99_s = static_cast<double>(h.quantile(0.99)) / kNs;
   return s;
 }
-
-struct Counter {
-  Nanos first_ts = 0, last_ts = 0;
-  double first = 0, last = 0;
-  bool seen = false;
-};
 
 // A backend's transaction that ended, while I/O may still be attributed to it.
 struct TxRec {
@@ -193,10 +188,11 @@ struct ProfileBuilder::Impl {
   double commit_ns = 0;
   StackDistances file_stack, block_stack;
   std::unordered_map<std::string, uint64_t> file_ids;
-  std::map<std::string, Counter> counters;
+  std::map<std::string, SampleCounter> counters;
   CounterSeries counter_series;  // the counters a host-less capture's figures come from
   // The server's CPU counters, every sample: (time, value) by name.
-  std::map<std::string, std::vector<std::pair<Nanos, double>>> cpu_series;
+  CpuSeries cpu_series;
+  ActivitySamples activity;  // the backends' sampled wait events
   std::map<std::string, std::string> meta;
   std::unordered_set<int32_t> server_pids;  // Meta "server.pid" (and "postmaster_pid")
 
@@ -532,6 +528,7 @@ struct ProfileBuilder::Impl {
             counter_series.add(b.name, r.ts, b.value);
             if (b.name.starts_with("cpu.") && b.name.ends_with("_ns"))
               cpu_series[std::string(b.name)].emplace_back(r.ts, b.value);
+            activity.add(b.name, b.value);
           } else if constexpr (std::is_same_v<T, Meta>) {
             // A session's TLS ("session.ID.tls", one per session of a
             // proxy capture) is no figure of the profile's: not kept.
@@ -571,54 +568,6 @@ struct ProfileBuilder::Impl {
   Profile finish(const std::string& source);
   void block_io(Profile& p, Nanos w0, Nanos w1);
   void detect_cap(Profile& p, Nanos w0, Nanos w1) const;
-  void samples(Profile& p, Nanos w0, Nanos w1);
-  // Sets p.cpu_split and its parts (see Profile) from cpu_series.
-  template <class TxBetween>
-  void split_cpu(Profile& p, const TxBetween& tx_between) const {
-    // Intervals between the first counter's samples; every counter's value
-    // at those times by linear interpolation between its own samples.
-    if (cpu_series.empty()) return;
-    const auto& grid = cpu_series.begin()->second;
-    if (grid.size() < 11) return;
-    auto at = [](const std::vector<std::pair<Nanos, double>>& v, Nanos t) {
-      auto it = std::lower_bound(v.begin(), v.end(), t, [](const auto& e, Nanos x) { return e.first < x; });
-      if (it == v.begin()) return it->second;
-      if (it == v.end()) return v.back().second;
-      const auto& [t1, v1] = *it;
-      const auto& [t0, v0] = *(it - 1);
-      return t1 > t0 ? v0 + (v1 - v0) * static_cast<double>(t - t0) / static_cast<double>(t1 - t0) : v1;
-    };
-    std::vector<double> xs, ys;
-    for (size_t i = 1; i < grid.size(); ++i) {
-      const Nanos a = grid[i - 1].first, b = grid[i].first;
-      if (b <= a) continue;
-      double cpu = 0;
-      for (const auto& [name, v] : cpu_series) cpu += at(v, b) - at(v, a);
-      const double dt = static_cast<double>(b - a) / kNs;
-      xs.push_back(tx_between(a, b) / dt);
-      ys.push_back(cpu / kNs / dt);
-    }
-    const size_t n = xs.size();
-    if (n < 10) return;
-    const auto [lo, hi] = std::minmax_element(xs.begin(), xs.end());
-    if (!(*lo > 0) || *hi < 1.5 * *lo) return;
-    double mx = 0, my = 0;
-    for (size_t i = 0; i < n; ++i) mx += xs[i], my += ys[i];
-    mx /= static_cast<double>(n);
-    my /= static_cast<double>(n);
-    double sxx = 0, sxy = 0;
-    for (size_t i = 0; i < n; ++i) sxx += (xs[i] - mx) * (xs[i] - mx), sxy += (xs[i] - mx) * (ys[i] - my);
-    if (!(sxx > 0)) return;
-    const double slope = sxy / sxx, fixed = my - slope * mx;
-    double sse = 0;
-    for (size_t i = 0; i < n; ++i) sse += std::pow(ys[i] - fixed - slope * xs[i], 2);
-    const double se = std::sqrt(sse / static_cast<double>(n - 2) / sxx);
-    if (!(slope > 0) || !(fixed > 0) || se > 0.1 * slope) return;
-    p.cpu_split = true;
-    p.cpu_fixed_cores = fixed;
-    p.cpu_marginal_s_per_tx = slope;
-  }
-  void memory(Profile& p);
 };
 
 ProfileBuilder::ProfileBuilder(ProfileOptions opts) : impl_(std::make_unique<Impl>(opts)) {}
@@ -677,8 +626,9 @@ Profile ProfileBuilder::Impl::finish(const std::string& source) {
   }
   std::sort(p.templates.begin(), p.templates.end(),
             [](const TemplateStats& a, const TemplateStats& b) { return a.count > b.count; });
-  samples(p, w0, w1);
-  memory(p);
+  profile_samples(p, counters, cpu_series, tx_ends);
+  profile_waits(p, activity);
+  profile_memory(p, meta, file_stack, block_stack, opts.page_bytes);
   profile_from_counters(p, counter_series, meta, tx_ends);
   return p;
 }
@@ -762,108 +712,6 @@ void ProfileBuilder::Impl::detect_cap(Profile& p, Nanos w0, Nanos w1) const {
     p.cap_iops = mean;
     return;
   }
-}
-
-void ProfileBuilder::Impl::samples(Profile& p, Nanos w0, Nanos w1) {
-  // Transactions ending inside (a, b], to the millisecond.
-  auto tx_between = [&](Nanos a, Nanos b) { return tx_ends.between(a, b); };
-  (void)w0;
-  (void)w1;
-  double cpu_ns = 0;
-  Nanos c0 = std::numeric_limits<Nanos>::max(), c1 = std::numeric_limits<Nanos>::min();
-  for (const auto& [name, c] : counters) {
-    bool cpu = name.rfind("cpu.", 0) == 0 && name.size() > 3 &&
-               name.compare(name.size() - 3, 3, "_ns") == 0;
-    if (!cpu || c.last_ts <= c.first_ts) continue;
-    cpu_ns += c.last - c.first;
-    c0 = std::min(c0, c.first_ts);
-    c1 = std::max(c1, c.last_ts);
-  }
-  if (c1 > c0) {
-    double n = tx_between(c0, c1);
-    if (n > 0) {
-      p.has_cpu = true;
-      p.cpu_s_per_tx = cpu_ns / kNs / n;
-      p.cpu_cores_busy = cpu_ns / static_cast<double>(c1 - c0);
-    }
-  }
-  if (!p.has_cpu)
-    p.notes.push_back("no CPU samples in the trace: the server's CPU time per transaction is unknown");
-  if (p.has_cpu) split_cpu(p, tx_between);
-  if (auto it = counters.find("capture.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts)
-    p.capture_cores_busy = (it->second.last - it->second.first) / static_cast<double>(it->second.last_ts - it->second.first_ts);
-  if (auto it = counters.find("clients.cpu_ns"); it != counters.end() && it->second.last_ts > it->second.first_ts) {
-    double n = tx_between(it->second.first_ts, it->second.last_ts);
-    if (n > 0) p.client_cpu_s_per_tx = (it->second.last - it->second.first) / kNs / n;
-  }
-  auto per_tx = [&](const char* name) {
-    auto it = counters.find(name);
-    if (it == counters.end() || it->second.last_ts <= it->second.first_ts) return -1.0;
-    double n = tx_between(it->second.first_ts, it->second.last_ts);
-    return n > 0 ? (it->second.last - it->second.first) / n : -1.0;
-  };
-  p.pg_blks_read_per_tx = per_tx("pg.blks_read");
-  p.pg_blks_hit_per_tx = per_tx("pg.blks_hit");
-  p.pg_wal_bytes_per_tx = per_tx("pg.wal_bytes");
-}
-
-void ProfileBuilder::Impl::memory(Profile& p) {
-  for (auto it = meta.lower_bound("setting."); it != meta.end() && it->first.rfind("setting.", 0) == 0; ++it)
-    p.settings.emplace_back(it->first.substr(8), it->second);
-  if (auto it = meta.find("device"); it != meta.end()) p.device = it->second;
-  if (auto it = meta.find("cpu.count"); it != meta.end()) p.vcpus = std::atoi(it->second.c_str());
-  if (auto it = meta.find("memory.bytes"); it != meta.end()) {
-    try {
-      p.memory_bytes = static_cast<double>(parse_size("meta memory.bytes", it->second));
-    } catch (const InputError&) {
-      p.notes.push_back("meta memory.bytes unreadable: " + it->second);
-    }
-  }
-  if (auto it = meta.find("setting.shared_buffers"); it != meta.end()) {
-    try {
-      p.shared_buffers_bytes = static_cast<double>(parse_size("meta setting.shared_buffers", it->second));
-    } catch (const InputError&) {
-      p.notes.push_back("meta setting.shared_buffers unreadable: " + it->second);
-    }
-  }
-  StackDistances* sd = nullptr;
-  if (file_stack.references() > 0) {
-    sd = &file_stack;
-    p.mrc.source = "file_io";
-  } else if (block_stack.references() > 0) {
-    sd = &block_stack;
-    p.mrc.source = "block_io";
-  }
-  if (!sd) {
-    p.notes.push_back("no page references (file or block reads): no miss-ratio curve");
-    return;
-  }
-  MissRatioCurve c = sd->curve();
-  p.mrc.references = c.references();
-  p.mrc.distinct_pages = c.cold_misses();
-  p.mrc.sample_rate = sd->rate();
-  p.mrc.sampled = sd->rate() < 1.0;
-  double maxp = static_cast<double>(c.max_distance_pages()) * 1.05 + 1;
-  std::vector<double> sizes{0.0};
-  for (int i = 0; i <= 64; ++i) sizes.push_back(std::pow(maxp, i / 64.0));
-  for (int i = 1; i <= 128; ++i) sizes.push_back(maxp * i / 128.0);
-  std::sort(sizes.begin(), sizes.end());
-  sizes.erase(std::unique(sizes.begin(), sizes.end(),
-                          [](double a, double b) { return std::abs(a - b) < 0.5; }),
-              sizes.end());
-  for (double s : sizes)
-    p.mrc.points.push_back({s * opts.page_bytes, s <= 0 ? 1.0 : c.miss_ratio(s)});
-}
-
-double MissCurve::at(double cache_bytes) const {
-  if (points.empty()) return 1.0;
-  if (cache_bytes <= points.front().first) return points.front().second;
-  if (cache_bytes >= points.back().first) return points.back().second;
-  auto it = std::lower_bound(points.begin(), points.end(), cache_bytes,
-                             [](const std::pair<double, double>& p, double v) { return p.first < v; });
-  auto lo = std::prev(it);
-  double f = (cache_bytes - lo->first) / (it->first - lo->first);
-  return lo->second + f * (it->second - lo->second);
 }
 
 }  // namespace tierlab::models

@@ -166,6 +166,22 @@ struct Profile {
   // (see project's calibration of "other").
   uint64_t commit_statements = 0;
   double commit_statement_s = 0;
+  // Where a transaction's time went by what its backend waited on, from
+  // the wait events `capture run` sampled in pg_stat_activity (samples
+  // "pg.activity.*", capture/activity.h): each class's share of the sampled
+  // backends in a transaction, times the mean latency, seconds per
+  // transaction. io: reading or writing data files (at an IOPS cap, the
+  // wait for it); commit: the WAL's writes and flushes and the WALWrite
+  // lock behind them; lock: heavyweight locks and the other LWLocks; client:
+  // idle in the transaction, for the client's next statement; cpu: running;
+  // other: the rest (IPC, timeouts, extensions). `rounds` is 0 when the
+  // trace has no such samples.
+  struct WaitSplit {
+    uint64_t rounds = 0;
+    double backends = 0;  // backends in a transaction, summed over the rounds
+    double io_s = 0, commit_s = 0, lock_s = 0, client_s = 0, cpu_s = 0, other_s = 0;
+    std::string source;   // "pg_stat_activity, 300 rounds, 2,400 backends in a transaction"
+  } waits;
   // The capture looks bound by an IOPS cap: the device's per-second count
   // of one op held steady (the middle 80% of the whole seconds within 10%
   // of their median) while that op's requests waited before their issue at

@@ -6,7 +6,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <utility>
+#include <vector>
 #include <ostream>
 
 namespace tierlab::models {
@@ -38,6 +41,21 @@ void print_profile(std::ostream& out, const Profile& p) {
       << ms(p.latency.p99_s) << "; concurrency " << fmt("%.2f", p.concurrency)
       << " in flight; think time " << ms(p.think_time_s) << ", the client's turns inside a transaction "
       << ms(p.client_in_tx_s) << "\n";
+  if (p.waits.rounds > 0) {
+    const auto& w = p.waits;
+    std::vector<std::pair<double, const char*>> cls{{w.commit_s, "commit"}, {w.io_s, "io"},         {w.client_s, "client"},
+                                                    {w.lock_s, "lock"},     {w.cpu_s, "cpu"},        {w.other_s, "other"}};
+    std::stable_sort(cls.begin(), cls.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    out << "time in a transaction by wait (" << w.source << "):";
+    if (!(w.backends > 0)) out << " no backend was in a transaction when sampled";
+    const char* sep = " ";
+    for (const auto& [s, name] : cls)
+      if (w.backends > 0) {
+        out << sep << name << " " << ms(s);
+        sep = ", ";
+      }
+    out << "\n";
+  }
   out << "\ntemplates (" << p.templates.size() << "):\n";
   size_t shown = 0;
   for (const auto& t : p.templates) {
@@ -170,6 +188,12 @@ std::string profile_json(const Profile& p, int indent) {
   per["queued_ms"] = p.has_queue_times ? nlohmann::json(p.queued_s_per_tx * 1e3) : nlohmann::json();
   j["quiet_transactions"] = {{"count", p.quiet_transactions}, {"latency_ms", p.quiet_latency_s * 1e3}};
   j["commit_statements"] = {{"count", p.commit_statements}, {"latency_ms", p.commit_statement_s * 1e3}};
+  if (p.waits.rounds > 0)
+    j["waits"] = {{"source", p.waits.source},  {"rounds", p.waits.rounds},      {"backends", p.waits.backends},
+                  {"io_ms", p.waits.io_s * 1e3}, {"commit_ms", p.waits.commit_s * 1e3}, {"lock_ms", p.waits.lock_s * 1e3},
+                  {"client_ms", p.waits.client_s * 1e3}, {"cpu_ms", p.waits.cpu_s * 1e3}, {"other_ms", p.waits.other_s * 1e3}};
+  else
+    j["waits"] = nullptr;
   auto opt = [](double v) { return v >= 0 ? nlohmann::json(v) : nlohmann::json(); };
   per["pg_blks_read"] = opt(p.pg_blks_read_per_tx);
   per["pg_blks_hit"] = opt(p.pg_blks_hit_per_tx);

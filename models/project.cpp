@@ -5,6 +5,7 @@
 #include "common/units.h"
 #include "models/group_commit.h"
 #include "models/mva.h"
+#include "models/project_internal.h"
 #include "models/project_memory.h"
 
 #include <algorithm>
@@ -18,80 +19,10 @@ namespace tierlab::models {
 
 namespace {
 
-constexpr double kZ99 = 2.326347874;  // standard normal 99th percentile
 // A capped capture's "other" is taken from its transactions without device
 // I/O when at least this many, and this share of all, did none.
 constexpr uint64_t kMinQuietTransactions = 200;
 constexpr double kMinQuietShare = 0.1;
-
-double lognormal_sigma(const Latency& l) {
-  if (l.p99_ns <= l.p50_ns || l.p50_ns <= 0) return 0;
-  return std::log(static_cast<double>(l.p99_ns) / static_cast<double>(l.p50_ns)) / kZ99;
-}
-
-// E[L^2] of the distribution, seconds squared.
-double second_moment(const Latency& l) {
-  double m = static_cast<double>(l.p50_ns) / 1e9;
-  switch (l.dist) {
-    case LatencyDist::Fixed:
-      return m * m;
-    case LatencyDist::Lognormal: {
-      double s = lognormal_sigma(l);
-      return m * m * std::exp(2 * s * s);
-    }
-    case LatencyDist::Exponential: {
-      double mean = m / std::log(2.0);
-      return 2 * mean * mean;
-    }
-  }
-  return m * m;
-}
-
-// Regularised lower incomplete gamma P(a, x) (series below a + 1, Lentz's
-// continued fraction above; Numerical Recipes §6.2).
-double gamma_p(double a, double x) {
-  if (x <= 0) return 0;
-  double lg = std::lgamma(a);
-  if (x < a + 1) {
-    double sum = 1.0 / a, term = sum;
-    for (int n = 1; n < 1000; ++n) {
-      term *= x / (a + n);
-      sum += term;
-      if (std::abs(term) < std::abs(sum) * 1e-14) break;
-    }
-    return sum * std::exp(-x + a * std::log(x) - lg);
-  }
-  double b = x + 1 - a, c = 1e300, d = 1 / b, h = d;
-  for (int i = 1; i < 1000; ++i) {
-    double an = -i * (i - a);
-    b += 2;
-    d = an * d + b;
-    if (std::abs(d) < 1e-300) d = 1e-300;
-    c = b + an / c;
-    if (std::abs(c) < 1e-300) c = 1e-300;
-    d = 1 / d;
-    double del = d * c;
-    h *= del;
-    if (std::abs(del - 1) < 1e-14) break;
-  }
-  return 1 - std::exp(-x + a * std::log(x) - lg) * h;
-}
-
-// 99th percentile of a gamma distribution with this mean and variance
-// (bisection on the regularised incomplete gamma function).
-double gamma_p99(double mean, double var) {
-  if (mean <= 0) return 0;
-  if (var <= 0) return mean;
-  double k = mean * mean / var;
-  double theta = var / mean;
-  double lo = 0, hi = mean;
-  while (gamma_p(k, hi / theta) < 0.99) hi *= 2;
-  for (int i = 0; i < 200 && hi - lo > mean * 1e-9; ++i) {
-    double mid = (lo + hi) / 2;
-    (gamma_p(k, mid / theta) < 0.99 ? lo : hi) = mid;
-  }
-  return (lo + hi) / 2;
-}
 
 // Counted I/Os for an I/O of `bytes` on a tier counting in `unit` bytes.
 double counted(double bytes, uint64_t unit) {
@@ -306,91 +237,8 @@ void fold_bursts(std::vector<TierProjection>& projected, const std::vector<Tier>
 
 }  // namespace
 
-double mean_latency_s(const Latency& l) {
-  double m = static_cast<double>(l.p50_ns) / 1e9;
-  switch (l.dist) {
-    case LatencyDist::Fixed:
-      return m;
-    case LatencyDist::Lognormal: {
-      double s = lognormal_sigma(l);
-      return m * std::exp(s * s / 2);
-    }
-    case LatencyDist::Exponential:
-      return m / std::log(2.0);
-  }
-  return m;
-}
-
-namespace {
-
-// Sets the Projection's capture_tier* fields and queued_s_per_tx (see
-// project.h), with notes where the queue times cannot say what they should.
-void capture_tier(const Profile& p, const ProjectOptions& o, Projection& out) {
-  Tier caps;  // only its rate caps count
-  if (o.captured_tier) {
-    caps = *o.captured_tier;
-    out.capture_tier_source = "known";
-    out.capture_tier = caps.name;
-  } else if (o.captured_iops_cap > 0) {
-    caps.total_iops = o.captured_iops_cap;
-    out.capture_tier_source = "known";
-    out.capture_tier = fmt("%.0f IOPS", o.captured_iops_cap);
-  } else if (p.cap_bound) {
-    (p.cap_op == "write" ? caps.write_iops : p.cap_op == "total" ? caps.total_iops : caps.read_iops) = p.cap_iops;
-    out.capture_tier_source = "detected";
-    out.capture_tier = p.cap_op + " IOPS cap ~" + fmt("%.0f", p.cap_iops);
-  } else {
-    out.capture_tier_source = "assumed uncapped";
-  }
-  double total_cap = caps.total_iops;
-  if (caps.burst.enabled()) total_cap = total_cap > 0 ? std::min(total_cap, caps.burst.refill_iops) : caps.burst.refill_iops;
-  // The rates the capture ran at against the caps (10% short of one is
-  // taken as at it: a token bucket's rate is not reached exactly).
-  const double rd = p.device_read_iops;
-  const double wr = p.device_write_iops + (caps.count_flushes ? p.flushes_per_tx * p.tps : 0);
-  struct {
-    double rate, cap;
-  } at[] = {{rd, caps.read_iops}, {wr, caps.write_iops}, {rd + wr, total_cap}};
-  bool any = false;
-  double rate = 0, cap = 0;
-  for (const auto& a : at)
-    if (a.cap > 0) {
-      any = true;
-      if (o.capture_at_cap >= 0) out.capture_capped = o.capture_at_cap > 0;
-      else if (a.rate >= 0.9 * a.cap) out.capture_capped = true;
-      if (rate == 0 || a.rate / a.cap > rate / cap) {
-        rate = a.rate;
-        cap = a.cap;
-      }
-    }
-  out.queued_s_per_tx = p.has_queue_times ? p.queued_s_per_tx : 0.0;
-  if (any && !out.capture_capped && p.has_block_io)
-    out.notes.push_back("the capture ran at " + fmt("%.0f", rate) + " IOPS, below its tier's cap of " +
-                        fmt("%.0f", cap) + ": the cap did not bind, and the queue time before issue is kept "
-                        "on every tier");
-  // At a cap the requests wait for it: queue times shorter than the
-  // device's own service did not see that wait (cgroup throttling of a
-  // whole disk holds bios before the block layer traces them).
-  const bool short_queues =
-      p.has_queue_times && (p.queued_read.count == 0 || p.queued_read.mean_s < p.native_read.mean_s) &&
-      (p.queued_write.count == 0 || p.queued_write.mean_s < p.native_write.mean_s);
-  if (out.capture_capped && short_queues)
-    out.notes.push_back("the capture ran at its tier's cap (" + out.capture_tier +
-                        ") but its requests waited before issue less than the device served them: the queue "
-                        "times did not see the wait for the cap (cgroup throttling of a whole disk; capture on "
-                        "a partition), which is in 'other', so a tier without the cap is projected with no gain "
-                        "from losing it (a lower bound)");
-  if (out.capture_capped && !p.has_queue_times && !p.latency_holds_cap_wait)
-    out.notes.push_back("the capture ran at its tier's cap (" + out.capture_tier +
-                        ") but the trace has no queue times before issue (trace format 1.2, capture block "
-                        "with block_bio_queue): the wait for the cap is in 'other', so a tier without the "
-                        "cap is projected with no gain from losing it (a lower bound)");
-}
-
-}  // namespace
-
 Projection project(const Profile& p, const std::vector<Tier>& tiers, const ProjectOptions& o) {
-  if (tiers.empty()) throw InputError("project: no tier given (--tier NAME)");
+  if (tiers.empty()) throw SettingError("tiers", "none given: a projection needs at least one tier");
   if (p.transactions == 0) throw InputError(p.source + ": no completed transaction");
   Projection out;
   out.source = p.source;
