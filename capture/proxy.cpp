@@ -3,6 +3,7 @@
 #include "capture/proxy_loop.h"
 #include "capture/queue_impl.h"
 #include "capture/wire.h"
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/uring.h"
 #include "trace/writer.h"
@@ -256,13 +257,14 @@ int listen_socket(const Addr& a, bool reuseport, const std::string& setting) {
 }
 
 std::string realtime_iso() {
-  timespec t;
-  clock_gettime(CLOCK_REALTIME, &t);
+  const Nanos now = clock_ns(CLOCK_REALTIME);
+  const time_t sec = static_cast<time_t>(now / 1'000'000'000);
+  const long ms = static_cast<long>(now % 1'000'000'000 / 1'000'000);
   tm g;
-  gmtime_r(&t.tv_sec, &g);
+  gmtime_r(&sec, &g);
   char buf[64];
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", g.tm_year + 1900,
-                g.tm_mon + 1, g.tm_mday, g.tm_hour, g.tm_min, g.tm_sec, t.tv_nsec / 1'000'000);
+                g.tm_mon + 1, g.tm_mday, g.tm_hour, g.tm_min, g.tm_sec, ms);
   return buf;
 }
 

@@ -79,10 +79,8 @@ std::string srcrules_list(const std::vector<SrcRulesHit>& hits) {
 }
 
 bool srcrules_clock_exempt(const std::string& f) {
-  // clock.h is where the reads live. capture/proxy.cpp's realtime_iso still
-  // reads CLOCK_REALTIME itself (the proxy's start line); it is the one
-  // file left to move onto clock_ns.
-  return f == "common/clock.h" || f == "capture/proxy.cpp";
+  // clock.h is where the reads live.
+  return f == "common/clock.h";
 }
 
 bool srcrules_env_exempt(const std::string& f) { return f.rfind("app/", 0) == 0; }
