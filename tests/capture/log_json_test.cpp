@@ -59,12 +59,12 @@ std::string random_value(std::mt19937& rng) {
   }
 }
 
-class DiscardSink : public trace::Sink {
+class JsonDiscardSink : public trace::Sink {
  public:
   void append(const void*, size_t) override {}
 };
 
-uint64_t allocations_converting(const std::string& text, capture::LogFormat format) {
+uint64_t allocations_converting_json(const std::string& text, capture::LogFormat format) {
   std::unique_ptr<trace::Writer> w;
   const uint64_t before = tierlab::test::allocations_this_thread();
   {
@@ -72,7 +72,7 @@ uint64_t allocations_converting(const std::string& text, capture::LogFormat form
       trace::WriterOptions wo;
       wo.start_mono_ns = 0;
       wo.realtime_offset_ns = start;
-      w = std::make_unique<trace::Writer>(std::make_unique<DiscardSink>(), wo);
+      w = std::make_unique<trace::Writer>(std::make_unique<JsonDiscardSink>(), wo);
       return *w;
     });
     cap.read_text(text, "pg.log", format);
@@ -187,8 +187,8 @@ TEST_CASE("capture log: reading a jsonlog allocates nothing per record: ten time
   REQUIRE(tierlab::test::allocations_this_thread() > c0);
 
   const std::string small = pgbench_jsonlog(200), large = pgbench_jsonlog(2000);
-  const uint64_t a_small = allocations_converting(small, capture::LogFormat::Json),
-                 a_large = allocations_converting(large, capture::LogFormat::Json);
+  const uint64_t a_small = allocations_converting_json(small, capture::LogFormat::Json),
+                 a_large = allocations_converting_json(large, capture::LogFormat::Json);
   INFO("allocations: " << a_small << " for 200 transactions of 8 sessions, " << a_large << " for 2,000");
   CHECK(a_large == a_small);
 }
@@ -201,8 +201,8 @@ TEST_CASE("capture log: reading a stderr log allocates nothing per message: ten 
   REQUIRE(tierlab::test::allocations_this_thread() > c0);
 
   const std::string small = pgbench_stderr(200), large = pgbench_stderr(2000);
-  const uint64_t a_small = allocations_converting(small, capture::LogFormat::Stderr),
-                 a_large = allocations_converting(large, capture::LogFormat::Stderr);
+  const uint64_t a_small = allocations_converting_json(small, capture::LogFormat::Stderr),
+                 a_large = allocations_converting_json(large, capture::LogFormat::Stderr);
   INFO("allocations: " << a_small << " for 200 transactions of 8 sessions, " << a_large << " for 2,000");
   CHECK(a_large == a_small);
 }

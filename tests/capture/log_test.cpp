@@ -29,7 +29,7 @@ struct Converted {
   int64_t realtime_start = 0;
 };
 
-std::string describe(const trace::Record& r) {
+std::string describe_log_record(const trace::Record& r) {
   std::ostringstream o;
   o << "s" << r.session << " ";
   std::visit(
@@ -90,7 +90,7 @@ Converted convert_with(const capture::LogOptions& opts,
   trace::Record rec;
   while (r.next(rec)) {
     if (rec.kind() == trace::Kind::Meta) continue;
-    c.records.push_back(describe(rec));
+    c.records.push_back(describe_log_record(rec));
     c.raw.push_back(rec);  // views are not kept: only ts and session used
   }
   return c;
@@ -503,7 +503,7 @@ TEST_CASE("capture log: a csvlog file read in blocks: records across block edges
 
 namespace {
 
-class DiscardSink : public trace::Sink {
+class LogDiscardSink : public trace::Sink {
  public:
   void append(const void*, size_t) override {}
 };
@@ -517,7 +517,7 @@ uint64_t allocations_converting(const std::string& text) {
       trace::WriterOptions wo;
       wo.start_mono_ns = 0;
       wo.realtime_offset_ns = start;
-      w = std::make_unique<trace::Writer>(std::make_unique<DiscardSink>(), wo);
+      w = std::make_unique<trace::Writer>(std::make_unique<LogDiscardSink>(), wo);
       return *w;
     });
     cap.read_text(text, "pg.csv", capture::LogFormat::Csv);

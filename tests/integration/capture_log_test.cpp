@@ -19,7 +19,7 @@ using tierlab::test::TempDir;
 
 namespace {
 
-nlohmann::json read_json(const std::string& path) {
+nlohmann::json read_json_file(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
 }
@@ -158,7 +158,7 @@ TEST_CASE("capture log: pgbench in each protocol mode and log setting, stderr (d
       if (ext.empty()) CHECK(cap.out.find("log_line_prefix '" + run.prefix + "'") != std::string::npos);
       const std::string dry = dir.file("dry.json");
       REQUIRE(tierlab::test::run_tierlab({"replay", trace, "--dry-run", "--json", dry}).status == 0);
-      nlohmann::json d = read_json(dry);
+      nlohmann::json d = read_json_file(dry);
       CHECK(d["statements"] == statements);
       CHECK(d["transactions"] == txns + arith_txns);
       CHECK(d["captured_errors"] == 0);
@@ -167,7 +167,7 @@ TEST_CASE("capture log: pgbench in each protocol mode and log setting, stderr (d
           {"replay", trace, "--db", pg.conninfo("repdb"), "--database", "repdb", "--max-speed", "--json", rep});
       INFO(r.out << r.err);
       REQUIRE(r.status == 0);
-      nlohmann::json j = read_json(rep);
+      nlohmann::json j = read_json_file(rep);
       CHECK(j["errors"] == 0);
       CHECK(j["sessions_failed"] == 0);
       CHECK(j["statements"] == statements);

@@ -49,7 +49,7 @@ struct Counts {
   std::map<std::string, std::string> meta;
 };
 
-Counts count(const std::string& path) {
+Counts count_passive(const std::string& path) {
   auto reader = trace::open_reader(path);
   Counts c;
   trace::Record r;
@@ -133,7 +133,7 @@ TEST_CASE("capture run --interface records pgbench from loopback packets with sa
   std::string summary = cap.out();
   INFO(summary << cap.err());
 
-  Counts c = count(trace_path);
+  Counts c = count_passive(trace_path);
   // The pgbench clients: every statement and transaction pgbench reports,
   // none lost. The setup connection pgbench opens first runs a few single
   // statements; the sampler's own connection (TCP to the same port, opened

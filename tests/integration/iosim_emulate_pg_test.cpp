@@ -24,7 +24,7 @@ using tierlab::test::TempDir;
 
 namespace {
 
-const char* kBin = "/usr/lib/postgresql/15/bin";
+const char* kEmulatePgBin = "/usr/lib/postgresql/15/bin";
 
 // An emulator of `tier` (from `tiers`) on a 512 MiB image in `dir`, with
 // ext4 on its device mounted at dir/mnt and a data directory there whose
@@ -39,14 +39,14 @@ class EmulatedServer {
     if (::access("/dev/fuse", R_OK | W_OK) != 0) tierlab::test::skip("/dev/fuse is missing: no FUSE");
     if (::access("/dev/loop-control", R_OK | W_OK) != 0) tierlab::test::skip("/dev/loop-control is missing");
     if (tierlab::test::shell_output("command -v mkfs.ext4").empty()) tierlab::test::skip("mkfs.ext4 is missing");
-    if (::access((std::string(kBin) + "/postgres").c_str(), X_OK) != 0) tierlab::test::skip("no PostgreSQL 15");
+    if (::access((std::string(kEmulatePgBin) + "/postgres").c_str(), X_OK) != 0) tierlab::test::skip("no PostgreSQL 15");
     ::chmod(dir.path().c_str(), 0755);
     std::ofstream(dir.file("tiers.json")) << tiers;
     mnt_ = dir.file("mnt");
     data_ = mnt_ + "/data";
     logs_ = dir.file("logs");
     port_ = std::to_string(20000 + ::getpid() % 20000);
-    pg_ = "runuser -u postgres -- " + std::string(kBin);
+    pg_ = "runuser -u postgres -- " + std::string(kEmulatePgBin);
     ::mkdir(mnt_.c_str(), 0755);
     ::mkdir(logs_.c_str(), 0755);
     tierlab::test::shell_output("chown postgres " + logs_);
@@ -64,7 +64,7 @@ class EmulatedServer {
     const std::string setup = tierlab::test::shell_output(
         "set -e; mkfs.ext4 -q -F " + dev_ + "; mount " + dev_ + " " + mnt_ + "; mkdir " + data_ +
         "; chown postgres " + data_ + "; " + pg_ + "/initdb -D " + data_ + " -A trust -U postgres >/dev/null; " +
-        start_command() + "; " + kBin + "/pgbench -q -h " + logs_ + " -p " + port_ + " -U postgres -i -s " +
+        start_command() + "; " + kEmulatePgBin + "/pgbench -q -h " + logs_ + " -p " + port_ + " -U postgres -i -s " +
         std::to_string(scale) + " postgres 2>/dev/null; echo ok");
     INFO("setup: " << setup << tierlab::test::slurp(logs_ + "/pg.log"));
     REQUIRE(setup.find("ok") != std::string::npos);
@@ -86,11 +86,11 @@ class EmulatedServer {
   }
   // pgbench against the server with `args`, its output in dir/NAME.
   std::string pgbench(const std::string& args, const std::string& name) const {
-    return std::string(kBin) + "/pgbench -h " + logs_ + " -p " + port_ + " -U postgres " + args + " postgres >" +
+    return std::string(kEmulatePgBin) + "/pgbench -h " + logs_ + " -p " + port_ + " -U postgres " + args + " postgres >" +
            dir_.file(name) + " 2>&1";
   }
   std::string psql(const std::string& sql) const {
-    return tierlab::test::shell_output(std::string(kBin) + "/psql -h " + logs_ + " -p " + port_ +
+    return tierlab::test::shell_output(std::string(kEmulatePgBin) + "/psql -h " + logs_ + " -p " + port_ +
                                        " -U postgres -Atc '" + sql + "' postgres 2>&1");
   }
   // Reads the emulator's stderr up to a --stats line for an interval that

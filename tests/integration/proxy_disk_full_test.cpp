@@ -35,7 +35,7 @@ using tierlab::test::slurp;
 
 namespace {
 
-size_t occurrences(const std::string& s, const std::string& what) {
+size_t count_occurrences(const std::string& s, const std::string& what) {
   size_t n = 0;
   for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
   return n;
@@ -43,9 +43,9 @@ size_t occurrences(const std::string& s, const std::string& what) {
 
 // `tierlab capture proxy` (or `capture run` through its proxy) as a child,
 // stdout and stderr into files.
-class Proxy {
+class DiskFullProxy {
  public:
-  Proxy(const TempDir& dir, const std::vector<std::string>& extra, const std::string& command = "proxy")
+  DiskFullProxy(const TempDir& dir, const std::vector<std::string>& extra, const std::string& command = "proxy")
       : out_(dir.file("proxy.out")), err_(dir.file("proxy.err")) {
     std::vector<std::string> args = {TIERLAB_BINARY, "capture", command, "--listen", "127.0.0.1:0"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -63,7 +63,7 @@ class Proxy {
     }
     FAIL("tierlab capture proxy did not start: " << slurp(err_));
   }
-  ~Proxy() {
+  ~DiskFullProxy() {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
@@ -136,7 +136,7 @@ TEST_CASE("proxy: the trace's disk fills: forwarding goes on, recording stops lo
   TempDir dir;
   test::SmallTmpfs full(dir, "512k");
   const std::string trace = full.file("capture.tlt");
-  Proxy px(dir, {"--upstream", pg.host() + ":" + std::to_string(pg.port()), "--out", trace, "--compress-level",
+  DiskFullProxy px(dir, {"--upstream", pg.host() + ":" + std::to_string(pg.port()), "--out", trace, "--compress-level",
                  "0"});
 
   // One session across the moment the disk fills; each statement records
@@ -161,7 +161,7 @@ TEST_CASE("proxy: the trace's disk fills: forwarding goes on, recording stops lo
   // Exit 1: the trace is incomplete; one loud line when it happened, one
   // naming the trace at the end.
   CHECK(status == 1);
-  CHECK(occurrences(err, "RECORDING STOPPED") == 1);
+  CHECK(count_occurrences(err, "RECORDING STOPPED") == 1);
   CHECK(err.find("No space left on device") != std::string::npos);
   CHECK(err.find("--out " + trace) != std::string::npos);
   CHECK(err.find("is incomplete") != std::string::npos);
@@ -219,7 +219,7 @@ TEST_CASE("capture run: the trace's disk fills: forwarding goes on, recording st
   TempDir dir;
   test::SmallTmpfs full(dir, "512k");
   const std::string trace = full.file("capture.tlt");
-  Proxy px(dir,
+  DiskFullProxy px(dir,
            {"--upstream", pg.host() + ":" + std::to_string(pg.port()), "--out", trace, "--no-file-io",
             "--sample-interval", "200ms"},
            "run");
@@ -239,7 +239,7 @@ TEST_CASE("capture run: the trace's disk fills: forwarding goes on, recording st
   const std::string err = px.err();
   INFO("stdout:\n" << px.out_text << "stderr:\n" << err);
   CHECK(status == 1);
-  CHECK(occurrences(err, "RECORDING STOPPED") == 1);
+  CHECK(count_occurrences(err, "RECORDING STOPPED") == 1);
   CHECK(err.find("No space left on device") != std::string::npos);
   CHECK(err.find("--out " + trace + "'s disk cannot take more") != std::string::npos);
   // No room for the merged trace beside its parts: the parts stay, each
@@ -302,7 +302,7 @@ TEST_CASE("capture sniff: the trace's disk fills: decoding goes on to the end, r
                               "--compress-level", "0"});
   INFO("stdout:\n" << r.out << "stderr:\n" << r.err);
   CHECK(r.status == 1);
-  CHECK(occurrences(r.err, "RECORDING STOPPED") == 1);
+  CHECK(count_occurrences(r.err, "RECORDING STOPPED") == 1);
   CHECK(r.err.find("No space left on device") != std::string::npos);
   CHECK(r.err.find("the trace " + trace + " cannot take more") != std::string::npos);
   CHECK(r.err.find("is incomplete") != std::string::npos);

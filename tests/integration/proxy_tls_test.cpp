@@ -43,10 +43,10 @@ constexpr const char* kPassword = test::kTlsPassword;
 using test::TlsServer;
 
 // `tierlab capture proxy` as a child process.
-class ProxyProcess {
+class TlsProxyProcess {
  public:
   // `command`: "proxy" or "run" (capture run, through the proxy).
-  ProxyProcess(const TempDir& dir, const std::string& upstream, std::vector<std::string> extra = {},
+  TlsProxyProcess(const TempDir& dir, const std::string& upstream, std::vector<std::string> extra = {},
                const std::string& command = "proxy")
       : out_(dir.file("proxy.out")), err_(dir.file("proxy.err")), trace_(dir.file("capture.tlt")) {
     std::vector<std::string> args = {TIERLAB_BINARY, "capture", command, "--listen", "127.0.0.1:0", "--upstream",
@@ -72,7 +72,7 @@ class ProxyProcess {
     }
     FAIL("tierlab capture proxy did not start: " << slurp(err_));
   }
-  ~ProxyProcess() {
+  ~TlsProxyProcess() {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
@@ -97,19 +97,19 @@ class ProxyProcess {
   int port_ = 0;
 };
 
-struct Rec {
+struct TlsRec {
   trace::Kind kind = trace::Kind::Meta;
   uint64_t session = 0;
   std::string a, b, c;
   int64_t n = 0;
 };
 
-std::vector<Rec> load(const std::string& path) {
+std::vector<TlsRec> load_tls_trace(const std::string& path) {
   auto rd = trace::open_reader(path);
-  std::vector<Rec> out;
+  std::vector<TlsRec> out;
   trace::Record r;
   while (rd->next(r)) {
-    Rec x;
+    TlsRec x;
     x.kind = r.kind();
     x.session = r.session;
     std::visit(
@@ -155,7 +155,7 @@ size_t lines_with(const std::string& text, const std::string& what) {
 }
 
 // A client's conninfo to the proxy over TLS.
-std::string via(const ProxyProcess& px, const std::string& more = "") {
+std::string via(const TlsProxyProcess& px, const std::string& more = "") {
   return "host=127.0.0.1 port=" + px.port_str() + " dbname=postgres sslmode=require " + more;
 }
 
@@ -165,7 +165,7 @@ void pgbench_over_tls(const std::string& mode) {
   std::string out;
   REQUIRE(pg.run_tool("pgbench", {"-i", "-q", "-s", "1", "-h", pg.socket_dir()}, &out) == 0);
   TempDir dir;
-  ProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", "require"});
+  TlsProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", "require"});
   // The proxy made its own certificate and said so.
   CHECK(lines_with(px.err(), "self-signed certificate made now, SHA-256 fingerprint ") == 1);
   const int clients = 8, per_client = 40;
@@ -187,7 +187,7 @@ void pgbench_over_tls(const std::string& mode) {
   REQUIRE(px.stop() == 0);
   INFO(px.out_text);
 
-  auto recs = load(px.trace_path());
+  auto recs = load_tls_trace(px.trace_path());
   auto rd = trace::open_reader(px.trace_path());
   auto sum = trace::summarize(*rd);
   std::map<uint64_t, uint64_t> per_session;
@@ -258,7 +258,7 @@ TEST_CASE("proxy tls: verify-full takes the right host name and refuses a wrong 
   {
     // The right name, and the proxy's own certificate from files, which the
     // client verifies in turn.
-    ProxyProcess px(dir, srv.upstream("localhost"),
+    TlsProxyProcess px(dir, srv.upstream("localhost"),
                     {"--upstream-sslmode", "verify-full", "--upstream-sslrootcert", srv.cert, "--tls-cert", srv.cert,
                      "--tls-key", pg.data_dir() + "/server.key"});
     CHECK(lines_with(px.err(), "fingerprint") == 0);
@@ -277,7 +277,7 @@ TEST_CASE("proxy tls: verify-full takes the right host name and refuses a wrong 
   {
     // 127.0.0.1 is not a name the certificate carries.
     TempDir dir2;
-    ProxyProcess px(dir2, srv.upstream("127.0.0.1"),
+    TlsProxyProcess px(dir2, srv.upstream("127.0.0.1"),
                     {"--upstream-sslmode", "verify-full", "--upstream-sslrootcert", srv.cert});
     std::string out;
     int rc = pg.run_tool("psql", {"-X", "-At", "-d", via(px, "channel_binding=disable"), "-c", "select 1"}, &out);
@@ -297,7 +297,7 @@ TEST_CASE("proxy tls: verify-full takes the right host name and refuses a wrong 
     REQUIRE(test::shell_output("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
                                "-subj /CN=other -keyout " + dir3.file("other.key") + " -out " +
                                dir3.file("other.crt") + " 2>/dev/null && echo ok") == "ok");
-    ProxyProcess px(dir3, srv.upstream("127.0.0.1"),
+    TlsProxyProcess px(dir3, srv.upstream("127.0.0.1"),
                     {"--upstream-sslmode", "require", "--upstream-sslrootcert", dir3.file("other.crt")});
     std::string out;
     int rc = pg.run_tool("psql", {"-X", "-At", "-d", via(px, "channel_binding=disable"), "-c", "select 1"}, &out);
@@ -332,7 +332,7 @@ TEST_CASE("proxy tls: --client-tls require refuses a plaintext client with one l
   TlsServer srv;
   auto& pg = srv.pg;
   TempDir dir;
-  ProxyProcess px(dir, srv.upstream(), {"--client-tls", "require"});
+  TlsProxyProcess px(dir, srv.upstream(), {"--client-tls", "require"});
   std::string out;
   int rc = pg.run_tool("psql", {"-X", "-At", "-d",
                                 "host=127.0.0.1 port=" + px.port_str() + " dbname=postgres sslmode=disable", "-c",
@@ -361,7 +361,7 @@ TEST_CASE("proxy tls: a client that insists on channel binding gets an error nam
   TlsServer srv;
   auto& pg = srv.pg;
   TempDir dir;
-  ProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", "require"});
+  TlsProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", "require"});
   // channel_binding=require: libpq refuses by itself, the proxy says why.
   std::string out;
   int rc = pg.run_tool("psql", {"-X", "-At", "-d", via(px, "channel_binding=require"), "-c", "select 1"}, &out);
@@ -411,7 +411,7 @@ TEST_CASE("proxy tls: --upstream-sslmode disable, allow and prefer against a ser
   auto& pg = srv.pg;
   for (std::string mode : {"disable", "allow", "prefer"}) {
     TempDir dir;
-    ProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", mode});
+    TlsProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", mode});
     std::string out;
     int rc = pg.run_tool("psql", {"-X", "-At", "-d", via(px, "channel_binding=disable"), "-c",
                                   "select 'in " + mode + "'"},
@@ -431,7 +431,7 @@ TEST_CASE("proxy tls: --upstream-sslmode disable, allow and prefer against a ser
     // One record of the session's TLS, naming the side that ended up
     // without it.
     std::vector<std::string> tls;
-    for (const auto& r : load(px.trace_path()))
+    for (const auto& r : load_tls_trace(px.trace_path()))
       if (r.kind == trace::Kind::Meta && r.a.find(".tls") != std::string::npos) tls.push_back(r.b);
     REQUIRE(tls.size() == 1);
     CHECK(tls[0].rfind("client=TLSv1.3/", 0) == 0);
@@ -444,7 +444,7 @@ TEST_CASE("proxy tls: capture run proxies with TLS on both sides", "[proxy][tls]
   TlsServer srv;
   auto& pg = srv.pg;
   TempDir dir;
-  ProxyProcess px(dir, srv.upstream("localhost"),
+  TlsProxyProcess px(dir, srv.upstream("localhost"),
                   {"--upstream-sslmode", "verify-full", "--upstream-sslrootcert", srv.cert, "--conninfo",
                    pg.conninfo_unix(), "--sample-interval", "100ms"},
                   "run");
@@ -456,7 +456,7 @@ TEST_CASE("proxy tls: capture run proxies with TLS on both sides", "[proxy][tls]
   CHECK(out == "via run\n");
   REQUIRE(px.stop() == 0);
   bool query = false, tls_meta = false;
-  for (const auto& r : load(px.trace_path())) {
+  for (const auto& r : load_tls_trace(px.trace_path())) {
     query |= r.kind == trace::Kind::Query && r.a == "select 'via run'";
     if (r.kind == trace::Kind::Meta && r.a.find(".tls") != std::string::npos)
       tls_meta = r.b.find("client=TLSv1.3/") == 0 && r.b.find(" server=TLSv1.3/") != std::string::npos;
@@ -495,7 +495,7 @@ TEST_CASE("proxy tls: a capture through TLS replays directly over TLS against th
   std::string out;
   REQUIRE(pg.run_tool("pgbench", {"-i", "-q", "-s", "1", "-h", pg.socket_dir()}, &out) == 0);
   TempDir dir;
-  ProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", "require"});
+  TlsProxyProcess px(dir, srv.upstream(), {"--upstream-sslmode", "require"});
   setenv("PGSSLMODE", "require", 1);
   setenv("PGCHANNELBINDING", "disable", 1);
   for (const char* mode : {"simple", "prepared"}) {
@@ -596,7 +596,7 @@ TEST_CASE("proxy tls: --upstream-sslcert logs the client in with the proxy's cer
     if (with_cert)
       extra.insert(extra.end(), {"--upstream-sslcert", dir.file("client.crt"), "--upstream-sslkey",
                                  dir.file("client.key")});
-    ProxyProcess px(pdir, srv.upstream(), extra);
+    TlsProxyProcess px(pdir, srv.upstream(), extra);
     std::string out;
     int rc = pg.run_tool("psql", {"-X", "-At", "-d", via(px), "-c", "select 'by certificate'"}, &out);
     INFO(with_cert << ": " << out << px.err());
@@ -640,7 +640,7 @@ TEST_CASE("proxy tls: bytes after an SSLRequest before the handshake, or no TLS 
           "[proxy][tls][parallel]") {
   auto& pg = test::shared_server();
   TempDir dir;
-  ProxyProcess px(dir, pg.host() + ":" + std::to_string(pg.port()));
+  TlsProxyProcess px(dir, pg.host() + ":" + std::to_string(pg.port()));
   const unsigned char ssl_request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f};
   {
     // The request and a StartupMessage in one write: the plaintext after it

@@ -21,7 +21,7 @@ using tierlab::test::TempDir;
 
 namespace {
 
-nlohmann::json read_json(const std::string& path) {
+nlohmann::json read_cli_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
 }
@@ -85,7 +85,7 @@ TEST_CASE("SIGINT or SIGTERM stops a replay: the report and JSON cover what ran,
     CHECK(out.find("errors by SQLSTATE: none") != std::string::npos);
     CHECK(bg.err().find("tierlab: replay: stopped by " + name + "; the report covers what ran before it") !=
           std::string::npos);
-    auto j = read_json(json);
+    auto j = read_cli_json(json);
     CHECK(j["stopped"] == name);
     CHECK(j["sessions_stopped"] == 2);
     CHECK(j["transactions"].get<uint64_t>() >= 12);   // at least 0.4 s of two sessions at 20 per second
@@ -131,7 +131,7 @@ TEST_CASE("a replay whose sessions failed reports them and exits 1", "[replay][p
   CHECK(r.err.find("tierlab_no_such_role") != std::string::npos);
   CHECK(r.err.find("; the results are incomplete") != std::string::npos);
   CHECK(tierlab::test::count_lines(r.err) == 1);
-  auto j = read_json(json);
+  auto j = read_cli_json(json);
   CHECK(j["sessions_failed"] == 1);
   CHECK(j["transactions"] == 5);
 }
@@ -172,7 +172,7 @@ TEST_CASE("failed transactions are counted apart, as pgbench does, and tps count
   CHECK(r.out.find("number of transactions actually processed: 7\n") != std::string::npos);
   CHECK(r.out.find("number of failed transactions: 2 (22.222%)\n") != std::string::npos);
   CHECK(r.out.find("divergence: 0 error status") != std::string::npos);
-  auto j = read_json(json);
+  auto j = read_cli_json(json);
   CHECK(j["transactions"] == 7);
   CHECK(j["failed_transactions"] == 2);
   CHECK(j["tps"].get<double>() == Approx(7 / j["duration_s"].get<double>()).epsilon(0.001));
@@ -315,7 +315,7 @@ TEST_CASE("replay refuses bad numbers, an unschedulable speed and a trace with n
   r = tierlab::test::run_tierlab({"replay", path, "--dry-run", "--json", json});
   INFO(r.err);
   REQUIRE(r.status == 0);
-  auto j = read_json(json);
+  auto j = read_cli_json(json);
   CHECK(j["sessions"] == 1);
   CHECK(j["statements"] == 1);
   CHECK(j["transactions"] == 1);
@@ -383,7 +383,7 @@ TEST_CASE("statements that fail but succeeded at capture fail the replay after i
     CHECK(r.out.find("us per transaction, failed ones included)") != std::string::npos);
     CHECK(r.err == "tierlab: replay: divergence 47.62% of statements above --max-divergence 0% (30 of 63 failed "
                    "that succeeded at capture; errors by SQLSTATE above)\n");
-    auto j = read_json(json);
+    auto j = read_cli_json(json);
     CHECK(j["first_errors"]["42P01"]["message"] == "relation \"tierlab_div_accounts\" does not exist");
     CHECK(j["first_errors"]["42P01"]["statement"] ==
           "update tierlab_div_accounts set abalance=abalance+? where aid=?");
@@ -406,7 +406,7 @@ TEST_CASE("statements that fail but succeeded at capture fail the replay after i
     INFO(r.out << r.err);
     CHECK(r.status == 0);
     CHECK(r.err.empty());
-    CHECK(read_json(json)["divergence"]["max_rate"].get<double>() > 0.47);
+    CHECK(read_cli_json(json)["divergence"]["max_rate"].get<double>() > 0.47);
   }
   auto r = tierlab::test::run_tierlab({"replay", path, "--db", pg.conninfo(), "--max-speed", "--max-divergence", "0.4"});
   CHECK(r.status == 1);

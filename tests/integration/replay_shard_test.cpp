@@ -27,15 +27,15 @@ using tierlab::test::TempDir;
 
 namespace {
 
-nlohmann::json read_json(const std::string& path) {
+nlohmann::json read_shard_json(const std::string& path) {
   std::ifstream in(path);
   return nlohmann::json::parse(in);
 }
 
 // `tierlab capture proxy` as a child; returns once it listens.
-class Proxy {
+class ShardProxy {
  public:
-  Proxy(const std::string& upstream, const std::string& out) {
+  ShardProxy(const std::string& upstream, const std::string& out) {
     int fds[2];
     REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
     pid_ = fork();
@@ -66,7 +66,7 @@ class Proxy {
       port_ = std::stoi(addr.substr(addr.rfind(':') + 1));
     }
   }
-  ~Proxy() { stop(); }
+  ~ShardProxy() { stop(); }
   int port() const { return port_; }
   int stop() {
     if (pid_ <= 0) return status_;
@@ -114,7 +114,7 @@ TEST_CASE("4 shards sharing --start-at, merged, count what one replay counts, ea
   TempDir dir;
   const std::string trace = dir.file("bench.tlt");
   {
-    Proxy proxy(pg.host() + ":" + std::to_string(pg.port()), trace);
+    ShardProxy proxy(pg.host() + ":" + std::to_string(pg.port()), trace);
     const std::string port = std::to_string(proxy.port());
     // pgbench, simple protocol (one statement per round trip, so the
     // round-trip log is a per-statement log), a new connection per
@@ -131,7 +131,7 @@ TEST_CASE("4 shards sharing --start-at, merged, count what one replay counts, ea
     REQUIRE(proxy.stop() == 0);
   }
   REQUIRE(tierlab::test::run_tierlab({"replay", trace, "--dry-run", "--json", dir.file("dry.json")}).status == 0);
-  const auto dry = read_json(dir.file("dry.json"));
+  const auto dry = read_shard_json(dir.file("dry.json"));
   const uint64_t sessions = dry["sessions"];
   REQUIRE(sessions >= 160);
 
@@ -141,7 +141,7 @@ TEST_CASE("4 shards sharing --start-at, merged, count what one replay counts, ea
                                          dir.file("one.log")});
   INFO(one.out << one.err);
   REQUIRE(one.status == 0);
-  const auto single = read_json(dir.file("one.json"));
+  const auto single = read_shard_json(dir.file("one.json"));
   REQUIRE(single["errors_by_sqlstate"]["22012"] == 2);
   REQUIRE(single["errors_by_sqlstate"]["42P01"] == 1);
 
@@ -173,7 +173,7 @@ TEST_CASE("4 shards sharing --start-at, merged, count what one replay counts, ea
     CHECK(runs[k].out.find("start: --start-at ") != std::string::npos);
     CHECK(runs[k].out.find("(CLOCK_REALTIME, ") != std::string::npos);
     files.push_back(dir.file("shard-" + std::to_string(k) + ".json"));
-    const auto j = read_json(files.back());
+    const auto j = read_shard_json(files.back());
     CHECK(j["start"]["at_ns"] == start);
     // Each began on the shared start: not before it, and late only by a
     // wake-up (generous: the machine is loaded).
@@ -187,7 +187,7 @@ TEST_CASE("4 shards sharing --start-at, merged, count what one replay counts, ea
   auto merge = tierlab::test::run_tierlab(args);
   INFO(merge.out << merge.err);
   REQUIRE(merge.status == 0);
-  const auto m = read_json(dir.file("merged.json"));
+  const auto m = read_shard_json(dir.file("merged.json"));
   for (const char* key : {"sessions", "statements", "transactions", "failed_transactions", "errors", "sessions_failed"})
     CHECK(m[key] == single[key]);
   CHECK(m["errors_by_sqlstate"] == single["errors_by_sqlstate"]);
@@ -246,7 +246,7 @@ TEST_CASE("a shard that gets no session runs, reports zeros, and merges with the
                                          "--max-divergence", "100%", "--json", json});
     INFO(r.out << r.err);
     REQUIRE(r.status == 0);
-    const auto j = read_json(json);
+    const auto j = read_shard_json(json);
     CHECK(j["sessions"] == (k == 1 ? 1 : 0));
     CHECK(j["statements"] == (k == 1 ? 2 : 0));
     files.push_back(json);
@@ -254,7 +254,7 @@ TEST_CASE("a shard that gets no session runs, reports zeros, and merges with the
   auto m = tierlab::test::run_tierlab({"report", "merge", files[0], files[1], "--json", dir.file("m.json")});
   INFO(m.out << m.err);
   CHECK(m.status == 0);
-  const auto j = read_json(dir.file("m.json"));
+  const auto j = read_shard_json(dir.file("m.json"));
   CHECK(j["sessions"] == 1);
   CHECK(j["statements"] == 2);
   CHECK(j["errors_by_sqlstate"]["22012"] == 1);

@@ -26,12 +26,12 @@ using tierlab::test::TempDir;
 
 namespace {
 
-replay::Workload load_file(const std::string& path) {
+replay::Workload load_sync_file(const std::string& path) {
   auto r = trace::open_reader(path);
   return replay::load(*r);
 }
 
-replay::Options opts_for(const pgtmp::Server& pg, bool sync, bool max_speed) {
+replay::Options sync_opts_for(const pgtmp::Server& pg, bool sync, bool max_speed) {
   replay::Options o;
   o.conninfo = pg.conninfo();
   o.user = pg.superuser();
@@ -77,12 +77,12 @@ TEST_CASE("replay --sync commit: DML sessions wait for the DDL session's CREATE,
           "[replay][pg][sync]") {
   auto& pg = tierlab::test::shared_server();
   TempDir dir;
-  const replay::Workload w = load_file(write_ddl_trace(dir));
+  const replay::Workload w = load_sync_file(write_ddl_trace(dir));
   CHECK(w.summary().commit_points == 5);  // the CREATE, two COMMITs, two autocommit INSERTs
   const bool max_speed = GENERATE(true, false);
   const std::string way = GENERATE(std::string("direct"), std::string("libpq"));
   INFO((max_speed ? "max speed" : "speed 4") << ", " << way);
-  replay::Options o = opts_for(pg, true, max_speed);
+  replay::Options o = sync_opts_for(pg, true, max_speed);
   o.direct = way == "direct";
   pg.sql("DROP TABLE IF EXISTS sync_ddl");
   replay::Report r = replay::run(w, o);
@@ -138,12 +138,12 @@ TEST_CASE("replay --sync commit: rows one session inserted are there for a later
     b.end(600 * kMs, 2);
     b.close();
   }
-  const replay::Workload w = load_file(path);
+  const replay::Workload w = load_sync_file(path);
   CHECK(w.summary().commit_points == 1);  // the INSERT; the reads change nothing
   for (bool max_speed : {true, false}) {
     INFO((max_speed ? "max speed" : "speed 4"));
     pg.sql("TRUNCATE sync_rows");
-    replay::Report r = replay::run(w, opts_for(pg, true, max_speed));
+    replay::Report r = replay::run(w, sync_opts_for(pg, true, max_speed));
     INFO(r.first_session_error);
     CHECK(r.errors == 0);
     CHECK(r.divergence_error_status == 0);
@@ -152,7 +152,7 @@ TEST_CASE("replay --sync commit: rows one session inserted are there for a later
     CHECK(pg.sql("SELECT count(*) FROM sync_rows") == "100");
     // Without the order the reader finds nothing.
     pg.sql("TRUNCATE sync_rows");
-    r = replay::run(w, opts_for(pg, false, max_speed));
+    r = replay::run(w, sync_opts_for(pg, false, max_speed));
     CHECK(r.divergence_row_count >= 1);
   }
 }
@@ -180,14 +180,14 @@ TEST_CASE("replay --sync commit: a sequence hands out its values in the captured
     b.end(600 * kMs, 2);
     b.close();
   }
-  const replay::Workload w = load_file(path);
+  const replay::Workload w = load_sync_file(path);
   CHECK(w.summary().commit_points == 4);  // the plain nextval is one
   auto values = [&] { return pg.sql("SELECT string_agg(who || ':' || v, ',' ORDER BY v) FROM sync_seqlog"); };
   for (bool max_speed : {true, false}) {
     INFO((max_speed ? "max speed" : "speed 4"));
     pg.sql("TRUNCATE sync_seqlog");
     pg.sql("ALTER SEQUENCE sync_seq RESTART WITH 1");
-    replay::Report r = replay::run(w, opts_for(pg, true, max_speed));
+    replay::Report r = replay::run(w, sync_opts_for(pg, true, max_speed));
     INFO(r.first_session_error);
     CHECK(r.errors == 0);
     CHECK(r.divergence_error_status == 0);
@@ -196,7 +196,7 @@ TEST_CASE("replay --sync commit: a sequence hands out its values in the captured
     // Without the order session 2 takes the first value.
     pg.sql("TRUNCATE sync_seqlog");
     pg.sql("ALTER SEQUENCE sync_seq RESTART WITH 1");
-    replay::run(w, opts_for(pg, false, max_speed));
+    replay::run(w, sync_opts_for(pg, false, max_speed));
     CHECK(values() == "s2:1,s1:2,s1:3");
   }
 }
@@ -222,10 +222,10 @@ TEST_CASE("replay --sync commit: a failed predecessor is not waited for, a slow 
       b.end(400 * kMs, 3);
       b.close();
     }
-    replay::Options o = opts_for(pg, true, true);
+    replay::Options o = sync_opts_for(pg, true, true);
     o.sync_timeout_ns = 30'000'000'000;
     const auto t0 = std::chrono::steady_clock::now();
-    replay::Report r = replay::run(load_file(path), o);
+    replay::Report r = replay::run(load_sync_file(path), o);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CHECK(r.sessions_failed == 1);
     CHECK(r.sync_timeouts == 0);
@@ -248,16 +248,16 @@ TEST_CASE("replay --sync commit: a failed predecessor is not waited for, a slow 
       b.end(30 * kMs, 2);
       b.close();
     }
-    replay::Options o = opts_for(pg, true, true);
+    replay::Options o = sync_opts_for(pg, true, true);
     o.sync_timeout_ns = 200'000'000;
-    replay::Report r = replay::run(load_file(path), o);
+    replay::Report r = replay::run(load_sync_file(path), o);
     CHECK(r.sync_waits == 1);
     CHECK(r.sync_timeouts == 1);
     CHECK(r.sync_wait_max_ms >= 190);
     CHECK(r.sync_wait_max_ms < 1500);
     // With no limit it waits for the commit.
     o.sync_timeout_ns = 0;
-    r = replay::run(load_file(path), o);
+    r = replay::run(load_sync_file(path), o);
     CHECK(r.sync_timeouts == 0);
     CHECK(r.sync_wait_max_ms >= 1500);
   }
@@ -291,7 +291,7 @@ TEST_CASE("replay --sync commit: work on other rows and tables does not wait, wo
     b.end(600 * kMs, 2);
     b.close();
   }
-  const replay::Workload w = load_file(path);
+  const replay::Workload w = load_sync_file(path);
   auto reset = [&] {
     pg.sql("DELETE FROM sync_rowkey");
     pg.sql("DELETE FROM sync_other");
@@ -304,7 +304,7 @@ TEST_CASE("replay --sync commit: work on other rows and tables does not wait, wo
   for (bool max_speed : {true, false}) {
     INFO((max_speed ? "max speed" : "speed 4"));
     reset();
-    replay::Report r = replay::run(w, opts_for(pg, true, max_speed));
+    replay::Report r = replay::run(w, sync_opts_for(pg, true, max_speed));
     INFO(r.first_session_error);
     CHECK(r.errors == 0);
     CHECK(r.divergence_row_count == 0);  // row 1 was set when read
@@ -314,7 +314,7 @@ TEST_CASE("replay --sync commit: work on other rows and tables does not wait, wo
     CHECK(overtook());                   // row 2 and sync_other did not wait
     // --sync all: the transaction waits for the update of row 1.
     reset();
-    replay::Options o = opts_for(pg, true, max_speed);
+    replay::Options o = sync_opts_for(pg, true, max_speed);
     o.sync_all = true;
     r = replay::run(w, o);
     CHECK(r.errors == 0);

@@ -36,7 +36,7 @@ std::string find_chromium() {
   return "";
 }
 
-size_t count(const std::string& s, const std::string& what) {
+size_t count_in_page(const std::string& s, const std::string& what) {
   size_t n = 0;
   for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
   return n;
@@ -163,12 +163,12 @@ TEST_CASE("report: the HTML report opens in headless Chromium with every plot an
   CHECK(dom.find("p99 ms est.") != std::string::npos);
   // Plots: TPS and mean latency against clients, TPS and p99 against load,
   // the time split; each load plot holds a line per tier.
-  CHECK(count(dom, "<svg") >= 5);
-  CHECK(count(dom, "aria-label=\"TPS against load per tier\"") == 1);
-  CHECK(count(dom, "aria-label=\"p99 latency against load per tier\"") == 1);
+  CHECK(count_in_page(dom, "<svg") >= 5);
+  CHECK(count_in_page(dom, "aria-label=\"TPS against load per tier\"") == 1);
+  CHECK(count_in_page(dom, "aria-label=\"p99 latency against load per tier\"") == 1);
   const size_t load_plots = dom.find("aria-label=\"TPS against load per tier\"");
   REQUIRE(load_plots != std::string::npos);
-  CHECK(count(dom.substr(load_plots, dom.find("</svg>", load_plots) - load_plots), "<polyline") == 3);
+  CHECK(count_in_page(dom.substr(load_plots, dom.find("</svg>", load_plots) - load_plots), "<polyline") == 3);
 
 }
 
@@ -232,7 +232,7 @@ TEST_CASE("report: a capture, its replay, the projection and the miss-ratio curv
   };
   for (const auto& p : plots) {
     INFO(p.aria);
-    CHECK(count(plot(dom, p.aria), p.mark) >= p.at_least);
+    CHECK(count_in_page(plot(dom, p.aria), p.mark) >= p.at_least);
   }
   // The capture's templates with their counts; the replay's errors: the
   // missing table's statements, that succeeded at capture.

@@ -50,7 +50,7 @@ Child run_measured(const test::TempDir& dir, std::vector<std::string> args) {
   return c;
 }
 
-uint64_t number_after(const std::string& text, const std::string& re) {
+uint64_t number_matching(const std::string& text, const std::string& re) {
   std::smatch m;
   if (!std::regex_search(text, m, std::regex(re))) return UINT64_MAX;
   return std::stoull(m[1]);
@@ -127,8 +127,8 @@ TEST_CASE("sniff: hostile pcap: 100,000 half-open connections of random bytes, b
   // Every cap that was hit is counted and reported.
   // Each SYN opens a connection, evicted before its data comes, which opens
   // one again (joined): more evictions than connections.
-  CHECK(number_after(c.out, "connections evicted: ([0-9]+)") >= 100'000 - 4096);
-  const uint64_t pool_full = number_after(c.out, "reassembly buffer full: [0-9]+ per connection, ([0-9]+) in all");
+  CHECK(number_matching(c.out, "connections evicted: ([0-9]+)") >= 100'000 - 4096);
+  const uint64_t pool_full = number_matching(c.out, "reassembly buffer full: [0-9]+ per connection, ([0-9]+) in all");
   CHECK(pool_full > 0);
   CHECK(pool_full != UINT64_MAX);
   // The trace reads back; whatever random bytes decoded as, sessions began and ended.
@@ -147,5 +147,5 @@ TEST_CASE("sniff: hostile pcap: 100,000 half-open connections of random bytes, b
   INFO("default caps: stdout:\n" << d.out);
   REQUIRE(d.status == 0);
   CHECK(d.peak_rss < 512ull << 20);
-  CHECK(number_after(d.out, "connections evicted: ([0-9]+)") >= 100'000 - 16384);
+  CHECK(number_matching(d.out, "connections evicted: ([0-9]+)") >= 100'000 - 16384);
 }

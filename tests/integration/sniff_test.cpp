@@ -122,16 +122,16 @@ uint64_t pgbench_processed(const std::string& out) {
   return std::stoull(m[1]);
 }
 
-void init_pgbench(const pgtmp::Server& pg) {
+void init_sniff_pgbench(const pgtmp::Server& pg) {
   std::string out;
   int rc = pg.run_tool("pgbench", {"-i", "-q", "-s", "1"}, &out);
   INFO(out);
   REQUIRE(rc == 0);
 }
 
-constexpr int kClients = 4;
-constexpr int kTxPerClient = 150;
-constexpr uint64_t kStatementsPerTx = 7;  // tpcb-like: BEGIN, 3 UPDATE, SELECT, INSERT, END
+constexpr int kSniffClients = 4;
+constexpr int kSniffTxPerClient = 150;
+constexpr uint64_t kSniffStatementsPerTx = 7;  // tpcb-like: BEGIN, 3 UPDATE, SELECT, INSERT, END
 
 // pgbench clients are the sessions that ran transactions of 7 statements;
 // pgbench's own setup connection runs a couple of single queries.
@@ -140,11 +140,11 @@ void check_pgbench_sessions(const TraceCounts& t, uint64_t processed) {
   for (const auto& [id, s] : t.sessions) {
     INFO("session " << id << " " << s.client << ": " << s.statements << " statements, "
                     << s.transactions << " transactions");
-    if (s.transactions == static_cast<uint64_t>(kTxPerClient)) {
+    if (s.transactions == static_cast<uint64_t>(kSniffTxPerClient)) {
       ++client_sessions;
       tx += s.transactions;
       st += s.statements;
-      CHECK(s.statements == kTxPerClient * kStatementsPerTx);
+      CHECK(s.statements == kSniffTxPerClient * kSniffStatementsPerTx);
       CHECK(s.user == "postgres");
       CHECK(s.database == "postgres");
       CHECK((s.flags & trace::kSessionUnknownStartup) == 0);
@@ -154,9 +154,9 @@ void check_pgbench_sessions(const TraceCounts& t, uint64_t processed) {
     CHECK(s.gaps == 0);
     CHECK(s.ended);
   }
-  CHECK(client_sessions == static_cast<uint64_t>(kClients));
+  CHECK(client_sessions == static_cast<uint64_t>(kSniffClients));
   CHECK(tx == processed);
-  CHECK(st == processed * kStatementsPerTx);
+  CHECK(st == processed * kSniffStatementsPerTx);
   CHECK(t.stream_gaps == 0);
 }
 
@@ -165,7 +165,7 @@ void check_pgbench_sessions(const TraceCounts& t, uint64_t processed) {
 TEST_CASE("sniff on loopback records pgbench in each protocol mode", "[integration][sniff]") {
   test::require_root("loopback packet capture");
   auto& pg = test::shared_server();
-  init_pgbench(pg);
+  init_sniff_pgbench(pg);
   for (const char* mode : {"simple", "extended", "prepared"}) {
     SECTION(mode) {
       test::TempDir dir;
@@ -176,13 +176,13 @@ TEST_CASE("sniff on loopback records pgbench in each protocol mode", "[integrati
       REQUIRE(sniff.wait_for("capturing on"));
       trace::Nanos before = now_ns();
       std::string out;
-      int rc = pg.run_tool("pgbench", {"-n", "-M", mode, "-c", std::to_string(kClients), "-t",
-                                       std::to_string(kTxPerClient)},
+      int rc = pg.run_tool("pgbench", {"-n", "-M", mode, "-c", std::to_string(kSniffClients), "-t",
+                                       std::to_string(kSniffTxPerClient)},
                            &out);
       INFO(out);
       REQUIRE(rc == 0);
       uint64_t processed = pgbench_processed(out);
-      REQUIRE(processed == static_cast<uint64_t>(kClients * kTxPerClient));
+      REQUIRE(processed == static_cast<uint64_t>(kSniffClients * kSniffTxPerClient));
       REQUIRE(sniff.stop(SIGINT) == 0);
       trace::Nanos after = now_ns();
       std::string summary = sniff.out();
@@ -211,7 +211,7 @@ TEST_CASE("a tcpdump pcap of pgbench converts to a trace with the same counts",
   const char* tcpdump = access("/usr/bin/tcpdump", X_OK) == 0 ? "/usr/bin/tcpdump"
                                                                : "/usr/sbin/tcpdump";
   auto& pg = test::shared_server();
-  init_pgbench(pg);
+  init_sniff_pgbench(pg);
   test::TempDir dir;
   std::string pcap = dir.file("pg.pcap");
   Background dump({tcpdump, "-i", "lo", "-n", "-Z", "root", "-s", "0", "-w", pcap, "tcp", "port",
@@ -219,8 +219,8 @@ TEST_CASE("a tcpdump pcap of pgbench converts to a trace with the same counts",
                   dir.file("tcpdump.out"));
   REQUIRE(dump.wait_for("listening on"));
   std::string out;
-  int rc = pg.run_tool("pgbench", {"-n", "-M", "extended", "-c", std::to_string(kClients), "-t",
-                                   std::to_string(kTxPerClient)},
+  int rc = pg.run_tool("pgbench", {"-n", "-M", "extended", "-c", std::to_string(kSniffClients), "-t",
+                                   std::to_string(kSniffTxPerClient)},
                        &out);
   INFO(out);
   REQUIRE(rc == 0);
@@ -344,7 +344,7 @@ TEST_CASE("packets the kernel dropped from a full ring are in the summary and th
           "[integration][sniff]") {
   test::require_root("loopback packet capture");
   auto& pg = test::shared_server();
-  init_pgbench(pg);
+  init_sniff_pgbench(pg);
   test::TempDir dir;
   std::string trace_path = dir.file("drops.tlt");
   Background sniff({TIERLAB_BINARY, "capture", "sniff", "--interface", "lo", "--port",

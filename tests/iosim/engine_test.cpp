@@ -43,13 +43,13 @@ void require_io_uring() {
   if (rc == 0) io_uring_queue_exit(&ring);
 }
 
-struct TempDir {
+struct EngineTempDir {
   fs::path path;
-  TempDir() {
+  EngineTempDir() {
     char tmpl[] = "/tmp/tierlab-engine-XXXXXX";
     path = ::mkdtemp(tmpl);
   }
-  ~TempDir() {
+  ~EngineTempDir() {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
@@ -89,7 +89,7 @@ class PatternSource : public IoSource {
 
 TEST_CASE("engine: written data reads back with verify", "[engine]") {
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   std::string file = (tmp.path / "data").string();
   const uint64_t size = 4 << 20;
 
@@ -142,7 +142,7 @@ TEST_CASE("engine: written data reads back with verify", "[engine]") {
 
 TEST_CASE("engine: a short read at end of file is handled and counted", "[engine]") {
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   std::string file = (tmp.path / "short").string();
   {
     std::ofstream f(file, std::ios::binary);
@@ -164,7 +164,7 @@ TEST_CASE("engine: a short read at end of file is handled and counted", "[engine
 
 TEST_CASE("engine: a missing target without --size is an input error", "[engine]") {
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   EngineOptions o;
   o.target = (tmp.path / "absent").string();
   VectorSource src({});
@@ -176,7 +176,7 @@ TEST_CASE("engine: a missing target without --size is an input error", "[engine]
 // flag (tests/iosim/engine_cli_test.cpp).
 TEST_CASE("engine: target errors name the target and what mends it, not a flag", "[engine]") {
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   EngineOptions o;
   o.target = (tmp.path / "absent").string();
   VectorSource none({});
@@ -207,7 +207,7 @@ TEST_CASE("engine: closed loop latency obeys Little's law (IOPS x mean lat = iod
   // each I/O's own submission would miss the time it waited behind the
   // other submissions of its pass and come out well under the depth.
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   std::string file = (tmp.path / "little").string();
   const uint32_t depth = GENERATE(4u, 32u);
   const bool direct = GENERATE(false, true);
@@ -241,7 +241,7 @@ TEST_CASE("engine: closed loop latency obeys Little's law (IOPS x mean lat = iod
 
 TEST_CASE("engine: a stop request ends the run early with its results", "[engine]") {
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   std::string file = (tmp.path / "stop").string();
   EngineOptions o;
   o.target = file;
@@ -296,7 +296,7 @@ TEST_CASE("engine: a stop request ends the run early with its results", "[engine
 
 TEST_CASE("engine: a read-only source drives a file it may not write", "[engine]") {
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   std::string file = (tmp.path / "ro").string();
   {
     std::ofstream f(file, std::ios::binary);
@@ -360,7 +360,7 @@ TEST_CASE("engine: a read-only source drives a file it may not write", "[engine]
 
 TEST_CASE("engine: open loop issues at the scheduled times", "[engine]") {
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   std::string file = (tmp.path / "open").string();
   std::vector<TimedIo> reqs;
   // 2,000 reads at 10,000 per second: a 0.2 s schedule.
@@ -386,7 +386,7 @@ TEST_CASE("engine: open loop issues at the scheduled times", "[engine]") {
 
 TEST_CASE("engine: late issues are counted and a backlog is one stall", "[engine]") {
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   std::string file = (tmp.path / "late").string();
   // 2,000 reads all due at once through one slot: each waits for the one
   // before it, so the lag grows with every issue and, once over the
@@ -410,7 +410,7 @@ TEST_CASE("engine: late issues are counted and a backlog is one stall", "[engine
 
 TEST_CASE("engine: no allocation per I/O in steady state", "[engine]") {
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   std::string file = (tmp.path / "alloc").string();
   EngineOptions o;
   o.target = file;
@@ -445,7 +445,7 @@ TEST_CASE("engine: no allocation per I/O in steady state", "[engine]") {
 
 TEST_CASE("engine: a tier's latency floor and IOPS cap hold on a real file", "[engine][tier]") {
   require_io_uring();
-  TempDir tmp;
+  EngineTempDir tmp;
   std::string tiers = (tmp.path / "tiers.json").string();
   {
     // 2,000 IOPS, fixed 500 us reads, no parallelism limit, 1 ms of banked tokens.

@@ -79,7 +79,7 @@ uint64_t written_bytes(const std::string& path, uint64_t size) {
   return n;
 }
 
-void require_io_uring() {
+void skip_without_io_uring() {
   io_uring ring;
   int rc = io_uring_queue_init(4, &ring, 0);
   if (rc < 0) {
@@ -140,7 +140,7 @@ TEST_CASE("layout: unwritten_ranges finds holes and unwritten extents", "[engine
 
 TEST_CASE("layout: a run on a new file reads from the device: no hole or unwritten extent is left",
           "[engine][layout]") {
-  require_io_uring();
+  skip_without_io_uring();
   VarTmpDir dir;
   for (bool direct : {true, false}) {
     const std::string f = dir.file(direct ? "new-direct.img" : "new.img");

@@ -18,7 +18,7 @@ using namespace tierlab::iosim;
 
 namespace {
 
-tiers::Tier uncapped(tiers::Latency lat, uint32_t parallelism = 0) {
+tiers::Tier uncapped_tier(tiers::Latency lat, uint32_t parallelism = 0) {
   tiers::Tier t;
   t.name = "test";
   t.read = t.write = t.flush = lat;
@@ -50,7 +50,7 @@ SimResult run_mx1(tiers::LatencyDist dist, double service_ns, double rho, uint64
   lat.p50_ns = dist == tiers::LatencyDist::Exponential
                    ? static_cast<Nanos>(std::llround(service_ns * std::log(2.0)))
                    : static_cast<Nanos>(service_ns);
-  auto tier = uncapped(lat, 1);
+  auto tier = uncapped_tier(lat, 1);
   PatternSpec p;
   p.seed = seed;
   PatternArrivals arrivals(p, rho / service_ns * 1e9, /*poisson=*/true, n, 0);
@@ -172,7 +172,7 @@ TEST_CASE("closed loop at queue depth q on an uncapped tier gives q/L IOPS", "[s
   for (uint32_t q : {1u, 8u, 32u, 256u}) {
     for (Nanos L : {Nanos{100'000}, Nanos{1'000'000}}) {
       INFO("q " << q << " L " << L);
-      auto tier = uncapped({tiers::LatencyDist::Fixed, L, 0});
+      auto tier = uncapped_tier({tiers::LatencyDist::Fixed, L, 0});
       ClosedLoop loop;
       loop.iodepth = q;
       loop.runtime_ns = 1'000'000'000;
@@ -183,7 +183,7 @@ TEST_CASE("closed loop at queue depth q on an uncapped tier gives q/L IOPS", "[s
     }
   }
   // With --ios instead of --runtime: exactly that many I/Os.
-  auto tier = uncapped({tiers::LatencyDist::Fixed, 250'000, 0});
+  auto tier = uncapped_tier({tiers::LatencyDist::Fixed, 250'000, 0});
   ClosedLoop loop;
   loop.iodepth = 4;
   loop.ios = 1000;
@@ -191,7 +191,7 @@ TEST_CASE("closed loop at queue depth q on an uncapped tier gives q/L IOPS", "[s
   CHECK(r.ios == 1000);
   CHECK(r.elapsed_ns == 250 * 250'000);
   // Parallelism caps the served queue depth: q = 32 on 8 slots gives 8/L.
-  auto narrow = uncapped({tiers::LatencyDist::Fixed, 100'000, 0}, 8);
+  auto narrow = uncapped_tier({tiers::LatencyDist::Fixed, 100'000, 0}, 8);
   ClosedLoop deep;
   deep.iodepth = 32;
   deep.runtime_ns = 500'000'000;
@@ -233,7 +233,7 @@ TEST_CASE("a simulation is deterministic for a seed", "[sim]") {
 }
 
 TEST_CASE("queue depth series covers the run and averages to the mean", "[sim]") {
-  auto tier = uncapped({tiers::LatencyDist::Fixed, 500'000, 0});
+  auto tier = uncapped_tier({tiers::LatencyDist::Fixed, 500'000, 0});
   ClosedLoop loop;
   loop.iodepth = 10;
   loop.runtime_ns = 10'000'000'000;
@@ -355,7 +355,7 @@ TEST_CASE("an open loop above the tier's capacity stays within iodepth", "[sim]"
 }
 
 TEST_CASE("simulator input errors are InputErrors", "[sim]") {
-  auto tier = uncapped({tiers::LatencyDist::Fixed, 1000, 0});
+  auto tier = uncapped_tier({tiers::LatencyDist::Fixed, 1000, 0});
   ClosedLoop loop;
   CHECK_THROWS_AS(simulate_closed(tier, loop, SimOptions{}), InputError);  // no end
   loop.ios = 10;
@@ -373,7 +373,7 @@ TEST_CASE("simulator input errors are InputErrors", "[sim]") {
 // The simulator is a library: its messages name the value that is wrong in
 // the simulator's terms, never a flag of the command that called it.
 TEST_CASE("simulator input errors name the value, not a flag", "[sim]") {
-  auto tier = uncapped({tiers::LatencyDist::Fixed, 1000, 0});
+  auto tier = uncapped_tier({tiers::LatencyDist::Fixed, 1000, 0});
   ClosedLoop loop;
   CHECK_THROWS_WITH(simulate_closed(tier, loop, SimOptions{}),
                     "a closed loop needs a runtime or an I/O count to end");

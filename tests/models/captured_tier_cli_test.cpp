@@ -11,22 +11,22 @@ using tierlab::test::TempDir;
 
 namespace {
 
-constexpr int64_t kMs = 1000000;
+constexpr int64_t kCapturedMs = 1000000;
 
 // Two sessions of 1 ms autocommit SELECTs, each reading one block that
 // waited 0.5 ms before its issue.
-void write_trace(const std::string& path) {
+void write_captured_trace(const std::string& path) {
   namespace t = tierlab::trace;
   auto w = t::open_writer(path);
   for (uint64_t s = 1; s <= 2; ++s) w->write(0, s, t::SessionBegin{"u", "db", "app", "", int32_t(100 + s), 0});
   for (int i = 0; i < 300; ++i)
     for (uint64_t s = 1; s <= 2; ++s) {
-      int64_t at = kMs + i * 2 * kMs + static_cast<int64_t>(s) * 1000;
+      int64_t at = kCapturedMs + i * 2 * kCapturedMs + static_cast<int64_t>(s) * 1000;
       w->write(at, s, t::Query{"SELECT 1"});
-      w->write(at + kMs / 2, 0,
-               t::BlockIo{at + kMs * 3 / 4, 0x00fe00000, uint64_t(i) * 8192, 8192, t::IoOp::Read, 0,
+      w->write(at + kCapturedMs / 2, 0,
+               t::BlockIo{at + kCapturedMs * 3 / 4, 0x00fe00000, uint64_t(i) * 8192, 8192, t::IoOp::Read, 0,
                           int32_t(100 + s), at + 1});
-      w->write(at + kMs, s, t::Ready{'I'});
+      w->write(at + kCapturedMs, s, t::Ready{'I'});
     }
   w->close();
 }
@@ -36,7 +36,7 @@ void write_trace(const std::string& path) {
 TEST_CASE("project: --captured-on names a tier of the catalog, or one of the two flags", "[project][cli]") {
   TempDir dir;
   std::string trace = dir.file("t.tlt");
-  write_trace(trace);
+  write_captured_trace(trace);
 
   auto ok = run_tierlab({"project", trace, "--tier", "nvme-local", "--captured-on", "nvme-local"});
   INFO(ok.out << ok.err);

@@ -38,7 +38,7 @@ Projection two_alike() {
   return p;
 }
 
-size_t count(const std::string& s, const std::string& what) {
+size_t count_in_html(const std::string& s, const std::string& what) {
   size_t n = 0;
   for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
   return n;
@@ -61,8 +61,8 @@ TEST_CASE("html: charts fit the data, coinciding curves differ, latency beside t
   CHECK(h.find(">50</text>") == std::string::npos);
   CHECK(h.find(">40</text>") == std::string::npos);
   // The two curves coincide: the second is dashed and has its own markers.
-  CHECK(count(h, "<polyline") == 4);
-  CHECK(count(h, "stroke-dasharray=\"8 4\"") >= 2);  // both charts (and the legend)
+  CHECK(count_in_html(h, "<polyline") == 4);
+  CHECK(count_in_html(h, "stroke-dasharray=\"8 4\"") >= 2);  // both charts (and the legend)
   CHECK(h.find("<rect x=") != std::string::npos);
   // The table does not wrap; the windows' range, the busiest resource, the
   // bottleneck and the time split are in it.
@@ -99,9 +99,9 @@ TEST_CASE("html: loads give TPS and p99 against load, the headroom lines and the
     p.loads.push_back(lp);
   }
   const std::string h = projection_html(p, profile);
-  CHECK(count(h, "aria-label=\"TPS against load per tier\"") == 1);
-  CHECK(count(h, "aria-label=\"p99 latency against load per tier\"") == 1);
-  CHECK(count(h, "<polyline") == 8);  // two tiers in each of four charts
+  CHECK(count_in_html(h, "aria-label=\"TPS against load per tier\"") == 1);
+  CHECK(count_in_html(h, "aria-label=\"p99 latency against load per tier\"") == 1);
+  CHECK(count_in_html(h, "<polyline") == 8);  // two tiers in each of four charts
   CHECK(h.find("<li>ebs-gp3: saturates at 1.7x today's load (IOPS cap)") != std::string::npos);
   CHECK(h.find("<li>ebs-gp2-100g: saturates at 4.9x today's load (cpu)") != std::string::npos);
   CHECK(h.find("<td>IOPS cap 100%</td>") != std::string::npos);

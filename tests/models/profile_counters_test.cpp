@@ -16,7 +16,7 @@ using trace::Nanos;
 
 namespace {
 
-constexpr Nanos kS = 1'000'000'000;
+constexpr Nanos kSec = 1'000'000'000;
 constexpr int kSessions = 10;
 constexpr Nanos kTx = 100'000'000;  // each transaction 100 ms, back to back: 100 tps
 
@@ -28,9 +28,9 @@ Profile build(int seconds, F samples, std::vector<std::pair<std::string, std::st
   for (const auto& [k, v] : meta) b.add({0, 0, trace::Meta{k, v}});
   for (int s = 1; s <= kSessions; ++s) b.add({0, static_cast<uint64_t>(s), trace::SessionBegin{"u", "d", "", "", 0, 0}});
   for (int sec = 0; sec <= seconds; ++sec) {
-    samples(b, sec * kS, sec);
+    samples(b, sec * kSec, sec);
     if (sec == seconds) break;
-    for (Nanos t = sec * kS; t < (sec + 1) * kS; t += kTx)
+    for (Nanos t = sec * kSec; t < (sec + 1) * kSec; t += kTx)
       for (int s = 1; s <= kSessions; ++s) {
         b.add({t + 1, static_cast<uint64_t>(s), trace::Query{"select 1"}});
         b.add({t + kTx, static_cast<uint64_t>(s), trace::Ready{'I'}});

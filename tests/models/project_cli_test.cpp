@@ -21,7 +21,7 @@ using tierlab::test::slurp;
 
 namespace {
 
-constexpr int64_t kMs = 1000000;
+constexpr int64_t kProjectMs = 1000000;
 
 // Four sessions, each running 200 autocommit SELECTs of 1 ms with 0.5 ms
 // between them.
@@ -31,11 +31,11 @@ void write_proxy_trace(const std::string& path) {
     w->write(0, s, tierlab::trace::SessionBegin{"u", "db", "app", "127.0.0.1:1", int32_t(100 + s), 0});
   for (int i = 0; i < 200; ++i)
     for (uint64_t s = 1; s <= 4; ++s) {
-      int64_t t = kMs + i * (3 * kMs / 2) + static_cast<int64_t>(s) * 1000;
+      int64_t t = kProjectMs + i * (3 * kProjectMs / 2) + static_cast<int64_t>(s) * 1000;
       w->write(t, s, tierlab::trace::Query{"SELECT 1"});
-      w->write(t + kMs, s, tierlab::trace::Ready{'I'});
+      w->write(t + kProjectMs, s, tierlab::trace::Ready{'I'});
     }
-  for (uint64_t s = 1; s <= 4; ++s) w->write(400 * kMs, s, tierlab::trace::SessionEnd{});
+  for (uint64_t s = 1; s <= 4; ++s) w->write(400 * kProjectMs, s, tierlab::trace::SessionEnd{});
   w->close();
 }
 

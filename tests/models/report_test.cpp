@@ -18,7 +18,7 @@ using namespace tierlab::models;
 
 namespace {
 
-constexpr int64_t kMs = 1000000;
+constexpr int64_t kReportMs = 1000000;
 
 size_t count(const std::string& s, const std::string& what) {
   size_t n = 0;
@@ -30,36 +30,36 @@ size_t count(const std::string& s, const std::string& what) {
 // one failing. Session 2: a prepared statement executed twice (5 ms each),
 // a portal's Execute answered by PortalSuspended. Block reads of 0.2 ms in
 // the first half second, writes of 1 ms in the second.
-void write_trace(const std::string& path) {
+void write_report_trace(const std::string& path) {
   namespace tr = trace;
   auto w = tr::open_writer(path);
   w->write(0, 1, tr::SessionBegin{"u", "db", "app", "", 101, 0});
   w->write(0, 2, tr::SessionBegin{"u", "db", "app", "", 102, 0});
   for (int i = 0; i < 10; ++i) {
-    int64_t t = i * 100 * kMs;
+    int64_t t = i * 100 * kReportMs;
     w->write(t, 1, tr::Query{"SELECT * FROM t WHERE id = " + std::to_string(i)});
     if (i == 3)
-      w->write(t + 3 * kMs, 1, tr::Error{"42P01", "ERROR", "no"});
+      w->write(t + 3 * kReportMs, 1, tr::Error{"42P01", "ERROR", "no"});
     else
-      w->write(t + 3 * kMs, 1, tr::Result{"SELECT", true, 1});
-    w->write(t + 3 * kMs, 1, tr::Ready{'I'});
-    w->write(t + kMs, 0,
-             tr::BlockIo{t + (i < 5 ? kMs + kMs / 5 : 2 * kMs), 1, 8192u * static_cast<uint64_t>(i), 8192,
+      w->write(t + 3 * kReportMs, 1, tr::Result{"SELECT", true, 1});
+    w->write(t + 3 * kReportMs, 1, tr::Ready{'I'});
+    w->write(t + kReportMs, 0,
+             tr::BlockIo{t + (i < 5 ? kReportMs + kReportMs / 5 : 2 * kReportMs), 1, 8192u * static_cast<uint64_t>(i), 8192,
                          i < 5 ? tr::IoOp::Read : tr::IoOp::Write, 0, 101});
   }
-  w->write(10 * kMs, 2, tr::Parse{"s1", "UPDATE t SET v = $1 WHERE id = $2", {}});
-  w->write(10 * kMs, 2, tr::Sync{});
-  w->write(11 * kMs, 2, tr::Ready{'I'});
+  w->write(10 * kReportMs, 2, tr::Parse{"s1", "UPDATE t SET v = $1 WHERE id = $2", {}});
+  w->write(10 * kReportMs, 2, tr::Sync{});
+  w->write(11 * kReportMs, 2, tr::Ready{'I'});
   for (int i = 0; i < 2; ++i) {
-    int64_t t = (20 + i * 400) * kMs;
+    int64_t t = (20 + i * 400) * kReportMs;
     w->write(t, 2, tr::Bind{"p", "s1", {}, {}});
     w->write(t, 2, tr::Execute{"p", 0});
     w->write(t, 2, tr::Sync{});
-    w->write(t + 5 * kMs, 2, i == 0 ? tr::Body{tr::Result{"UPDATE", true, 1}} : tr::Body{tr::Suspended{}});
-    w->write(t + 5 * kMs, 2, tr::Ready{'I'});
+    w->write(t + 5 * kReportMs, 2, i == 0 ? tr::Body{tr::Result{"UPDATE", true, 1}} : tr::Body{tr::Suspended{}});
+    w->write(t + 5 * kReportMs, 2, tr::Ready{'I'});
   }
-  w->write(1000 * kMs, 1, tr::SessionEnd{});
-  w->write(1000 * kMs, 2, tr::SessionEnd{});
+  w->write(1000 * kReportMs, 1, tr::SessionEnd{});
+  w->write(1000 * kReportMs, 2, tr::SessionEnd{});
   w->close();
 }
 
@@ -69,7 +69,7 @@ TEST_CASE("report: the capture's timeline pairs each statement with its answer a
           "[report]") {
   test::TempDir dir;
   const std::string path = dir.file("t.tlt");
-  write_trace(path);
+  write_report_trace(path);
   const CaptureTimeline c = capture_timeline(path);
   REQUIRE(c.statements.size() == 2);
   // By total time: ten SELECTs of 3 ms, then two UPDATEs of 5 ms.
@@ -110,10 +110,10 @@ TEST_CASE("report: a long capture's buckets merge and widen, keeping every count
     w->write(0, 1, tr::SessionBegin{"u", "db", "app", "", 101, 0});
     // One statement a second for 1,000 s: 10,000 buckets of 0.1 s.
     for (int i = 0; i < 1000; ++i) {
-      int64_t t = int64_t(i) * 1000 * kMs;
+      int64_t t = int64_t(i) * 1000 * kReportMs;
       w->write(t, 1, tr::Query{"SELECT 1"});
-      w->write(t + kMs, 1, tr::Result{"SELECT", true, 1});
-      w->write(t + kMs, 1, tr::Ready{'I'});
+      w->write(t + kReportMs, 1, tr::Result{"SELECT", true, 1});
+      w->write(t + kReportMs, 1, tr::Ready{'I'});
     }
     w->close();
   }
@@ -131,7 +131,7 @@ TEST_CASE("report: a long capture's buckets merge and widen, keeping every count
 TEST_CASE("report: each view holds its sections and their plots", "[report]") {
   test::TempDir dir;
   const std::string path = dir.file("t.tlt");
-  write_trace(path);
+  write_report_trace(path);
   const Profile profile = profile_file(path);
   const CaptureTimeline capture = capture_timeline(path);
   ReportInput in;
@@ -226,7 +226,7 @@ TEST_CASE("report: project --html and profile --html are views of the report, an
           "[report][cli]") {
   test::TempDir dir;
   const std::string path = dir.file("t.tlt"), html = dir.file("r.html");
-  write_trace(path);
+  write_report_trace(path);
   auto has = [](const std::string& page, const char* id) {
     return page.find(std::string("id=\"") + id + "\"") != std::string::npos;
   };

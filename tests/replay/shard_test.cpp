@@ -17,9 +17,9 @@ using trace::Record;
 
 namespace {
 
-constexpr Nanos kMs = 1000000;
+constexpr Nanos kShardMs = 1000000;
 
-struct Trace {
+struct ShardTrace {
   std::vector<Record> recs;
   void add(Nanos ts, uint64_t sess, trace::Body b) { recs.push_back(Record{ts, sess, std::move(b)}); }
   std::shared_ptr<const Plan> build(Window w = {}, Shard s = {}) {
@@ -32,22 +32,22 @@ struct Trace {
 // `clients` pgbench-like sessions with ids `first_id`, `first_id + step`,
 // ...: each sends 5 transactions (BEGIN, UPDATE, SELECT, END), the k-th
 // client starting k * 2 ms after 1 s into the trace.
-Trace tpcb(int clients, uint64_t first_id, uint64_t step) {
-  Trace t;
+ShardTrace tpcb_trace(int clients, uint64_t first_id, uint64_t step) {
+  ShardTrace t;
   for (int c = 0; c < clients; ++c) {
     const uint64_t id = first_id + static_cast<uint64_t>(c) * step;
-    Nanos ts = 1000 * kMs + c * 2 * kMs;
+    Nanos ts = 1000 * kShardMs + c * 2 * kShardMs;
     t.add(ts, id, trace::SessionBegin{"u", "d", "", "", 0, 0});
     t.add(ts, id, trace::Ready{'I'});
     const char* script[] = {"BEGIN", "UPDATE a SET v = v + 1 WHERE id = 7", "SELECT v FROM a WHERE id = 7", "END"};
     for (int x = 0; x < 5; ++x)
       for (int k = 0; k < 4; ++k) {
-        ts += kMs;
+        ts += kShardMs;
         t.add(ts, id, trace::Query{script[k]});
-        t.add(ts + kMs / 2, id, trace::Result{"X", false, 0});
-        t.add(ts + kMs / 2, id, trace::Ready{k == 3 ? 'I' : 'T'});
+        t.add(ts + kShardMs / 2, id, trace::Result{"X", false, 0});
+        t.add(ts + kShardMs / 2, id, trace::Ready{k == 3 ? 'I' : 'T'});
       }
-    t.add(ts + kMs, id, trace::SessionEnd{});
+    t.add(ts + kShardMs, id, trace::SessionEnd{});
   }
   return t;
 }
@@ -101,15 +101,15 @@ TEST_CASE("shard hash: consecutive and scattered ids spread evenly", "[replay][s
 
 TEST_CASE("plan: the shards of a trace are its sessions, each whole, in order, on one shared schedule",
           "[replay][shard][plan]") {
-  Trace t = tpcb(40, 1, 1);
+  ShardTrace t = tpcb_trace(40, 1, 1);
   auto whole = t.build();
   REQUIRE(whole->sessions.size() == 40);
   const auto want = sql_by_session(*whole);
-  for (const Window& w : {Window{}, Window{1010 * kMs, 1060 * kMs}}) {
+  for (const Window& w : {Window{}, Window{1010 * kShardMs, 1060 * kShardMs}}) {
     auto all = t.build(w);
     const auto want_w = sql_by_session(*all);
     for (uint32_t n : {1u, 2u, 4u, 7u}) {
-      INFO("N=" << n << " window [" << w.begin / kMs << ", " << (w.end == Window{}.end ? -1 : w.end / kMs) << ")");
+      INFO("N=" << n << " window [" << w.begin / kShardMs << ", " << (w.end == Window{}.end ? -1 : w.end / kShardMs) << ")");
       std::map<uint64_t, std::vector<std::string>> got;
       uint64_t stmts = 0, txns = 0, units = 0, errors = 0;
       for (uint32_t k = 0; k < n; ++k) {
@@ -141,9 +141,9 @@ TEST_CASE("plan: the shards of a trace are its sessions, each whole, in order, o
 }
 
 TEST_CASE("plan: a shard with no session keeps the trace's origin and counts", "[replay][shard][plan]") {
-  Trace t = tpcb(1, 1, 1);  // session 1 is on shard 3 of 4
+  ShardTrace t = tpcb_trace(1, 1, 1);  // session 1 is on shard 3 of 4
   auto p = t.build({}, Shard{0, 4});
   CHECK(p->sessions.empty());
   CHECK(p->summary.trace_sessions == 1);
-  CHECK(p->t0 == 1000 * kMs);
+  CHECK(p->t0 == 1000 * kShardMs);
 }

@@ -32,7 +32,7 @@ using trace::Record;
 
 namespace {
 
-constexpr Nanos kMs = 1000000;
+constexpr Nanos kStreamMs = 1000000;
 
 // Records refer to their strings and parameters: these keep them.
 std::string_view keep(std::string s) {
@@ -53,7 +53,7 @@ std::vector<Record> mixed_trace(int rounds) {
   static const std::vector<uint32_t> int4{23};
   static const std::vector<int16_t> none;
   for (uint64_t s = 1; s <= 6; ++s) {
-    Nanos ts = static_cast<Nanos>(s) * kMs / 3;
+    Nanos ts = static_cast<Nanos>(s) * kStreamMs / 3;
     if (s != 3) {  // session 3: joined mid-stream, inside a transaction
       add(ts, s, trace::SessionBegin{keep("u" + std::to_string(s)), "db", "app", "", 0, 0});
       add(ts, s, trace::Ready{'I'});
@@ -62,18 +62,18 @@ std::vector<Record> mixed_trace(int rounds) {
       add(ts, s, trace::Parse{"p", "SELECT abalance FROM acc WHERE aid = $1", int4});
       add(ts, s, trace::Parse{"q", "UPDATE acc SET abalance = abalance + 1 WHERE aid = $1", int4});
       add(ts, s, trace::Sync{});
-      add(ts + kMs / 10, s, trace::Ready{'I'});
+      add(ts + kStreamMs / 10, s, trace::Ready{'I'});
     }
     if (s == 3) {
       add(ts, s, trace::Query{"UPDATE acc SET abalance = 0 WHERE aid = 7"});
-      add(ts + kMs / 10, s, trace::Result{"UPDATE 1", false, 0});
-      add(ts + kMs / 10, s, trace::Ready{'T'});
-      add(ts + kMs / 5, s, trace::Query{"COMMIT"});
-      add(ts + kMs / 4, s, trace::Result{"COMMIT", false, 0});
-      add(ts + kMs / 4, s, trace::Ready{'I'});
+      add(ts + kStreamMs / 10, s, trace::Result{"UPDATE 1", false, 0});
+      add(ts + kStreamMs / 10, s, trace::Ready{'T'});
+      add(ts + kStreamMs / 5, s, trace::Query{"COMMIT"});
+      add(ts + kStreamMs / 4, s, trace::Result{"COMMIT", false, 0});
+      add(ts + kStreamMs / 4, s, trace::Ready{'I'});
     }
     for (int k = 0; k < rounds; ++k) {
-      ts = static_cast<Nanos>(k + 1) * kMs + static_cast<Nanos>(s) * 10000;
+      ts = static_cast<Nanos>(k + 1) * kStreamMs + static_cast<Nanos>(s) * 10000;
       const std::string_view v = keep(std::to_string(k * 7 + static_cast<int>(s)));
       const Nanos a = ts + 50000;  // the answer
       switch (s) {
@@ -166,7 +166,7 @@ std::vector<Record> mixed_trace(int rounds) {
         }
       }
     }
-    if (s != 6) add(static_cast<Nanos>(rounds + 2) * kMs, s, trace::SessionEnd{trace::EndReason::Clean});
+    if (s != 6) add(static_cast<Nanos>(rounds + 2) * kStreamMs, s, trace::SessionEnd{trace::EndReason::Clean});
   }
   std::stable_sort(recs.begin(), recs.end(), [](const auto& x, const auto& y) { return x.first.ts < y.first.ts; });
   std::vector<Record> out;
@@ -298,13 +298,13 @@ TEST_CASE("a streamed workload is the loaded one, unit for unit", "[replay][stre
   SECTION("the whole trace") { check_same(path, {}, {}); }
   SECTION("a window that starts inside transactions and after statements were prepared") {
     Window w;
-    w.begin = 9 * kMs + 200000;  // session 1 is inside its BEGIN ... COMMIT then
-    w.end = 30 * kMs;
+    w.begin = 9 * kStreamMs + 200000;  // session 1 is inside its BEGIN ... COMMIT then
+    w.end = 30 * kStreamMs;
     check_same(path, w, {});
   }
   SECTION("a window that ends before some sessions begin") {
     Window w;
-    w.end = kMs / 2;
+    w.end = kStreamMs / 2;
     check_same(path, w, {});
   }
   SECTION("shards") {
@@ -332,7 +332,7 @@ void pipelining_trace(const std::string& path, int rounds) {
   w->write(1000, 1, trace::Sync{});
   std::vector<std::string> answers;  // of the group sent last: its records' kinds
   for (int k = 0; k < rounds; ++k) {
-    const Nanos ts = (k + 1) * kMs / 10;
+    const Nanos ts = (k + 1) * kStreamMs / 10;
     const std::string v = std::to_string(k);
     std::vector<trace::Param> ps{trace::Param{0, false, v}};
     w->write(ts, 1, trace::Bind{"", "up", ps, none});
@@ -364,8 +364,8 @@ void pipelining_trace(const std::string& path, int rounds) {
     w->write(ts + 200, 2, trace::Result{"SELECT 1", true, 1});
     w->write(ts + 200, 2, trace::Ready{'I'});
   }
-  w->write((rounds + 1) * kMs / 10, 1, trace::SessionEnd{trace::EndReason::Clean});
-  w->write((rounds + 1) * kMs / 10, 2, trace::SessionEnd{trace::EndReason::Clean});
+  w->write((rounds + 1) * kStreamMs / 10, 1, trace::SessionEnd{trace::EndReason::Clean});
+  w->write((rounds + 1) * kStreamMs / 10, 2, trace::SessionEnd{trace::EndReason::Clean});
   w->close();
 }
 
@@ -380,8 +380,8 @@ TEST_CASE("a streamed session that pipelines and is never idle is handed on in b
   SECTION("the whole trace") { check_same(path, {}, {}, &most); }
   SECTION("a window") {
     Window w;
-    w.begin = 10 * kMs + 300;
-    w.end = 40 * kMs;
+    w.begin = 10 * kStreamMs + 300;
+    w.end = 40 * kStreamMs;
     check_same(path, w, {}, &most);
   }
   // Before: the session's one batch held every unit of the trace (over
@@ -428,7 +428,7 @@ void pgbench_like(const std::string& path, int rounds) {
     w->write(1000, s, trace::Ready{'I'});
   }
   for (int k = 0; k < rounds; ++k) {
-    const Nanos ts = (k + 1) * kMs / 10;
+    const Nanos ts = (k + 1) * kStreamMs / 10;
     const std::string v = std::to_string(k);
     const std::string q = "SELECT " + v + " AS round";
     std::vector<trace::Param> ps{trace::Param{0, false, v}};
@@ -443,7 +443,7 @@ void pgbench_like(const std::string& path, int rounds) {
       w->write(ts + 3000, s, trace::Ready{'I'});
     }
   }
-  for (uint64_t s = 1; s <= 4; ++s) w->write((rounds + 1) * kMs / 10, s, trace::SessionEnd{trace::EndReason::Clean});
+  for (uint64_t s = 1; s <= 4; ++s) w->write((rounds + 1) * kStreamMs / 10, s, trace::SessionEnd{trace::EndReason::Clean});
   w->close();
 }
 
@@ -489,7 +489,7 @@ void accounts_trace(const std::string& path, int rounds) {
   }
   for (int k = 0; k < rounds; ++k) {
     for (uint64_t s = 1; s <= 8; ++s) {
-      const Nanos ts = (k + 1) * kMs / 10 + static_cast<Nanos>(s) * 1000;
+      const Nanos ts = (k + 1) * kStreamMs / 10 + static_cast<Nanos>(s) * 1000;
       const std::string v = std::to_string((k * 8 + static_cast<int>(s)) * 7919 % 100000 + 1);
       std::vector<trace::Param> ps{trace::Param{0, false, v}};
       const bool update = (k + static_cast<int>(s)) % 10 == 0;
@@ -500,7 +500,7 @@ void accounts_trace(const std::string& path, int rounds) {
       w->write(ts + 500, s, trace::Ready{'I'});
     }
   }
-  for (uint64_t s = 1; s <= 8; ++s) w->write((rounds + 1) * kMs / 10, s, trace::SessionEnd{trace::EndReason::Clean});
+  for (uint64_t s = 1; s <= 8; ++s) w->write((rounds + 1) * kStreamMs / 10, s, trace::SessionEnd{trace::EndReason::Clean});
   w->close();
 }
 
@@ -644,8 +644,8 @@ TEST_CASE("a streamed replay reports what the loaded one does: max speed, timed,
   }
   SECTION("a window") {
     o.max_speed = true;
-    window.begin = 9 * kMs + 200000;
-    window.end = 25 * kMs;
+    window.begin = 9 * kStreamMs + 200000;
+    window.end = 25 * kStreamMs;
   }
   o.log_path = dir.file("loaded.log");
   auto reader = trace::open_reader(path);
@@ -671,12 +671,12 @@ TEST_CASE("a streamed replay does not stall when sessions start as others end, w
     wo.start_mono_ns = 0;
     auto w = trace::open_writer(path, wo);
     std::vector<std::pair<Nanos, std::pair<uint64_t, int>>> sends;  // time, (session, kind)
-    for (int k = 0; k < 1200; ++k) sends.push_back({k * kMs / 10, {1, 0}});
+    for (int k = 0; k < 1200; ++k) sends.push_back({k * kStreamMs / 10, {1, 0}});
     for (uint64_t s = 2; s < 14; ++s) {
-      const Nanos begin = static_cast<Nanos>(s - 2) * 10 * kMs + kMs / 20;
+      const Nanos begin = static_cast<Nanos>(s - 2) * 10 * kStreamMs + kStreamMs / 20;
       sends.push_back({begin, {s, 1}});  // begin
-      for (int k = 0; k < 60; ++k) sends.push_back({begin + 1000 + k * (kMs / 7), {s, 0}});
-      sends.push_back({begin + 9 * kMs, {s, 2}});  // end
+      for (int k = 0; k < 60; ++k) sends.push_back({begin + 1000 + k * (kStreamMs / 7), {s, 0}});
+      sends.push_back({begin + 9 * kStreamMs, {s, 2}});  // end
     }
     std::stable_sort(sends.begin(), sends.end(), [](auto& x, auto& y) { return x.first < y.first; });
     w->write(0, 1, trace::SessionBegin{"", "", "", "", 0, 0});
@@ -694,7 +694,7 @@ TEST_CASE("a streamed replay does not stall when sessions start as others end, w
         w->write(ts + 500, s, trace::Ready{'I'});
       }
     }
-    w->write(130 * kMs, 1, trace::SessionEnd{trace::EndReason::Clean});
+    w->write(130 * kStreamMs, 1, trace::SessionEnd{trace::EndReason::Clean});
     w->close();
   }
   Options o;
@@ -736,13 +736,13 @@ TEST_CASE("a streamed replay does not deadlock when a session with a full read-a
       w->write(0, s, trace::SessionBegin{"", "", "", "", 0, 0});
       w->write(0, s, trace::Ready{'I'});
     }
-    q(1 * kMs, 1, "BEGIN", "BEGIN", 'T');
-    q(2 * kMs, 1, "UPDATE lockt SET v = v + 1 WHERE id = 1", "UPDATE 1", 'T');
-    q(20 * kMs, 2, "UPDATE lockt SET v = v + 1 WHERE id = 1", "UPDATE 1", 'I');
-    for (int k = 0; k < 300; ++k) q(21 * kMs + k * (kMs / 5), 2, "SELECT 1", "SELECT 1", 'I');
-    q(90 * kMs, 1, "COMMIT", "COMMIT", 'I');
-    w->write(95 * kMs, 1, trace::SessionEnd{trace::EndReason::Clean});
-    w->write(95 * kMs, 2, trace::SessionEnd{trace::EndReason::Clean});
+    q(1 * kStreamMs, 1, "BEGIN", "BEGIN", 'T');
+    q(2 * kStreamMs, 1, "UPDATE lockt SET v = v + 1 WHERE id = 1", "UPDATE 1", 'T');
+    q(20 * kStreamMs, 2, "UPDATE lockt SET v = v + 1 WHERE id = 1", "UPDATE 1", 'I');
+    for (int k = 0; k < 300; ++k) q(21 * kStreamMs + k * (kStreamMs / 5), 2, "SELECT 1", "SELECT 1", 'I');
+    q(90 * kStreamMs, 1, "COMMIT", "COMMIT", 'I');
+    w->write(95 * kStreamMs, 1, trace::SessionEnd{trace::EndReason::Clean});
+    w->write(95 * kStreamMs, 2, trace::SessionEnd{trace::EndReason::Clean});
     w->close();
   }
   Options o;

@@ -35,7 +35,7 @@ std::string show(std::string_view sql, std::vector<ParamValue> params = {}) {
   return show(read_access(sql, params));
 }
 
-constexpr Nanos kMs = 1000000;
+constexpr Nanos kOneMs = 1000000;
 
 }  // namespace
 
@@ -110,7 +110,7 @@ namespace {
 // `commit` (or none), touching what `sql` touches.
 SyncTxn txn(Nanos begin, uint32_t commit, std::vector<std::string> sql) {
   SyncTxn t;
-  t.begin = begin * kMs;
+  t.begin = begin * kOneMs;
   t.commit = commit;
   for (const std::string& s : sql) {
     SqlAccess a = read_access(s);
@@ -121,11 +121,11 @@ SyncTxn txn(Nanos begin, uint32_t commit, std::vector<std::string> sql) {
 }
 
 std::vector<Nanos> ends(std::vector<Nanos> ms) {
-  for (Nanos& t : ms) t *= kMs;
+  for (Nanos& t : ms) t *= kOneMs;
   return ms;
 }
 
-std::string tpcb(int aid, int tid, int bid) {
+std::string tpcb_sql(int aid, int tid, int bid) {
   return "UPDATE pgbench_accounts SET abalance = abalance + 1 WHERE aid = " + std::to_string(aid) +
          "; SELECT abalance FROM pgbench_accounts WHERE aid = " + std::to_string(aid) +
          "; UPDATE pgbench_tellers SET tbalance = tbalance + 1 WHERE tid = " + std::to_string(tid) +
@@ -140,8 +140,8 @@ TEST_CASE("sync rule: a transaction waits only for earlier commits that touched 
   SECTION("tpcb-like: increments and history inserts do not order; a read of the row waits for its increments") {
     // Commits 0-3 (ends 10, 20, 30, 40 ms), each begun after the one before
     // committed; 0, 1 and 3 on branch 1, 2 on branch 2 and account 1.
-    std::vector<SyncTxn> t = {txn(1, 0, {tpcb(1, 1, 1)}), txn(11, 1, {tpcb(2, 2, 1)}),
-                              txn(21, 2, {tpcb(1, 3, 2)}), txn(31, 3, {tpcb(4, 4, 1)}),
+    std::vector<SyncTxn> t = {txn(1, 0, {tpcb_sql(1, 1, 1)}), txn(11, 1, {tpcb_sql(2, 2, 1)}),
+                              txn(21, 2, {tpcb_sql(1, 3, 2)}), txn(31, 3, {tpcb_sql(4, 4, 1)}),
                               txn(41, kNoCommit, {"SELECT bbalance FROM pgbench_branches WHERE bid = 1"})};
     auto n = sync_needs(t, ends({10, 20, 30, 40}));
     CHECK(n[0].deps.empty());
@@ -182,7 +182,7 @@ TEST_CASE("sync rule: a transaction waits only for earlier commits that touched 
     std::vector<SyncTxn> t = {txn(1, 0, {"CREATE TABLE t (k int)"}), txn(20, 1, {"INSERT INTO t VALUES (1)"}),
                               txn(20, kNoCommit, {"SELECT * FROM u"})};
     SyncTxn parse;
-    parse.begin = 21 * kMs;
+    parse.begin = 21 * kOneMs;
     parse.rels = read_access("SELECT * FROM t WHERE k = $1", {}, true).rels;
     t.push_back(parse);
     auto n = sync_needs(t, ends({10, 30}));

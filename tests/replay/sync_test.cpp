@@ -22,7 +22,7 @@ using namespace tierlab::replay;
 
 namespace {
 
-constexpr Nanos kMs = 1000000;
+constexpr Nanos kSyncMs = 1000000;
 
 struct Builder {
   PlanBuilder b;
@@ -30,8 +30,8 @@ struct Builder {
   // A simple Query answered `tag` and ReadyForQuery `ready` 1 ms later.
   void query(Nanos ts, uint64_t s, const char* sql, const char* tag, char ready = 'I') {
     add(ts, s, trace::Query{sql});
-    add(ts + kMs, s, trace::Result{tag, false, 0});
-    add(ts + kMs, s, trace::Ready{ready});
+    add(ts + kSyncMs, s, trace::Result{tag, false, 0});
+    add(ts + kSyncMs, s, trace::Ready{ready});
   }
 };
 
@@ -94,34 +94,34 @@ TEST_CASE("plan: commit points in capture order, and what each transaction's fir
   // committed at 61 ms.
   t.add(0, 1, trace::SessionBegin{"u", "d", "", "", 0, 0});
   t.add(0, 1, trace::Ready{'I'});
-  t.query(10 * kMs, 1, "CREATE TABLE t(a int)", "CREATE TABLE");
-  t.query(20 * kMs, 1, "BEGIN", "BEGIN", 'T');
-  t.query(21 * kMs, 1, "SELECT * FROM t", "SELECT", 'T');
-  t.query(22 * kMs, 1, "COMMIT", "COMMIT");
-  t.query(40 * kMs, 1, "BEGIN", "BEGIN", 'T');
-  t.query(50 * kMs, 1, "INSERT INTO t VALUES (1)", "INSERT 0 1", 'T');
-  t.query(60 * kMs, 1, "COMMIT", "COMMIT");
-  t.add(70 * kMs, 1, trace::SessionEnd{});
+  t.query(10 * kSyncMs, 1, "CREATE TABLE t(a int)", "CREATE TABLE");
+  t.query(20 * kSyncMs, 1, "BEGIN", "BEGIN", 'T');
+  t.query(21 * kSyncMs, 1, "SELECT * FROM t", "SELECT", 'T');
+  t.query(22 * kSyncMs, 1, "COMMIT", "COMMIT");
+  t.query(40 * kSyncMs, 1, "BEGIN", "BEGIN", 'T');
+  t.query(50 * kSyncMs, 1, "INSERT INTO t VALUES (1)", "INSERT 0 1", 'T');
+  t.query(60 * kSyncMs, 1, "COMMIT", "COMMIT");
+  t.add(70 * kSyncMs, 1, trace::SessionEnd{});
   // Session 2 starts after the CREATE committed: its start and first unit
   // wait for 1; a SELECT sent at 30 ms (after the CREATE, before the
   // INSERT's commit) waits for 1; the transaction begun at 55 ms, before
   // the INSERT committed, waits for 1 too, and its statements inside it
   // for nothing; the nextval at 80 ms waits for 2 and is a commit point.
-  t.add(15 * kMs, 2, trace::SessionBegin{"u", "d", "", "", 0, 0});
-  t.add(15 * kMs, 2, trace::Ready{'I'});
-  t.query(30 * kMs, 2, "SELECT count(*) FROM t", "SELECT");
-  t.query(55 * kMs, 2, "BEGIN", "BEGIN", 'T');
-  t.query(65 * kMs, 2, "SELECT count(*) FROM t", "SELECT", 'T');
-  t.query(66 * kMs, 2, "COMMIT", "COMMIT");
-  t.query(80 * kMs, 2, "SELECT nextval('s')", "SELECT");
-  t.add(90 * kMs, 2, trace::SessionEnd{});
+  t.add(15 * kSyncMs, 2, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  t.add(15 * kSyncMs, 2, trace::Ready{'I'});
+  t.query(30 * kSyncMs, 2, "SELECT count(*) FROM t", "SELECT");
+  t.query(55 * kSyncMs, 2, "BEGIN", "BEGIN", 'T');
+  t.query(65 * kSyncMs, 2, "SELECT count(*) FROM t", "SELECT", 'T');
+  t.query(66 * kSyncMs, 2, "COMMIT", "COMMIT");
+  t.query(80 * kSyncMs, 2, "SELECT nextval('s')", "SELECT");
+  t.add(90 * kSyncMs, 2, trace::SessionEnd{});
   // Session 3: a failed INSERT in autocommit changes nothing.
-  t.add(5 * kMs, 3, trace::SessionBegin{"u", "d", "", "", 0, 0});
-  t.add(5 * kMs, 3, trace::Ready{'I'});
-  t.add(6 * kMs, 3, trace::Query{"INSERT INTO t VALUES (0)"});
-  t.add(7 * kMs, 3, trace::Error{"42P01", "ERROR", "relation \"t\" does not exist"});
-  t.add(7 * kMs, 3, trace::Ready{'I'});
-  t.add(8 * kMs, 3, trace::SessionEnd{});
+  t.add(5 * kSyncMs, 3, trace::SessionBegin{"u", "d", "", "", 0, 0});
+  t.add(5 * kSyncMs, 3, trace::Ready{'I'});
+  t.add(6 * kSyncMs, 3, trace::Query{"INSERT INTO t VALUES (0)"});
+  t.add(7 * kSyncMs, 3, trace::Error{"42P01", "ERROR", "relation \"t\" does not exist"});
+  t.add(7 * kSyncMs, 3, trace::Ready{'I'});
+  t.add(8 * kSyncMs, 3, trace::SessionEnd{});
   auto p = t.b.finish();
   REQUIRE(p->sessions.size() == 3);
   CHECK(p->commits == 3);
@@ -165,31 +165,31 @@ TEST_CASE("plan: a statement that failed at capture waits for every commit befor
   Builder t;
   t.add(0, 1, trace::SessionBegin{"u", "d", "", "", 0, 0});
   t.add(0, 1, trace::Ready{'I'});
-  t.query(10 * kMs, 1, "UPDATE a SET v = 1 WHERE k = 1", "UPDATE 1");  // commit 0
-  t.query(20 * kMs, 1, "UPDATE b SET v = 1 WHERE k = 1", "UPDATE 1");  // commit 1
-  t.add(100 * kMs, 1, trace::SessionEnd{});
+  t.query(10 * kSyncMs, 1, "UPDATE a SET v = 1 WHERE k = 1", "UPDATE 1");  // commit 0
+  t.query(20 * kSyncMs, 1, "UPDATE b SET v = 1 WHERE k = 1", "UPDATE 1");  // commit 1
+  t.add(100 * kSyncMs, 1, trace::SessionEnd{});
   t.add(0, 2, trace::SessionBegin{"u", "d", "", "", 0, 0});
   t.add(0, 2, trace::Ready{'I'});
   // A duplicate key on a: it waits for both commits, though the text names a only.
-  t.add(30 * kMs, 2, trace::Query{"INSERT INTO a VALUES (1)"});
-  t.add(31 * kMs, 2, trace::Error{"23505", "ERROR", "duplicate key"});
-  t.add(31 * kMs, 2, trace::Ready{'I'});
+  t.add(30 * kSyncMs, 2, trace::Query{"INSERT INTO a VALUES (1)"});
+  t.add(31 * kSyncMs, 2, trace::Error{"23505", "ERROR", "duplicate key"});
+  t.add(31 * kSyncMs, 2, trace::Ready{'I'});
   // Prepared and executed with k = 1, then with k = 2: the first waits
   // for the UPDATE of b's row 1, the second for nothing.
   static const trace::Param one[] = {{0, false, "1"}};
   static const trace::Param two[] = {{0, false, "2"}};
-  t.add(40 * kMs, 2, trace::Parse{"s", "SELECT v FROM b WHERE k = $1", {}});
-  t.add(40 * kMs, 2, trace::Bind{"", "s", one, {}});
-  t.add(40 * kMs, 2, trace::Execute{"", 0});
-  t.add(40 * kMs, 2, trace::Sync{});
-  t.add(41 * kMs, 2, trace::Result{"SELECT 1", true, 1});
-  t.add(41 * kMs, 2, trace::Ready{'I'});
-  t.add(50 * kMs, 2, trace::Bind{"", "s", two, {}});
-  t.add(50 * kMs, 2, trace::Execute{"", 0});
-  t.add(50 * kMs, 2, trace::Sync{});
-  t.add(51 * kMs, 2, trace::Result{"SELECT 0", true, 0});
-  t.add(51 * kMs, 2, trace::Ready{'I'});
-  t.add(100 * kMs, 2, trace::SessionEnd{});
+  t.add(40 * kSyncMs, 2, trace::Parse{"s", "SELECT v FROM b WHERE k = $1", {}});
+  t.add(40 * kSyncMs, 2, trace::Bind{"", "s", one, {}});
+  t.add(40 * kSyncMs, 2, trace::Execute{"", 0});
+  t.add(40 * kSyncMs, 2, trace::Sync{});
+  t.add(41 * kSyncMs, 2, trace::Result{"SELECT 1", true, 1});
+  t.add(41 * kSyncMs, 2, trace::Ready{'I'});
+  t.add(50 * kSyncMs, 2, trace::Bind{"", "s", two, {}});
+  t.add(50 * kSyncMs, 2, trace::Execute{"", 0});
+  t.add(50 * kSyncMs, 2, trace::Sync{});
+  t.add(51 * kSyncMs, 2, trace::Result{"SELECT 0", true, 0});
+  t.add(51 * kSyncMs, 2, trace::Ready{'I'});
+  t.add(100 * kSyncMs, 2, trace::SessionEnd{});
   auto p = t.b.finish();
   const Plan& plan = *p;
   REQUIRE(plan.commits == 2);

@@ -14,7 +14,14 @@
 // is; the others define TIERLAB_ALLOC_COUNTER_READ_ONLY before including it
 // and get the counters without the replacements.
 // Allocations of C code (libpq's PGresults, ...) are not counted.
-#pragma once
+//
+// Unity builds put several test files in one translation unit, in either
+// order: so the header undefines TIERLAB_ALLOC_COUNTER_READ_ONLY at its end
+// (the next file's include is not read-only by accident), and its two parts
+// have guards of their own (a read-only include before the replacing one
+// does not hide the replacements).
+#ifndef TIERLAB_TESTS_ALLOC_COUNTER_H
+#define TIERLAB_TESTS_ALLOC_COUNTER_H
 
 #include <malloc.h>
 
@@ -84,7 +91,10 @@ inline void* allocate_nothrow(std::size_t n) noexcept {
 }  // namespace alloc_counter_detail
 }  // namespace tierlab::test
 
-#ifndef TIERLAB_ALLOC_COUNTER_READ_ONLY
+#endif  // TIERLAB_TESTS_ALLOC_COUNTER_H
+
+#if !defined(TIERLAB_ALLOC_COUNTER_READ_ONLY) && !defined(TIERLAB_ALLOC_COUNTER_REPLACED)
+#define TIERLAB_ALLOC_COUNTER_REPLACED
 // Replacement functions may not be inline: these are the one definition.
 void* operator new(std::size_t n) { return tierlab::test::alloc_counter_detail::allocate(n); }
 void* operator new[](std::size_t n) { return tierlab::test::alloc_counter_detail::allocate(n); }
@@ -108,4 +118,5 @@ void operator delete(void* p, std::align_val_t) noexcept { tierlab::test::alloc_
 void operator delete[](void* p, std::align_val_t) noexcept { tierlab::test::alloc_counter_detail::release(p); }
 void operator delete(void* p, std::size_t, std::align_val_t) noexcept { tierlab::test::alloc_counter_detail::release(p); }
 void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { tierlab::test::alloc_counter_detail::release(p); }
-#endif  // TIERLAB_ALLOC_COUNTER_READ_ONLY
+#endif  // replacements
+#undef TIERLAB_ALLOC_COUNTER_READ_ONLY
