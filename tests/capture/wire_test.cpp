@@ -12,7 +12,7 @@ using namespace wiretest;
 
 namespace wiretest {
 
-std::string describe_wire_record(const trace::Record& r) {
+std::string describe(const trace::Record& r) {
   std::ostringstream o;
   o << "s" << r.session << " ";
   std::visit(
