@@ -73,7 +73,12 @@ int quota_cpus_v1(std::string_view quota, std::string_view period) {
 }
 
 int default_cpus(const std::string& cgroup_root) {
-  int cpus = affinity_cpus();
+  const int q = cgroup_quota_cpus(cgroup_root);
+  return std::max(1, q > 0 ? std::min(affinity_cpus(), q) : affinity_cpus());
+}
+
+int cgroup_quota_cpus(const std::string& cgroup_root) {
+  int least = 0;
   // /proc/self/cgroup: "0::/path" (v2) or "N:cpu,cpuacct:/path" (v1).
   std::istringstream lines(read_text("/proc/self/cgroup"));
   std::string line;
@@ -98,9 +103,9 @@ int default_cpus(const std::string& cgroup_root) {
         if (q > 0) break;
       }
     }
-    if (q > 0) cpus = std::min(cpus, q);
+    if (q > 0) least = least == 0 ? q : std::min(least, q);
   }
-  return std::max(1, cpus);
+  return least;
 }
 
 }  // namespace tierlab::replay

@@ -16,6 +16,11 @@ int quota_cpus_v2(std::string_view cpu_max);
 // v1: cpu.cfs_quota_us's and cpu.cfs_period_us's texts.
 int quota_cpus_v1(std::string_view quota, std::string_view period);
 
+// The least CPU quota on the process's cgroup and its ancestors, in CPUs
+// rounded up, read under `cgroup_root` with /proc/self/cgroup's paths; 0
+// when none applies.
+int cgroup_quota_cpus(const std::string& cgroup_root = "/sys/fs/cgroup");
+
 // The default worker count: affinity, capped by the quota of the process's
 // cgroup (and its ancestors'), read under `cgroup_root` (/sys/fs/cgroup)
 // with /proc/self/cgroup's paths. Never below 1.

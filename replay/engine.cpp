@@ -285,6 +285,9 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   // By default one worker per CPU the replay may use: its affinity, capped
   // by its cgroup's CPU quota (replay/cpu_budget.h).
   int threads = opts.threads > 0 ? opts.threads : default_cpus();
+  // At max speed under a CPU quota a worker waits for a batch of answers
+  // (Loop::expect): each wake-up costs quota the sends need.
+  if (opts.max_speed && cgroup_quota_cpus() > 0) sh.batch_window = detail::kBatchWindow;
   threads = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, plan.sessions.size())));
 
   // One descriptor a session open at once: libpq's socket, which a
