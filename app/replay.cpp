@@ -272,7 +272,7 @@ void setup_replay(CLI::App& parent) {
   auto* speed = cmd->add_option("--speed", o->speed, "replay speed factor (2 = twice as fast)")
                     ->check(positive_number());
   cmd->add_flag("--max-speed", o->max_speed, "no waits: as fast as the target allows")->excludes(speed);
-  cmd->add_option("--threads", o->threads, "worker threads (default: number of cores)")
+  cmd->add_option("--threads", o->threads, "worker threads (default: the CPUs the replay may use: its affinity, capped by its cgroup CPU quota, rounded up)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("-P,--progress", o->progress_s, "print a progress line every SEC seconds")
       ->check(non_negative_number());

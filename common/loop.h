@@ -137,6 +137,19 @@ class Loop {
   // no limit): the caller's schedule in absolute times, to the nanosecond.
   virtual int wait_until(LoopEvent* evs, int max, int64_t deadline_ns) = 0;
 
+  // The same as wait_until, but a round that finds fewer than `n` events
+  // ready waits on for more: it returns once n are ready, or once
+  // `window_ns` has passed with at least one, or at the deadline. The
+  // io_uring backend waits in the kernel (io_uring_enter's min-wait,
+  // Linux 6.12 and later): a thread held to a CPU quota wakes once per
+  // batch of completions rather than once per completion. Where the kernel
+  // has no min-wait, and on epoll, it is wait_until.
+  virtual int expect(LoopEvent* evs, int max, int64_t deadline_ns, int n, int64_t window_ns) {
+    (void)n;
+    (void)window_ns;
+    return wait_until(evs, max, deadline_ns);
+  }
+
   // A readiness watch on fd, which the loop does not own; `tag` comes with
   // its Ready events. Starts with nothing asked for.
   virtual uint32_t poll_open(int fd, uint64_t tag) = 0;

@@ -28,6 +28,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +44,9 @@ constexpr uint16_t kGroup = 0;
 // With sends in flight, a round waits for their completions plus one event,
 // at most this long (see wait()).
 constexpr long kSendWaitNs = 1'000'000;
+// io_uring_enter takes a min-wait (io_uring_getevents_arg.min_wait_usec;
+// Linux 6.12), which liburing 2.3's headers do not name.
+constexpr unsigned kFeatMinTimeout = 1u << 15;
 
 enum Op : uint64_t { kIgnore = 0, kRecv = 1, kSend = 2, kConnect = 3, kAccept = 4, kWatch = 5, kRecvInto = 6, kPoll = 7 };
 constexpr uint64_t kOpBits = 3;
@@ -235,6 +239,26 @@ class UringLoop final : public LoopCommon {
     return reap(evs, max);
   }
 
+  int expect(LoopEvent* evs, int max, int64_t deadline_ns, int n, int64_t window_ns) override {
+    if (n <= 1 || window_ns <= 0 || !(ring_->features() & kFeatMinTimeout)) return wait_until(evs, max, deadline_ns);
+    if (!enabled_ && !enable()) return -errno_;
+    if (int k = take_pending(evs, max); k > 0) return k;
+    reuse_closed();
+    give_back_now();
+    arm_polls();
+    int rc;
+    const int64_t left = deadline_ns < 0 ? -1 : std::max<int64_t>(0, deadline_ns - clock_ns(CLOCK_MONOTONIC));
+    if (left == 0 || io_uring_cq_ready(ring_->get()) >= static_cast<unsigned>(n)) {
+      rc = io_uring_submit_and_get_events(ring_->get());
+    } else {
+      rc = enter_min_wait(static_cast<unsigned>(n), window_ns, left);
+    }
+    sends_ = 0;
+    interrupted_ = rc == -EINTR;
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY && rc != -ETIME) return rc;
+    return reap(evs, max);
+  }
+
   void finish(int64_t timeout_ns) override {
     for (int64_t waited = 0; waited < timeout_ns; waited += 10'000'000) {
       reuse_closed();
@@ -264,6 +288,27 @@ class UringLoop final : public LoopCommon {
   bool interrupted_ = false;  // the last wait ended on a signal
 
   static uint64_t ud(uint64_t index, Op op) { return index << kOpBits | op; }
+
+  // One io_uring_enter that submits what is queued and waits for `n`
+  // completions, or `window_ns` with at least one, or `timeout_ns` (-1:
+  // none). liburing 2.3 does not wrap the min-wait: the submission queue's
+  // tail is published here as liburing's submit does (no SQPOLL ring).
+  int enter_min_wait(unsigned n, int64_t window_ns, int64_t timeout_ns) {
+    io_uring* r = ring_->get();
+    const unsigned tail = r->sq.sqe_tail;
+    if (r->sq.sqe_head != tail) {
+      r->sq.sqe_head = tail;
+      io_uring_smp_store_release(r->sq.ktail, tail);
+    }
+    const unsigned submit = tail - io_uring_smp_load_acquire(r->sq.khead);
+    __kernel_timespec ts = to_kts(timeout_ns < 0 ? 0 : timeout_ns);
+    io_uring_getevents_arg arg{};
+    arg.pad = static_cast<uint32_t>(std::max<int64_t>(1, window_ns / 1000));  // min_wait_usec
+    arg.ts = timeout_ns < 0 ? 0 : reinterpret_cast<uint64_t>(&ts);
+    const long rc = ::syscall(__NR_io_uring_enter, r->ring_fd, submit, n,
+                              IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof arg);
+    return rc < 0 ? -errno : static_cast<int>(rc);
+  }
 
   // Hands every queued submission to the kernel, outside a round. A full
   // completion queue (-EBUSY) is made room in: what is reaped is handed out

@@ -23,6 +23,7 @@ void Worker::send_direct(uint32_t slot) {
   // Leaves with the loop's next round (on io_uring in the submission that
   // also waits; on epoll at once); the plan's bytes stay put until sent.
   loop_->send_ext(s.lc, reinterpret_cast<const uint8_t*>(s.out), s.out_left);
+  ++sends_;
   s.out += s.out_left;
   s.out_left = 0;
 }

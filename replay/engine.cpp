@@ -49,6 +49,7 @@
 // pipeline mode PQsendQueryPrepared sends the same Bind, Describe, Execute
 // and Sync in one write, and leaves one result fewer to reap (no
 // PIPELINE_SYNC).
+#include "replay/cpu_budget.h"
 #include "replay/worker.h"
 
 #include "common/clock.h"
@@ -281,7 +282,12 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   sh.gate = max_speed_gates(plan);
   if (opts.max_speed) sh.initial = static_cast<uint64_t>(std::count(sh.gate.begin(), sh.gate.end(), 0));
 
-  int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // By default one worker per CPU the replay may use: its affinity, capped
+  // by its cgroup's CPU quota (replay/cpu_budget.h).
+  int threads = opts.threads > 0 ? opts.threads : default_cpus();
+  // At max speed under a CPU quota a worker waits for a batch of answers
+  // (Loop::expect): each wake-up costs quota the sends need.
+  if (opts.max_speed && cgroup_quota_cpus() > 0) sh.batch_window = detail::kBatchWindow;
   threads = static_cast<int>(std::max<size_t>(1, std::min<size_t>(threads, plan.sessions.size())));
 
   // One descriptor a session open at once: libpq's socket, which a

@@ -170,7 +170,7 @@ struct Options {
   std::string conninfo;       // --db: libpq conninfo or URI of the target
   double speed = 1.0;         // schedule divisor; ignored with max_speed
   bool max_speed = false;     // no waits; per-session order and concurrency kept
-  int threads = 0;            // worker threads; 0 = number of cores
+  int threads = 0;            // worker threads; 0 = the CPUs it may use (affinity, cgroup quota)
   double progress_s = 0;      // -P: progress line period; 0 = none
   std::string database;       // force this database for every session
   std::string user;           // force this user for every session

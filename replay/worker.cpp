@@ -78,7 +78,10 @@ void Worker::run() {
     if (!started_ && !held_.empty()) sooner(now + 20000);
     if (sync_check_ || stream_moved_) sooner(now);  // waiting slots may go: look without sleeping
     if (held_batch_ && !starved_.empty()) sooner(held_at_ + kHeldPatience);
-    int n = loop_->wait_until(evs, kMaxEvents, deadline);
+    const int want = sh_.batch_window > 0 && started_ ? in_flight() + sends_ : 0;
+    sends_ = 0;
+    int n = want > 1 ? loop_->expect(evs, kMaxEvents, deadline, want, sh_.batch_window)
+                     : loop_->wait_until(evs, kMaxEvents, deadline);
     if (n < 0) throw RuntimeError(errno_message(std::string("replay: ") + loop_->backend() + " wait", -n));
     dispatch(evs, n);
   }
@@ -86,6 +89,12 @@ void Worker::run() {
   // kernel is done with them.
   loop_->finish(1'000'000'000);
   log_.flush();
+}
+
+int Worker::in_flight() const {
+  int n = 0;
+  for (const Slot& s : slots_) n += s.unit != kNone && s.state != State::Done;
+  return n;
 }
 
 void Worker::dispatch(const LoopEvent* evs, int n) {

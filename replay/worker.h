@@ -75,6 +75,9 @@ constexpr uint32_t kMaxMessage = 1u << 30;
 // A streamed replay reads ahead at most this many batches of a session
 // (Worker::next_unit): the window that bounds its memory.
 constexpr uint32_t kQueueBatches = 16;
+// Max speed under a CPU quota: how long a round waits for more answers
+// once one has come (Shared::batch_window).
+constexpr Nanos kBatchWindow = 100'000;
 // How long a held batch may keep a starved session waiting before the
 // read-ahead bound gives way (Worker::release_held).
 constexpr Nanos kHeldPatience = 5'000'000;
@@ -100,6 +103,10 @@ struct Shared {
   std::atomic<uint64_t> initial_ready{0};
   std::atomic<Nanos> start{0};        // when the last of them connected
   bool uring = false;                 // workers run the io_uring backend of the loop
+  // Max speed under a CPU quota: a round waits for the answers of every
+  // unit in flight, or this long with one (Loop::expect), so that a worker
+  // wakes once per batch; 0: once per answer.
+  Nanos batch_window = 0;
   int log_fd = -1;                    // Options::log_path, -1 none
   std::mutex log_lock;                // one worker writes to it at a time
   Nanos unix_offset = 0;              // CLOCK_REALTIME - CLOCK_MONOTONIC, for the log
@@ -224,6 +231,9 @@ class Worker {
   void stream_wake(Nanos now);
   // Streamed: the batches still queued for the slot go back to the stream.
   void drop_queue(uint32_t slot);
+
+  // Units in flight on the worker's sessions (Shared::batch_window).
+  int in_flight() const;
 
   // One round's events: the inbox, libpq sockets ready, directly driven
   // sessions' answers and sends.
@@ -397,6 +407,9 @@ class Worker {
   std::unique_ptr<Loop> loop_;
   Nanos last_end_ = 0;
   UnitLog log_;
+  // Sends handed to the loop since its last round: their completions come
+  // in the next round too (Shared::batch_window).
+  int sends_ = 0;
 };
 
 }  // namespace tierlab::replay::detail

@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -24,6 +25,9 @@
 #include <filesystem>
 #include <string>
 #include <vector>
+#include <chrono>
+#include <cstdio>
+#include <thread>
 
 using namespace tierlab;
 
@@ -587,4 +591,75 @@ TEST_CASE("loop: a borrowed descriptor's number given to another socket right af
   }
   loop->finish(1'000'000'000);
   loop.reset();
+}
+
+// True when the running kernel is at least major.minor.
+static bool loop_expect_kernel_at_least(int major, int minor) {
+  utsname u{};
+  if (::uname(&u) != 0) return false;
+  int a = 0, b = 0;
+  if (std::sscanf(u.release, "%d.%d", &a, &b) != 2) return false;
+  return a > major || (a == major && b >= minor);
+}
+
+TEST_CASE("loop: expect waits for n completions, or its window with one", "[loop][timing]") {
+  const bool uring = GENERATE(true, false);
+  INFO((uring ? "io_uring" : "epoll"));
+  auto loop = make(uring);
+  int a[2], b[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, a) == 0);
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, b) == 0);
+  const uint32_t ca = loop->open_borrowed(a[0]);
+  const uint32_t cb = loop->open_borrowed(b[0]);
+  uint8_t ma[8], mb[8];
+  LoopEvent evs[16];
+  const bool batches = uring && loop_expect_kernel_at_least(6, 12);
+
+  // Two answers 20 ms apart: one round that returns both.
+  loop->recv_into(ca, ma, sizeof ma);
+  loop->recv_into(cb, mb, sizeof mb);
+  REQUIRE(::send(a[1], "x", 1, 0) == 1);
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    (void)::send(b[1], "y", 1, 0);
+  });
+  int64_t t0 = clock_ns(CLOCK_MONOTONIC);
+  int n = loop->expect(evs, 16, t0 + 2'000'000'000, 2, 500'000'000);
+  const int64_t first = clock_ns(CLOCK_MONOTONIC) - t0;
+  later.join();
+  REQUIRE(n >= 1);
+  CHECK(evs[0].kind == LoopEv::Data);
+  if (batches) {
+    CHECK(n == 2);
+    CHECK(first >= 15'000'000);
+    CHECK(first < 500'000'000);
+  }
+  // Drain what the first round left (epoll: the second answer).
+  int got = n;
+  while (got < 2) {
+    n = loop->wait(evs, 16, 2'000'000'000);
+    REQUIRE(n >= 0);
+    got += n;
+  }
+
+  // One answer of two: back after the window, with it.
+  loop->recv_into(ca, ma, sizeof ma);
+  loop->recv_into(cb, mb, sizeof mb);
+  REQUIRE(::send(a[1], "z", 1, 0) == 1);
+  t0 = clock_ns(CLOCK_MONOTONIC);
+  n = loop->expect(evs, 16, t0 + 2'000'000'000, 2, 30'000'000);
+  const int64_t second = clock_ns(CLOCK_MONOTONIC) - t0;
+  REQUIRE(n == 1);
+  CHECK(evs[0].conn == ca);
+  if (batches) {
+    CHECK(second >= 25'000'000);
+    CHECK(second < 1'000'000'000);
+  }
+  loop->close(ca);
+  loop->close(cb);
+  loop->finish(100'000'000);
+  for (int* p : {a, b}) {
+    ::close(p[0]);
+    ::close(p[1]);
+  }
 }
