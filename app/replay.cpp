@@ -179,11 +179,15 @@ void run_replay(const ReplayOptions& o) {
   OutputFile json(o.json, "--json");
   // With the JSON on standard output, the text goes to standard error.
   std::ostream& text = o.json == "-" ? std::cerr : std::cout;
-  // Without commit order the trace is streamed (read twice, its units
-  // held only while they are replayed); commit order plans over the whole
-  // trace, loaded.
+  // The trace is streamed (read twice, its units held only while they are
+  // replayed), and commit order planned as it is read; a trace whose
+  // records are out of time order is loaded for it.
   replay::Workload w = [&] {
-    if (o.dry_run || !opts.sync) return replay::stream(o.file, window, shard);
+    const bool sync = opts.sync && !o.dry_run;
+    replay::Workload s = replay::stream(o.file, window, shard, sync);
+    if (!sync || s.sync_unplanned().empty()) return s;
+    std::cerr << "tierlab: replay: " << o.file << ": " << s.sync_unplanned() << "; --sync " << o.sync
+              << " plans over the whole trace, loaded (memory grows with its length)\n";
     auto reader = trace::open_reader(o.file);
     return replay::load(*reader, window, shard);
   }();
