@@ -336,8 +336,8 @@ void setup_replay(CLI::App& parent) {
                   "(or row key) it touches in a way where order matters, has committed in the replay; "
                   "all: it, and a session's start, wait for every such transaction, whatever it touched "
                   "(for links the SQL text does not show: triggers, views, functions); none: sessions "
-                  "race, keeping only their own order, and the trace is streamed (memory does not grow "
-                  "with its length; commit and all load the whole trace)")
+                  "race, keeping only their own order. The trace is streamed (memory does not grow with "
+                  "its length); commit and all load a trace whose records are out of time order)")
       ->check(CLI::IsMember({"commit", "all", "none"}))
       ->capture_default_str();
   cmd->add_option("--sync-timeout", o->sync_timeout,
