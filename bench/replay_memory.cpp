@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
         w->write(e.ts, id, Result{update[e.session] ? "UPDATE" : "SELECT", true, 1});
         w->write(e.ts, id, Ready{'I'});
         if (--left[e.session] == 0) {
-          w->write(e.ts + 1'000, id, SessionEnd{});
+          w->write(e.ts, id, SessionEnd{});
           continue;
         }
         events.push(Event{e.ts + 5'000 + static_cast<Nanos>(rng() % 25'001), e.session, false});

@@ -309,9 +309,13 @@ void PlanBuilder::Impl::add(const trace::Record& r) {
   Session& s = plan->sessions[sb.index];
   s.end = std::max(s.end, r.ts);
   if (sync) {
-    if (r.ts < sync_now && unplanned.empty())
-      unplanned = "session " + std::to_string(r.session) + "'s record at " + std::to_string(rel(r.ts)) +
-                  " ns comes after one at " + std::to_string(rel(sync_now)) + " ns (records out of time order)";
+    if (r.ts < sync_now && !sync_rule) {  // pass 1: how far out of time order records come
+      sync_skew = std::max(sync_skew, sync_now - r.ts);
+      if (sync_skew > kMaxSkew && unplanned.empty())
+        unplanned = "session " + std::to_string(r.session) + "'s record at " + std::to_string(rel(r.ts)) +
+                    " ns from the trace start comes " + std::to_string(sync_skew) +
+                    " ns before a record read earlier (records out of time order by more than 1 s)";
+    }
     sync_now = std::max(sync_now, r.ts);
     if (!sync_rule && plan->sessions.size() != known) {  // pass 1: the session's start among the commits
       const Nanos t = rel(r.ts) < window.begin ? origin + window.begin : r.ts;

@@ -218,6 +218,7 @@ struct Plan : Tables {
   bool sync = false;
   std::shared_ptr<const detail::KeyColumns> key_columns;
   std::string sync_unplanned;
+  Nanos sync_skew = 0;  // how far out of time order its records come (the stream waits that much longer)
   WorkloadSummary summary;
 };
 

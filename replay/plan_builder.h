@@ -226,6 +226,11 @@ struct PlanBuilder::Impl {
   std::vector<SyncEvent> events;  // a heap
   std::vector<PendEntry> pend;    // a heap of the sessions holding units not handed on
   Nanos sync_now = std::numeric_limits<Nanos>::min();  // latest session record read
+  // How much earlier than one read before it a record comes (pass 1
+  // measures it, pass 2 holds events that much longer); above kMaxSkew the
+  // trace is not planned as it is read.
+  Nanos sync_skew = 0;
+  static constexpr Nanos kMaxSkew = 1'000'000'000;
   uint32_t next_commit = 0;
   std::string unplanned;  // pass 1: why the trace cannot be planned as it is read
   std::unique_ptr<detail::KeyColumns> keys;  // pass 1: counted

@@ -233,17 +233,20 @@ void PlanBuilder::Impl::sync_pending(SessionBuild& sb) {
   std::push_heap(pend.begin(), pend.end());
 }
 
-// No event still to come is earlier than this: records are read in time
-// order (pass 1 checked), and a unit not handed on is no earlier than its
-// session's first pending one (its answer, its commit, its next unit later).
+// No event still to come is earlier than this: a record comes at most
+// sync_skew before one read earlier (pass 1 measured it), so a unit not
+// handed on, its answers and its commit are no earlier than its session's
+// first pending record less that, and a record still to read no earlier
+// than the latest read less that.
 Nanos PlanBuilder::Impl::sync_floor() {
+  if (sync_now == std::numeric_limits<Nanos>::min()) return sync_now;  // nothing read
   while (!pend.empty()) {
     const PendEntry& e = pend.front();
-    if (e.sb->pending && e.sb->pend_stamp == e.stamp) return std::min(sync_now, e.since);
+    if (e.sb->pending && e.sb->pend_stamp == e.stamp) return std::min(sync_now, e.since) - sync_skew;
     std::pop_heap(pend.begin(), pend.end());
     pend.pop_back();
   }
-  return sync_now;
+  return sync_now - sync_skew;
 }
 
 void PlanBuilder::Impl::sync_release(Nanos floor) {
@@ -456,6 +459,7 @@ std::shared_ptr<const Plan> PlanBuilder::Impl::finish_streamed() {
     p.sync = true;
     p.commits = next_commit;
     p.sync_unplanned = unplanned;
+    p.sync_skew = sync_skew;
     keys->pick();
     p.key_columns = std::move(keys);
   }
@@ -516,6 +520,7 @@ UnitStream::UnitStream(std::unique_ptr<trace::Reader> reader, const Plan& plan, 
     // Every session is planned (the commit points are numbered across all
     // of them); only this worker's are handed on.
     m.sync = m.sync_rule = true;
+    m.sync_skew = plan.sync_skew;
     m.planner = std::make_unique<detail::SyncPlanner>(*plan.key_columns);
     m.mine.assign(plan.sessions.size(), false);
     for (uint32_t i : sessions) m.mine[i] = true;

@@ -230,7 +230,7 @@ std::string describe_sync(const Tables& t, const Unit& u) {
 // `most_units`: set to the most units a batch held. `sync`: the streamed
 // plan with commit order, whose every unit's wait is the loaded one's.
 void check_same(const std::string& path, const Window& window, const Shard& shard, size_t* most_units = nullptr,
-                bool sync = false) {
+                bool sync = false, size_t max_batches = 0) {
   auto reader = trace::open_reader(path);
   Workload loaded = load(*reader, window, shard);
   Workload streamed = stream(path, window, shard, sync);
@@ -305,7 +305,8 @@ void check_same(const std::string& path, const Window& window, const Shard& shar
   // Each batch recycled before the next: the stream made only a few
   // (those of the sessions with units in the making, and with commit
   // order those of the transactions still open).
-  CHECK(us.batches() <= (sync ? 24u : 8u));
+  INFO("batches made: " << us.batches());
+  CHECK(us.batches() <= (max_batches ? max_batches : sync ? 64u : 8u));
 }
 
 }  // namespace
@@ -400,6 +401,14 @@ TEST_CASE("a streamed workload with commit order plans every unit's wait as the 
       for (uint32_t k = 0; k < 2; ++k) check_same(path, {}, Shard{k, 2}, nullptr, true);
     }
   }
+  SECTION("records a little out of time order (the stream holds its events that much longer)") {
+    const std::string path = dir.file("skewed.tlt");
+    std::vector<Record> recs = conflicting_trace(300);
+    for (size_t i = 0; i + 1 < recs.size(); i += 37)
+      if (recs[i].session != recs[i + 1].session) std::swap(recs[i], recs[i + 1]);
+    write_trace(path, recs);
+    check_same(path, {}, {}, nullptr, true, SIZE_MAX);  // held as long as the records are out of order
+  }
   SECTION("sessions of every kind") {
     const std::string path = dir.file("mixed.tlt");
     write_trace(path, mixed_trace(40));
@@ -411,7 +420,7 @@ TEST_CASE("a trace out of time order cannot be planned as it is read, and says w
   tierlab::test::TempDir dir;
   const std::string path = dir.file("unordered.tlt");
   std::vector<Record> recs = conflicting_trace(20);
-  std::swap(recs[40], recs[60]);
+  recs[40].ts = recs[60].ts + 2'000'000'000;  // 2 s ahead of the records after it
   write_trace(path, recs);
   Workload w = stream(path, {}, {}, true);
   CHECK_THAT(w.sync_unplanned(), Catch::Contains("out of time order"));
