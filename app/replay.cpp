@@ -179,11 +179,15 @@ void run_replay(const ReplayOptions& o) {
   OutputFile json(o.json, "--json");
   // With the JSON on standard output, the text goes to standard error.
   std::ostream& text = o.json == "-" ? std::cerr : std::cout;
-  // Without commit order the trace is streamed (read twice, its units
-  // held only while they are replayed); commit order plans over the whole
-  // trace, loaded.
+  // The trace is streamed (read twice, its units held only while they are
+  // replayed), and commit order planned as it is read; a trace whose
+  // records are out of time order is loaded for it.
   replay::Workload w = [&] {
-    if (o.dry_run || !opts.sync) return replay::stream(o.file, window, shard);
+    const bool sync = opts.sync && !o.dry_run;
+    replay::Workload s = replay::stream(o.file, window, shard, sync);
+    if (!sync || s.sync_unplanned().empty()) return s;
+    std::cerr << "tierlab: replay: " << o.file << ": " << s.sync_unplanned() << "; --sync " << o.sync
+              << " plans over the whole trace, loaded (memory grows with its length)\n";
     auto reader = trace::open_reader(o.file);
     return replay::load(*reader, window, shard);
   }();
@@ -332,8 +336,8 @@ void setup_replay(CLI::App& parent) {
                   "(or row key) it touches in a way where order matters, has committed in the replay; "
                   "all: it, and a session's start, wait for every such transaction, whatever it touched "
                   "(for links the SQL text does not show: triggers, views, functions); none: sessions "
-                  "race, keeping only their own order, and the trace is streamed (memory does not grow "
-                  "with its length; commit and all load the whole trace)")
+                  "race, keeping only their own order. The trace is streamed (memory does not grow with "
+                  "its length); commit and all load a trace whose records are out of time order)")
       ->check(CLI::IsMember({"commit", "all", "none"}))
       ->capture_default_str();
   cmd->add_option("--sync-timeout", o->sync_timeout,

@@ -70,14 +70,16 @@ int main(int argc, char** argv) {
     for (uint32_t s = 0; s < sessions; ++s) {
       const uint64_t id = s + 1;
       left[s] = statements / sessions + (s < statements % sessions ? 1 : 0);
-      const Nanos begin = t0 + static_cast<Nanos>(s) * 1'000;
+      // Every session starts before the first statement (t0 + 10 ms), so
+      // that its records stay in time order.
+      const Nanos begin = t0 + static_cast<Nanos>(s) * 10'000'000 / static_cast<Nanos>(sessions + 1);
       w->write(begin, id, SessionBegin{"postgres", "postgres", "pgbench", "127.0.0.1:40000",
                                        static_cast<int32_t>(10000 + s), 0});
       w->write(begin + 100, id, Parse{"P0_1", kSelect, int4});
       w->write(begin + 100, id, Parse{"P0_2", kUpdate, int4x2});
       w->write(begin + 100, id, Sync{});
       w->write(begin + 200, id, Ready{'I'});
-      events.push(Event{begin + 10'000, s, false});
+      events.push(Event{t0 + 10'000'000 + static_cast<Nanos>(s) * 1'000, s, false});
     }
     char aid[24], delta[24];
     Param params[2];
@@ -89,7 +91,7 @@ int main(int argc, char** argv) {
         w->write(e.ts, id, Result{update[e.session] ? "UPDATE" : "SELECT", true, 1});
         w->write(e.ts, id, Ready{'I'});
         if (--left[e.session] == 0) {
-          w->write(e.ts + 1'000, id, SessionEnd{});
+          w->write(e.ts, id, SessionEnd{});
           continue;
         }
         events.push(Event{e.ts + 5'000 + static_cast<Nanos>(rng() % 25'001), e.session, false});

@@ -208,8 +208,10 @@ void check_speed(const Workload& w, double speed) {
 
 Report run(const Workload& w, const Options& opts, std::ostream* progress) {
   const Plan& plan = w.plan();
-  if (plan.streamed && opts.sync)
-    throw InputError("commit order needs the whole trace loaded (load()); a streamed workload replays without it");
+  if (plan.streamed && opts.sync && !plan.sync)
+    throw InputError("commit order needs a workload planned with it (load(), or stream() with sync)");
+  if (plan.streamed && opts.sync && !plan.sync_unplanned.empty())
+    throw InputError("commit order cannot be planned as the trace is read (" + plan.sync_unplanned + "): load() it");
   if (!opts.max_speed) {
     try {
       check_speed(w, opts.speed);
@@ -339,6 +341,10 @@ Report run(const Workload& w, const Options& opts, std::ostream* progress) {
     sh.order = &*commit_order;
     sh.sync_timeout = opts.sync_timeout_ns;
     sh.sync_all = opts.sync_all;
+    if (plan.streamed) {
+      sh.ended_early = std::make_unique<std::atomic<uint8_t>[]>(plan.sessions.size());
+      for (size_t i = 0; i < plan.sessions.size(); ++i) sh.ended_early[i].store(0, std::memory_order_relaxed);
+    }
   }
   std::vector<std::unique_ptr<Worker>> workers;
   for (int t = 0; t < threads; ++t) workers.push_back(std::make_unique<Worker>(sh, t, per[t], live[t]));

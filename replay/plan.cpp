@@ -167,7 +167,7 @@ uint32_t PlanBuilder::Impl::new_unit(SessionBuild& sb, UnitKind kind, Nanos ts) 
   u.in_window = in_window(ts);
   Tables& t = T(sb);
   t.units.push_back(u);
-  TMP(sb).emplace_back();
+  TMP(sb).emplace_back().seq = unit_seq++;
   return static_cast<uint32_t>(t.units.size() - 1);
 }
 
@@ -303,18 +303,40 @@ void PlanBuilder::Impl::add(const trace::Record& r) {
     if (it == keep.end()) return;  // a session the streamed plan does not replay
     plan_index = it->second;
   }
+  const size_t known = plan->sessions.size();
   SessionBuild& sb = session(r.session, r.ts);
   sb.plan_index = filtered ? plan_index : sb.index;
   Session& s = plan->sessions[sb.index];
   s.end = std::max(s.end, r.ts);
+  if (sync) {
+    if (r.ts < sync_now && !sync_rule) {  // pass 1: how far out of time order records come
+      sync_skew = std::max(sync_skew, sync_now - r.ts);
+      if (sync_skew > kMaxSkew && unplanned.empty())
+        unplanned = "session " + std::to_string(r.session) + "'s record at " + std::to_string(rel(r.ts)) +
+                    " ns from the trace start comes " + std::to_string(sync_skew) +
+                    " ns before a record read earlier (records out of time order by more than 1 s)";
+    }
+    sync_now = std::max(sync_now, r.ts);
+    if (!sync_rule && plan->sessions.size() != known) {  // pass 1: the session's start among the commits
+      const Nanos t = rel(r.ts) < window.begin ? origin + window.begin : r.ts;
+      events.push_back(SyncEvent{t, SyncEvent::Start, 0, sb.index});
+      std::push_heap(events.begin(), events.end());
+    }
+  }
   std::visit([&](const auto& b) { on(sb, r.ts, b); }, r.body);
-  if (!stream || !sb.batch) return;
+  if (!stream) return;
   // Streamed: the session's units go on once every answer is in (at its
   // end, whatever it has).
   const bool end = std::holds_alternative<trace::SessionEnd>(r.body);
-  const bool whole = !sb.ext_open && sb.copy_tmp.empty();  // no unit half made
-  if (end || (whole && sb.awaiting.empty())) emit(sb);
-  else if (whole && sb.awaiting.front() >= kSplitUnits) split(sb);
+  if (sb.batch) {
+    const bool whole = !sb.ext_open && sb.copy_tmp.empty();  // no unit half made
+    if (end || (whole && sb.awaiting.empty())) emit(sb);
+    else if (whole && sb.awaiting.front() >= kSplitUnits) split(sb);
+  }
+  if (!sync) return;
+  if (end) sync_end_txn(sb);
+  sync_pending(sb);
+  if (!events.empty()) sync_release(sync_floor());
 }
 
 void PlanBuilder::Impl::on(SessionBuild& sb, Nanos ts, const trace::SessionBegin& b) {
@@ -528,6 +550,7 @@ std::shared_ptr<const Plan> PlanBuilder::finish() { return impl_->finish(); }
 
 Workload::Workload(std::shared_ptr<const Plan> plan) : plan_(std::move(plan)) {}
 const WorkloadSummary& Workload::summary() const { return plan_->summary; }
+const std::string& Workload::sync_unplanned() const { return plan_->sync_unplanned; }
 
 Workload load(trace::Reader& reader, const Window& window, const Shard& shard) {
   if (shard.count == 0 || shard.index >= shard.count)

@@ -168,6 +168,7 @@ struct Tables {
   std::vector<const char*> param_values;
   std::vector<int> param_lengths;
   std::vector<int> param_formats;
+  std::vector<uint32_t> sync_deps;      // commit points units wait for (Unit::sync_dep)
   // Empties every table, keeping the capacity (and the arena's first block).
   void clear();
 };
@@ -182,12 +183,23 @@ struct UnitBatch : Tables {
   std::vector<uint32_t> order;   // the units replayed, in order (into units)
   uint32_t pos = 0;              // the next of them to send
   UnitBatch* next = nullptr;     // queue link
+  // Streamed with commit order (PlanBuilder::Impl::StreamSync): what of its
+  // units is still to be planned (a transaction's need, a commit's number),
+  // and the link of its session's batches waiting for that.
+  uint32_t unplanned = 0;
+  UnitBatch* sync_next = nullptr;
 };
+
+namespace detail {
+class KeyColumns;
+}
 
 // Loaded (load(), PlanBuilder): every table holds the whole trace, and
 // session_units lists each session's units. Streamed (replay/stream.cpp):
 // the tables are empty and Session::n_units counts what the stream will
-// deliver; commit order (sync_deps, Unit::commit) is not planned.
+// deliver; with commit order (stream(..., sync)) `commits`, Session::sync_all
+// and the key columns are known, and the stream plans each unit's wait as
+// it reads (Unit::commit, sync_need and sync_deps in the unit's batch).
 struct Plan : Tables {
   bool streamed = false;
   std::vector<Session> sessions;
@@ -200,7 +212,13 @@ struct Plan : Tables {
   // that ends a transaction, or is an autocommit statement, in which a
   // statement changed state (changes_state). Only units replayed count.
   uint32_t commits = 0;
-  std::vector<uint32_t> sync_deps;      // commit points units wait for (Unit::sync_dep)
+  // Streamed with commit order: the relations' key columns (pass 1's
+  // count), for the stream's rule; or why the trace cannot be planned as
+  // it is read ("" when it can: Workload::sync_unplanned).
+  bool sync = false;
+  std::shared_ptr<const detail::KeyColumns> key_columns;
+  std::string sync_unplanned;
+  Nanos sync_skew = 0;  // how far out of time order its records come (the stream waits that much longer)
   WorkloadSummary summary;
 };
 
@@ -242,7 +260,7 @@ class PlanBuilder {
 
  private:
   friend class UnitStream;
-  friend std::shared_ptr<const Plan> plan_streamed(trace::Reader&, const Window&, const Shard&);
+  friend std::shared_ptr<const Plan> plan_streamed(trace::Reader&, const Window&, const Shard&, bool);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
@@ -252,16 +270,25 @@ class PlanBuilder {
 // many units it replays, its transactions) and the fingerprints: a Plan
 // with Plan::streamed and no unit, whose memory grows with the sessions
 // and the distinct statements, not with the trace's length. Window and
-// shard as load() applies them. Throws like trace::Reader.
-std::shared_ptr<const Plan> plan_streamed(trace::Reader& reader, const Window& window, const Shard& shard);
+// shard as load() applies them. With `sync` (commit order) it also counts
+// the commit points, each session's start among them (Session::sync_all)
+// and the key columns (Plan::key_columns), or says why the trace cannot be
+// planned as it is read (Plan::sync_unplanned). Throws like trace::Reader.
+std::shared_ptr<const Plan> plan_streamed(trace::Reader& reader, const Window& window, const Shard& shard,
+                                          bool sync = false);
 
 // Pass 2: the units of `sessions` (indices in `plan`, which plan_streamed
 // made of the same trace, window and shard), read again from `reader` and
 // made as load() makes them, one batch (UnitBatch) at a time: each session's
 // in order, a session's next once the trace has its answers. A batch is
 // the caller's until recycle(); batches are reused, so memory grows with
-// the batches held at once, not with the trace. Throws like trace::Reader,
-// and RuntimeError when the trace holds a statement pass 1 did not see.
+// the batches held at once, not with the trace. With the plan's commit
+// order (Plan::sync) every session's units are made and planned (the
+// commit points are numbered across all of them, as load() numbers them)
+// and only those of `sessions` handed on; a batch goes on once its
+// transactions' needs and its commits' numbers are known (a transaction's
+// first batch waits for its end). Throws like trace::Reader, and
+// RuntimeError when the trace holds a statement pass 1 did not see.
 class UnitStream {
  public:
   UnitStream(std::unique_ptr<trace::Reader> reader, const Plan& plan, const Window& window, const Shard& shard,
@@ -275,6 +302,11 @@ class UnitStream {
   void recycle(UnitBatch* b);
   // Batches made so far: the most held at once.
   size_t batches() const;
+  // With commit order: `f(ctx, session, commit)` for every commit point
+  // numbered, as it is (the replay marks those of failed sessions done).
+  void on_commit(void (*f)(void*, uint32_t session, uint32_t commit), void* ctx);
+  // With commit order: earlier uses the stream's rule holds (for tests).
+  size_t sync_held() const;
 
  private:
   std::unique_ptr<trace::Reader> reader_;

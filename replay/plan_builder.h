@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "replay/plan.h"
+#include "replay/sync_plan.h"
 #include "replay/sync_sql.h"
 #include "replay/wire.h"
 
@@ -62,6 +63,7 @@ struct UnitTmp {
   Outcome agg;
   bool any_result = false;
   bool changed = false;    // a statement of it changed state (changes_state)
+  uint64_t seq = 0;        // creation order among every session's units (a loaded unit's index)
 };
 
 struct SessionBuild {
@@ -127,6 +129,20 @@ struct SessionBuild {
     uint64_t seq = 0;        // parse order
   };
   std::vector<OpenStmt> open;  // prepared and not closed before its first replayed unit
+  // Streamed with commit order (PlanBuilder::Impl::StreamSync): whether its
+  // next replayed unit starts a transaction, whether one of its units
+  // changed state since it was last idle, its open transaction; its
+  // batches handed on but not yet planned (in order); and since when it
+  // holds units not handed on (pending, pend_since; pend_stamp tells the
+  // current entry in StreamSync::pend).
+  bool sync_idle = true;
+  bool sync_changed = false;
+  uint32_t txn = UINT32_MAX;
+  UnitBatch* plan_head = nullptr;
+  UnitBatch* plan_tail = nullptr;
+  bool pending = false;
+  Nanos pend_since = 0;
+  uint32_t pend_stamp = 0;
 };
 
 }  // namespace build_detail
@@ -173,6 +189,83 @@ struct PlanBuilder::Impl {
   std::unordered_map<uint64_t, uint32_t> query_fp;
   static constexpr size_t kQueryCache = 4096;
   uint64_t open_seq = 0;
+  uint64_t unit_seq = 0;  // UnitTmp::seq of the next unit
+
+  // Streamed with commit order (replay/stream.cpp): plans the commit order
+  // over a window of the trace as it is read, as order_commits does over a
+  // loaded plan. A replayed unit that starts a transaction opens one; its
+  // accesses go to the rule (SyncPlanner); a unit that ends idle having
+  // changed state is a commit point. Events (a transaction's open at its
+  // begin, a commit at its end, a session's start in pass 1) wait in a
+  // heap until the trace has been read past their time (floor(): no unit
+  // still to be handed on, nor a record still to be read, is older), then
+  // go in time order, ties by kind and then by the units' creation order
+  // (load()'s numbering): so commit points are numbered, and every need
+  // taken, as load() numbers and takes them. A batch goes on once its
+  // transactions' needs and its commits' numbers are set; a session's
+  // batches in order.
+  struct StreamTxn {
+    Nanos begin = 0;
+    SessionBuild* sb = nullptr;
+    UnitBatch* first_b = nullptr;  // its first unit (the need goes there)
+    uint32_t first_i = 0;
+    UnitBatch* commit_b = nullptr; // its commit point's unit, or nullptr
+    uint32_t commit_i = 0;
+    uint32_t handle = UINT32_MAX;  // the planner's, once opened
+    bool ended = false;
+    std::vector<detail::SqlAccess> early;  // accesses before it opened
+  };
+  struct SyncEvent {
+    enum Kind : uint8_t { Start = 0, Open = 1, Commit = 2 };
+    Nanos t = 0;
+    Kind kind = Start;
+    uint64_t seq = 0;
+    uint32_t ref = 0;  // Start: builder session index; Open, Commit: transaction
+    // std::push_heap keeps the greatest on top: the earliest is greatest.
+    bool operator<(const SyncEvent& o) const {
+      if (t != o.t) return t > o.t;
+      if (kind != o.kind) return kind > o.kind;
+      return seq > o.seq;
+    }
+  };
+  struct PendEntry {
+    Nanos since = 0;
+    uint32_t stamp = 0;
+    SessionBuild* sb = nullptr;
+    bool operator<(const PendEntry& o) const { return since > o.since; }
+  };
+  bool sync = false;       // plan the commit order
+  bool sync_rule = false;  // pass 2: take the needs (pass 1 numbers only)
+  std::vector<bool> mine;  // pass 2: plan sessions handed on (the others are planned, then recycled)
+  std::unique_ptr<detail::SyncPlanner> planner;
+  std::vector<StreamTxn> txns;
+  std::vector<uint32_t> free_txns;
+  std::vector<SyncEvent> events;  // a heap
+  std::vector<PendEntry> pend;    // a heap of the sessions holding units not handed on
+  Nanos sync_now = std::numeric_limits<Nanos>::min();  // latest session record read
+  // How much earlier than one read before it a record comes (pass 1
+  // measures it, pass 2 holds events that much longer); above kMaxSkew the
+  // trace is not planned as it is read.
+  Nanos sync_skew = 0;
+  static constexpr Nanos kMaxSkew = 1'000'000'000;
+  uint32_t next_commit = 0;
+  std::string unplanned;  // pass 1: why the trace cannot be planned as it is read
+  std::unique_ptr<detail::KeyColumns> keys;  // pass 1: counted
+  std::vector<uint32_t> start_commits;       // pass 1: by builder session, Session::sync_all
+  void (*commit_hook)(void*, uint32_t, uint32_t) = nullptr;
+  void* commit_ctx = nullptr;
+
+  void sync_take(SessionBuild& sb, UnitBatch& b);
+  void sync_pending(SessionBuild& sb);  // after a record of the session
+  Nanos sync_floor();
+  void sync_release(Nanos floor);
+  void sync_end_txn(SessionBuild& sb);
+  void sync_need(StreamTxn& t);
+  void sync_resolve(UnitBatch* b, SessionBuild& sb);
+  void sync_deliver(UnitBatch* b);
+  void ready_push(UnitBatch* b);
+  // What unit i of `t` touches (unit_access).
+  detail::SqlAccess access_of(const Tables& t, uint32_t i, bool failed) const;
 
   Tables& T(SessionBuild& sb);
   // Streamed: a batch from the pool (or a new one), empty.
@@ -309,7 +402,9 @@ struct PlanBuilder::Impl {
   // unit with an error at capture counts as unknown: the error may come of
   // another session's work (a duplicate key, a missing row), whatever the
   // text says.
-  detail::SqlAccess unit_access(uint32_t ui, uint32_t captured) const;
+  detail::SqlAccess unit_access(uint32_t ui, uint32_t captured) const {
+    return access_of(*plan, ui, ui < captured && unit_tmp[ui].errors > 0);
+  }
 
   // Numbers the commit points of the units replayed in capture order (by
   // ReadyForQuery time), and gives each unit that starts a transaction (the

@@ -124,16 +124,15 @@ std::vector<uint32_t> PlanBuilder::Impl::start_sessions_idle() {
 
 // storage records, meta, loss
 
-// What unit `ui` touches (replay/sync_sql.h): its SQL, with the
+// What unit `ui` of `t` touches (replay/sync_sql.h): its SQL, with the
 // parameters an Execute binds; a Parse only names relations (Schema). A
-// unit with an error at capture counts as unknown: the error may come of
-// another session's work (a duplicate key, a missing row), whatever the
-// text says.
-detail::SqlAccess PlanBuilder::Impl::unit_access(uint32_t ui, uint32_t captured) const {
-  const Plan& p = *plan;
+// unit with an error at capture (`failed`) counts as unknown: the error may
+// come of another session's work (a duplicate key, a missing row),
+// whatever the text says.
+detail::SqlAccess PlanBuilder::Impl::access_of(const Tables& p, uint32_t ui, bool failed) const {
   const Unit& u = p.units[ui];
   detail::SqlAccess out;
-  if (ui < captured && unit_tmp[ui].errors > 0) {
+  if (failed) {
     out.unknown = true;
     return out;
   }

@@ -136,9 +136,13 @@ class Workload {
   const std::string& path() const { return path_; }
   const Window& window() const { return window_; }
   const Shard& shard() const { return shard_; }
+  // Streamed with commit order (stream(..., true)): why the trace cannot
+  // be planned as it is read, "" when it can. A replay with commit order
+  // of such a trace needs load().
+  const std::string& sync_unplanned() const;
 
  private:
-  friend Workload stream(const std::string&, const Window&, const Shard&);
+  friend Workload stream(const std::string&, const Window&, const Shard&, bool);
   std::shared_ptr<const Plan> plan_;
   std::string path_;
   Window window_;
@@ -159,10 +163,16 @@ Workload load(trace::Reader& reader, const Window& window = {}, const Shard& sha
 // them and freeing each once answered. Memory grows with the sessions, the
 // distinct statements and the units read ahead of the replay (at most
 // detail::kQueueBatches batches a session, a batch at most 32 answered
-// units and those in flight), not with the trace's length. The summary is load()'s. Commit order (Options::sync)
-// needs load(): run() refuses a streamed workload with it. The trace must
-// not change until run() returns. Throws like trace::Reader.
-Workload stream(const std::string& path, const Window& window = {}, const Shard& shard = {});
+// units and those in flight), not with the trace's length. The summary is
+// load()'s. With `sync` the commit order (Options::sync) is planned as the
+// trace is read, each worker planning every session's commits over a
+// window of the trace (the transactions open at once, and the units not
+// yet answered at capture) and handing on its own: the commit points,
+// their numbering and every unit's wait are load()'s. That needs records
+// in time order (a capture's, `trace merge`'s): otherwise sync_unplanned()
+// says why, and run() refuses the workload with commit order. The trace
+// must not change until run() returns. Throws like trace::Reader.
+Workload stream(const std::string& path, const Window& window = {}, const Shard& shard = {}, bool sync = false);
 
 // --- running it ------------------------------------------------------------------
 

@@ -88,9 +88,193 @@ void PlanBuilder::Impl::emit(SessionBuild& sb) {
       it->seq = open_seq++;
     }
   }
-  if (ready_tail) ready_tail->next = &b;
-  else ready_head = &b;
-  ready_tail = &b;
+  if (sync) sync_take(sb, b);
+  else ready_push(&b);
+}
+
+void PlanBuilder::Impl::ready_push(UnitBatch* b) {
+  if (ready_tail) ready_tail->next = b;
+  else ready_head = b;
+  ready_tail = b;
+}
+
+// --- commit order over a window (StreamSync, replay/plan_builder.h) --------
+
+void PlanBuilder::Impl::sync_take(SessionBuild& sb, UnitBatch& b) {
+  b.unplanned = 0;
+  b.sync_next = nullptr;
+  for (uint32_t i : b.order) {
+    Unit& u = b.units[i];
+    const bool captured = i < sb.tmp.size();  // else the unit that re-prepares
+    if (sync_rule && (sb.sync_idle || sb.txn == kNone)) {
+      uint32_t h;
+      if (!free_txns.empty()) {
+        h = free_txns.back();
+        free_txns.pop_back();
+      } else {
+        h = static_cast<uint32_t>(txns.size());
+        txns.emplace_back();
+      }
+      StreamTxn& t = txns[h];
+      t.begin = u.ts;
+      t.sb = &sb;
+      t.first_b = &b;
+      t.first_i = i;
+      t.commit_b = nullptr;
+      t.handle = kNone;
+      t.ended = false;
+      t.early.clear();
+      ++b.unplanned;
+      sb.txn = h;
+      events.push_back(SyncEvent{u.ts, SyncEvent::Open, captured ? sb.tmp[i].seq : 0, h});
+      std::push_heap(events.begin(), events.end());
+    }
+    if (sync_rule) {
+      StreamTxn& t = txns[sb.txn];
+      detail::SqlAccess a = access_of(b, i, captured && sb.tmp[i].errors > 0);
+      if (t.handle != kNone) planner->add(t.handle, a);
+      else t.early.push_back(std::move(a));
+    } else {
+      keys->count(access_of(b, i, captured && sb.tmp[i].errors > 0).rels);
+    }
+    if (captured && sb.tmp[i].changed) sb.sync_changed = true;
+    if (u.ready == 'I') {
+      if (sb.sync_changed) {
+        uint32_t ref = 0;
+        if (sync_rule) {
+          StreamTxn& t = txns[sb.txn];
+          t.commit_b = &b;
+          t.commit_i = i;
+          ++b.unplanned;
+          ref = sb.txn;
+        }
+        events.push_back(SyncEvent{u.ready_ts, SyncEvent::Commit, captured ? sb.tmp[i].seq : 0, ref});
+        std::push_heap(events.begin(), events.end());
+      }
+      sb.sync_changed = false;
+    }
+    sb.sync_idle = u.ready == 'I' || u.ready == 0;
+    if (sb.sync_idle && sync_rule) sync_end_txn(sb);
+  }
+  if (sb.plan_tail) sb.plan_tail->sync_next = &b;
+  else sb.plan_head = &b;
+  sb.plan_tail = &b;
+  ++b.unplanned;  // held while it is being queued
+  sync_resolve(&b, sb);
+}
+
+// The session's open transaction ended (idle, or the session ended): a
+// reader's need is taken once it has opened; a committer's at its commit.
+void PlanBuilder::Impl::sync_end_txn(SessionBuild& sb) {
+  if (!sync_rule || sb.txn == kNone) return;
+  StreamTxn& t = txns[sb.txn];
+  sb.txn = kNone;
+  t.ended = true;
+  if (!t.commit_b && t.handle != kNone) sync_need(t);
+}
+
+// Takes a transaction's need (its first unit's wait) and closes it as a
+// reader, or, with its commit point, as the commit numbered next.
+void PlanBuilder::Impl::sync_need(StreamTxn& t) {
+  detail::SyncNeed n = planner->need(t.handle);
+  Unit& f = t.first_b->units[t.first_i];
+  f.sync_need = n.prefix;
+  f.sync_dep = static_cast<uint32_t>(t.first_b->sync_deps.size());
+  f.n_sync_deps = static_cast<uint32_t>(n.deps.size());
+  t.first_b->sync_deps.insert(t.first_b->sync_deps.end(), n.deps.begin(), n.deps.end());
+  SessionBuild& sb = *t.sb;
+  UnitBatch* first = t.first_b;
+  UnitBatch* commit = t.commit_b;
+  if (commit) {
+    const uint32_t c = next_commit++;
+    Unit& u = commit->units[t.commit_i];
+    u.commit = c;
+    planner->close(t.handle, c, u.ready_ts);
+    if (commit_hook) commit_hook(commit_ctx, commit->session, c);
+  } else {
+    planner->close(t.handle, kNoCommit, 0);
+  }
+  free_txns.push_back(static_cast<uint32_t>(&t - txns.data()));
+  sync_resolve(first, sb);
+  if (commit) sync_resolve(commit, sb);
+}
+
+void PlanBuilder::Impl::sync_resolve(UnitBatch* b, SessionBuild& sb) {
+  assert(b->unplanned > 0);
+  --b->unplanned;
+  while (UnitBatch* h = sb.plan_head) {
+    if (h->unplanned > 0) break;
+    sb.plan_head = h->sync_next;
+    if (!sb.plan_head) sb.plan_tail = nullptr;
+    h->sync_next = nullptr;
+    sync_deliver(h);
+  }
+}
+
+void PlanBuilder::Impl::sync_deliver(UnitBatch* b) {
+  if (filtered && !mine[b->session]) recycle(b);  // planned for the others' sake only
+  else ready_push(b);
+}
+
+// After a record of the session: whether it holds units not handed on, and
+// since when (the time of the first, which no later unit of it precedes).
+void PlanBuilder::Impl::sync_pending(SessionBuild& sb) {
+  const bool now = sb.batch || sb.ext_open;
+  if (!now) {
+    sb.pending = false;
+    return;
+  }
+  Nanos since = sb.ext_open ? sb.ext_ts : std::numeric_limits<Nanos>::max();
+  if (sb.batch && !sb.batch->units.empty()) since = std::min(since, sb.batch->units.front().ts);
+  if (sb.pending && since == sb.pend_since) return;
+  sb.pending = true;
+  sb.pend_since = since;
+  pend.push_back(PendEntry{since, ++sb.pend_stamp, &sb});
+  std::push_heap(pend.begin(), pend.end());
+}
+
+// No event still to come is earlier than this: a record comes at most
+// sync_skew before one read earlier (pass 1 measured it), so a unit not
+// handed on, its answers and its commit are no earlier than its session's
+// first pending record less that, and a record still to read no earlier
+// than the latest read less that.
+Nanos PlanBuilder::Impl::sync_floor() {
+  if (sync_now == std::numeric_limits<Nanos>::min()) return sync_now;  // nothing read
+  while (!pend.empty()) {
+    const PendEntry& e = pend.front();
+    if (e.sb->pending && e.sb->pend_stamp == e.stamp) return std::min(sync_now, e.since) - sync_skew;
+    std::pop_heap(pend.begin(), pend.end());
+    pend.pop_back();
+  }
+  return sync_now - sync_skew;
+}
+
+void PlanBuilder::Impl::sync_release(Nanos floor) {
+  while (!events.empty() && events.front().t < floor) {
+    std::pop_heap(events.begin(), events.end());
+    const SyncEvent e = events.back();
+    events.pop_back();
+    if (e.kind == SyncEvent::Start) {
+      if (start_commits.size() <= e.ref) start_commits.resize(e.ref + 1, 0);
+      start_commits[e.ref] = next_commit;
+      continue;
+    }
+    if (!sync_rule) {  // pass 1: numbered only
+      ++next_commit;
+      continue;
+    }
+    StreamTxn& t = txns[e.ref];
+    if (e.kind == SyncEvent::Open) {
+      t.handle = planner->open(t.begin);
+      for (const detail::SqlAccess& a : t.early) planner->add(t.handle, a);
+      t.early.clear();
+      t.first_b->units[t.first_i].sync_all = next_commit;
+      if (t.ended && !t.commit_b) sync_need(t);
+      continue;
+    }
+    if (t.handle == kNone) t.handle = planner->open(t.begin);  // a commit stamped before its own begin
+    sync_need(t);  // its commit: every commit before it is closed
+  }
 }
 
 void PlanBuilder::Impl::move_unit(const Tables& from, uint32_t i, Tables& to) {
@@ -258,6 +442,7 @@ std::shared_ptr<const Plan> PlanBuilder::Impl::finish_streamed() {
     if (!open_end && rel(s.end) > window.end) s.end = origin + window.end;
     s.first_unit = 0;
     s.n_units = r.units;
+    if (sync && i < start_commits.size()) s.sync_all = start_commits[i];
     s.captured_transactions = r.transactions;
     if (r.units) {
       s.begin = std::min(s.begin, r.first_ts);
@@ -270,6 +455,14 @@ std::shared_ptr<const Plan> PlanBuilder::Impl::finish_streamed() {
   }
   p.sessions = std::move(kept);
   p.streamed = true;
+  if (sync) {
+    p.sync = true;
+    p.commits = next_commit;
+    p.sync_unplanned = unplanned;
+    p.sync_skew = sync_skew;
+    keys->pick();
+    p.key_columns = std::move(keys);
+  }
   for (const auto& [h, fp] : hash_fp) p.fp_by_hash.emplace(h, fp);
   finish_sessions(units, stmts, txns);
   return plan;
@@ -281,15 +474,27 @@ void PlanBuilder::Impl::flush_all() {
     finish_ext(sb);
     if (sb.batch) emit(sb);
   }
+  if (!sync) return;
+  // A transaction still open at the end is a reader; every event goes.
+  for (auto& [id, sb] : sessions) {
+    sync_end_txn(sb);
+    sb.pending = false;
+  }
+  sync_release(std::numeric_limits<Nanos>::max());
 }
 
-std::shared_ptr<const Plan> plan_streamed(trace::Reader& reader, const Window& window, const Shard& shard) {
+std::shared_ptr<const Plan> plan_streamed(trace::Reader& reader, const Window& window, const Shard& shard,
+                                          bool sync) {
   if (shard.count == 0 || shard.index >= shard.count)
     throw InputError("shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) +
                      ": the index must be below the count (0-based)");
   PlanBuilder b(window, reader.header().start_mono_ns, shard);
   PlanBuilder::Impl& m = *b.impl_;
   m.stream = true;
+  if (sync) {
+    m.sync = true;
+    m.keys = std::make_unique<detail::KeyColumns>();
+  }
   trace::Record r;
   while (reader.next(r)) {
     m.add(r);
@@ -311,6 +516,17 @@ UnitStream::UnitStream(std::unique_ptr<trace::Reader> reader, const Plan& plan, 
   m.fixed_fps = true;
   m.hash_fp.insert(plan.fp_by_hash.begin(), plan.fp_by_hash.end());
   m.fps = &plan.fingerprints;
+  if (plan.sync) {
+    // Every session is planned (the commit points are numbered across all
+    // of them); only this worker's are handed on.
+    m.sync = m.sync_rule = true;
+    m.sync_skew = plan.sync_skew;
+    m.planner = std::make_unique<detail::SyncPlanner>(*plan.key_columns);
+    m.mine.assign(plan.sessions.size(), false);
+    for (uint32_t i : sessions) m.mine[i] = true;
+    m.keep.clear();
+    for (uint32_t i = 0; i < plan.sessions.size(); ++i) m.keep.emplace(plan.sessions[i].id, i);
+  }
 }
 
 UnitStream::~UnitStream() = default;
@@ -331,10 +547,18 @@ UnitBatch* UnitStream::next() {
 
 void UnitStream::recycle(UnitBatch* b) { builder_.impl_->recycle(b); }
 size_t UnitStream::batches() const { return builder_.impl_->batches.size(); }
+void UnitStream::on_commit(void (*f)(void*, uint32_t, uint32_t), void* ctx) {
+  builder_.impl_->commit_hook = f;
+  builder_.impl_->commit_ctx = ctx;
+}
+size_t UnitStream::sync_held() const {
+  const PlanBuilder::Impl& m = *builder_.impl_;
+  return m.planner ? m.planner->held() : 0;
+}
 
-Workload stream(const std::string& path, const Window& window, const Shard& shard) {
+Workload stream(const std::string& path, const Window& window, const Shard& shard, bool sync) {
   std::unique_ptr<trace::Reader> reader = trace::open_reader(path);
-  Workload w(plan_streamed(*reader, window, shard));
+  Workload w(plan_streamed(*reader, window, shard, sync));
   w.path_ = path;
   w.window_ = window;
   w.shard_ = shard;

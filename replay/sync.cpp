@@ -12,12 +12,10 @@
 namespace tierlab::replay::detail {
 
 CommitOrder::CommitOrder(uint32_t commits, int workers)
-    : n_(commits), flags_(std::make_unique<std::atomic<uint8_t>[]>(commits)),
-      watchers_(std::make_unique<std::atomic<uint64_t>[]>(commits)), waiters_(workers) {
-  for (uint32_t i = 0; i < commits; ++i) {
-    flags_[i].store(0, std::memory_order_relaxed);
-    watchers_[i].store(0, std::memory_order_relaxed);
-  }
+    : n_(commits), flags_(std::make_unique<std::atomic<uint64_t>[]>(commits / 64 + 1)),
+      watchers_(std::make_unique<std::atomic<uint64_t>[]>(kWatchSlots)), waiters_(workers) {
+  for (uint32_t i = 0; i <= commits / 64; ++i) flags_[i].store(0, std::memory_order_relaxed);
+  for (uint32_t i = 0; i < kWatchSlots; ++i) watchers_[i].store(0, std::memory_order_relaxed);
   for (Waiter& w : waiters_) {
     w.fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (w.fd < 0) {
@@ -35,11 +33,11 @@ CommitOrder::~CommitOrder() {
 }
 
 uint64_t CommitOrder::complete(uint32_t i) {
-  if (i < n_) flags_[i].store(1, std::memory_order_seq_cst);
+  if (i < n_) flags_[i / 64].fetch_or(uint64_t{1} << (i % 64), std::memory_order_seq_cst);
   uint64_t p = prefix_.load(std::memory_order_seq_cst);
-  // Invariant: flags_[0..p) are all set. Whoever sees flags_[p] set may
-  // move the prefix past it; a failed exchange reloads p and goes on.
-  while (p < n_ && flags_[p].load(std::memory_order_seq_cst)) {
+  // Invariant: flags 0..p are all set. Whoever sees flag p set may move the
+  // prefix past it; a failed exchange reloads p and goes on.
+  while (p < n_ && is_done(static_cast<uint32_t>(p))) {
     if (prefix_.compare_exchange_weak(p, p + 1, std::memory_order_seq_cst)) ++p;
   }
   return p;
@@ -47,8 +45,8 @@ uint64_t CommitOrder::complete(uint32_t i) {
 
 bool CommitOrder::watch(uint32_t i, int w) {
   if (i >= n_) return true;
-  watchers_[i].fetch_or(uint64_t{1} << (w % 64), std::memory_order_seq_cst);
-  return flags_[i].load(std::memory_order_seq_cst) != 0;
+  watchers_[i % kWatchSlots].fetch_or(uint64_t{1} << (w % 64), std::memory_order_seq_cst);
+  return is_done(i);
 }
 
 void CommitOrder::signal_one(int w) {

@@ -6,9 +6,13 @@
 // it: a commit that cannot come counts as done at once) its flag is set;
 // done() is the length of the prefix of flags set, which only grows. A
 // unit waits until done() reaches its sync_need and the flag of each
-// commit point it lists (Plan::sync_deps) is set. Marking is lock-free and
-// allocates nothing: one flag store, one exchange of the point's watchers,
-// and a compare-and-swap per commit point the prefix passes.
+// commit point it lists (Tables::sync_deps) is set. Marking is lock-free and
+// allocates nothing: one flag set, one exchange of the point's watchers,
+// and a compare-and-swap per commit point the prefix passes. The flags are
+// a bitset (a bit per commit point), and the watchers kWatchSlots masks
+// that the commit points share (point i's are slot i % kWatchSlots): memory
+// does not grow past one bit per commit point, and a worker that a
+// completion signals for another point of its slot watches again.
 //
 // Waking: each worker that has units waiting for the prefix publishes the
 // least need among them (Waiter::need); one whose unit waits for a listed
@@ -41,6 +45,7 @@ struct alignas(64) Waiter {
 
 class CommitOrder {
  public:
+  static constexpr uint32_t kWatchSlots = 4096;
   // `commits` points; `workers` waiters, whose eventfds are made here
   // (RuntimeError when they cannot be).
   CommitOrder(uint32_t commits, int workers);
@@ -56,16 +61,18 @@ class CommitOrder {
   // (take_watchers).
   uint64_t complete(uint32_t i);
 
-  bool is_done(uint32_t i) const { return i >= n_ || flags_[i].load(std::memory_order_seq_cst) != 0; }
+  bool is_done(uint32_t i) const {
+    return i >= n_ || (flags_[i / 64].load(std::memory_order_seq_cst) >> (i % 64) & 1) != 0;
+  }
 
   // Worker `w` waits for point i: it is signalled when i completes. True
   // when i has completed already (no signal need come).
   bool watch(uint32_t i, int w);
 
-  // The workers watching point i (a bit per worker, worker w at w % 64),
-  // who watch it no more.
+  // The workers watching point i or another point of its slot (a bit per
+  // worker, worker w at w % 64), who watch them no more.
   uint64_t take_watchers(uint32_t i) {
-    return i < n_ ? watchers_[i].exchange(0, std::memory_order_seq_cst) : 0;
+    return i < n_ ? watchers_[i % kWatchSlots].exchange(0, std::memory_order_seq_cst) : 0;
   }
 
   // Signals the workers other than `self` in `mask` (take_watchers).
@@ -82,8 +89,8 @@ class CommitOrder {
 
  private:
   uint32_t n_;
-  std::unique_ptr<std::atomic<uint8_t>[]> flags_;
-  std::unique_ptr<std::atomic<uint64_t>[]> watchers_;
+  std::unique_ptr<std::atomic<uint64_t>[]> flags_;     // bit i % 64 of word i / 64
+  std::unique_ptr<std::atomic<uint64_t>[]> watchers_;  // kWatchSlots
   std::atomic<uint64_t> prefix_{0};
   std::vector<Waiter> waiters_;
 };

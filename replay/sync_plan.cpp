@@ -50,8 +50,13 @@ struct RelUses {
   std::vector<Entry> whole[kKinds];  // of the whole relation
   std::vector<Entry> keyed[kKinds];  // by a key, all keys
 };
+// One row key: its earlier uses, the open transactions that use it, and
+// the last commit that used it (kNoCommit: none).
 struct KeyUses {
   std::vector<Entry> by_kind[kKinds];
+  uint32_t refs = 0;
+  uint32_t last = kNoCommit;
+  std::unordered_map<std::string, uint32_t>::iterator name;  // in key_id
 };
 
 }  // namespace
@@ -74,9 +79,15 @@ struct SyncPlanner::Impl {
   std::multiset<Nanos> pending;           // begins of the transactions not yet needed
   std::unordered_map<std::string, uint32_t> rel_id;
   std::vector<const std::string*> rel_key;  // per relation: its key column, or nullptr
-  std::unordered_map<std::string, uint32_t> key_id;  // relation id, NUL, value
+  std::unordered_map<std::string, uint32_t> key_id;  // relation id, NUL, value -> key
+  uint32_t next_key = 0;
   std::vector<RelUses> rels;
-  std::unordered_map<uint64_t, KeyUses> key_uses;  // (relation, key) -> uses
+  std::unordered_map<uint32_t, KeyUses> key_uses;  // by key
+  // The keys' uses by commit, in commit order: those of a key whose last
+  // commit falls behind the oldest commit a need may still read (see
+  // kKeepCommits), and that no open transaction uses, are forgotten.
+  std::deque<std::pair<uint32_t, uint32_t>> key_commits;  // commit, key
+  uint32_t cutoff = 0;                    // need(): commits below this are in its prefix
   std::vector<uint32_t> appended;        // relations with appends, in the order of their first
   std::vector<Entry> barriers;
   std::vector<Entry> picks;
@@ -108,6 +119,14 @@ struct SyncPlanner::Impl {
   }
 
   bool scan(const std::vector<Entry>& list, const Entry& me, bool any_key);
+  uint32_t before(Nanos t) const {
+    return ends_dropped + static_cast<uint32_t>(std::lower_bound(ends.begin(), ends.end(), t) - ends.begin());
+  }
+  void forget(uint32_t key) {
+    auto it = key_uses.find(key);
+    key_id.erase(it->second.name);
+    key_uses.erase(it);
+  }
   bool covered(const Entry& e) const {
     for (const Entry& p : picks)
       if (e.end < p.begin && (p.all || conflicts(p, e))) return true;
@@ -158,7 +177,9 @@ void SyncPlanner::add(uint32_t txn, const SqlAccess& access) {
       for (const Equality& e : a.keys)
         if (e.column == *column) {
           std::string k = std::to_string(u.rel) + '\0' + e.value;
-          u.key = m.key_id.try_emplace(std::move(k), static_cast<uint32_t>(m.key_id.size())).first->second;
+          auto [kit, fresh_key] = m.key_id.try_emplace(std::move(k), m.next_key);
+          if (fresh_key) m.key_uses[m.next_key++].name = kit;
+          u.key = kit->second;
           break;
         }
     // One use per (relation, key): two kinds make a Write, but Schema
@@ -166,6 +187,7 @@ void SyncPlanner::add(uint32_t txn, const SqlAccess& access) {
     auto same = std::find_if(t.uses.begin(), t.uses.end(), [&](const Use& o) { return o.rel == u.rel && o.key == u.key; });
     if (same == t.uses.end()) {
       t.uses.push_back(u);
+      if (u.key != kWhole) ++m.key_uses[u.key].refs;
     } else if (same->kind != u.kind) {
       if (same->kind == AccessKind::Schema) same->kind = u.kind;
       else if (u.kind != AccessKind::Schema) same->kind = AccessKind::Write;
@@ -173,10 +195,9 @@ void SyncPlanner::add(uint32_t txn, const SqlAccess& access) {
   }
 }
 
-uint32_t SyncPlanner::before(Nanos t) const {
-  const Impl& m = *impl_;
-  return m.ends_dropped + static_cast<uint32_t>(std::lower_bound(m.ends.begin(), m.ends.end(), t) - m.ends.begin());
-}
+uint32_t SyncPlanner::before(Nanos t) const { return impl_->before(t); }
+
+size_t SyncPlanner::keys() const { return impl_->key_uses.size(); }
 
 size_t SyncPlanner::held() const {
   const Impl& m = *impl_;
@@ -205,7 +226,7 @@ bool SyncPlanner::Impl::scan(const std::vector<Entry>& list, const Entry& me, bo
     if (uniform(p)) stop = std::max(stop, p.begin);
   for (size_t i = n; i-- > 0;) {
     const Entry& e = list[i];
-    if (e.end < stop) break;
+    if (e.end < stop || e.commit < cutoff) break;
     if (++scanned > kMaxScan) return false;
     if (!conflicts(me, e) || covered(e)) continue;
     if (picks.size() >= kMaxDeps) return false;
@@ -229,6 +250,10 @@ SyncNeed SyncPlanner::need(uint32_t txn) {
   }
   m.picks.clear();
   m.scanned = 0;
+  // The commits more than kKeepCommits before its begin: in its prefix.
+  const uint32_t seen = before(t.begin);
+  m.cutoff = seen > kKeepCommits ? seen - static_cast<uint32_t>(kKeepCommits) : 0;
+  n.prefix = m.cutoff;
   Entry me;
   me.begin = t.begin;
   me.barrier = true;  // for the barriers: every one conflicts
@@ -243,7 +268,7 @@ SyncNeed SyncPlanner::need(uint32_t txn) {
     // every key).
     const KeyUses* k = nullptr;
     if (u.key != kWhole) {
-      auto it = m.key_uses.find(uint64_t{u.rel} << 32 | u.key);
+      auto it = m.key_uses.find(u.key);
       if (it != m.key_uses.end()) k = &it->second;
     }
     // Writes first: they cover the most of what comes after.
@@ -286,6 +311,18 @@ void SyncPlanner::close(uint32_t txn, uint32_t commit, Nanos end) {
   Impl::Txn& t = m.txns[txn];
   assert(t.needed);
   m.free.push_back(txn);
+  // Commits below `floor` no need still to be taken reads.
+  auto floor = [&m] {
+    const uint32_t seen = m.before(m.horizon());
+    return seen > kKeepCommits ? seen - static_cast<uint32_t>(kKeepCommits) : 0;
+  };
+  for (const Use& u : t.uses)
+    if (u.key != kWhole) {
+      KeyUses& k = m.key_uses[u.key];
+      --k.refs;
+      if (commit != kNoCommit && !t.unknown) k.last = commit;
+      else if (k.refs == 0 && (k.last == kNoCommit || k.last < floor())) m.forget(u.key);  // by no one now
+    }
   if (commit == kNoCommit) return;
   // Invariant: commits close in end order, so every list is in end order
   // (Impl::visible searches it).
@@ -315,8 +352,17 @@ void SyncPlanner::close(uint32_t txn, uint32_t commit, Nanos end) {
       m.push(r.whole[kind], e);
       continue;
     }
-    m.push(m.key_uses[uint64_t{u.rel} << 32 | u.key].by_kind[kind], e);
+    m.push(m.key_uses[u.key].by_kind[kind], e);
     m.push(r.keyed[kind], e);
+    m.key_commits.emplace_back(commit, u.key);
+  }
+  // Keys last used by a commit no need still to be taken reads.
+  const uint32_t below = floor();
+  while (!m.key_commits.empty() && m.key_commits.front().first < below) {
+    const auto [c, key] = m.key_commits.front();
+    m.key_commits.pop_front();
+    auto it = m.key_uses.find(key);
+    if (it != m.key_uses.end() && it->second.last == c && it->second.refs == 0) m.forget(key);
   }
 }
 

@@ -46,6 +46,12 @@ struct SyncNeed {
 
 inline constexpr size_t kMaxDeps = 64;
 inline constexpr size_t kMaxScan = 1024;
+// A transaction also waits for every commit point more than kKeepCommits
+// before it began (SyncNeed::prefix): in a replay that keeps up, long
+// done. So the rule need not keep what a row key's commits did once that
+// many commits have closed since (and no open transaction uses it): the
+// keys held do not grow with the trace.
+inline constexpr size_t kKeepCommits = 16384;
 
 // Per relation, the one column whose equalities are its row keys: the one
 // most used (`column = value` in a WHERE, Equality) over every transaction
@@ -100,8 +106,10 @@ class SyncPlanner {
   // The commit points closed that ended strictly before `t`; `t` no earlier
   // than the begin of a transaction whose need is still to be taken.
   uint32_t before(Nanos t) const;
-  // Earlier uses held in all lists (for tests of the bound).
+  // Earlier uses held in all lists, and the row keys known (for tests of
+  // the bound).
   size_t held() const;
+  size_t keys() const;
 
  private:
   struct Impl;

@@ -16,6 +16,13 @@ Worker::Worker(Shared& sh, int index, std::vector<uint32_t> sessions, Live& live
     starved_.reserve(sessions.size());
     waking_.reserve(sessions.size());
     for (size_t i = 0; i < sessions.size(); ++i) slot_of_[sessions[i]] = static_cast<uint32_t>(i);
+    if (sh.order)
+      stream_->on_commit(
+          [](void* w, uint32_t session, uint32_t c) {
+            Worker& me = *static_cast<Worker*>(w);
+            if (me.sh_.ended_early[session].load(std::memory_order_acquire)) me.commit_done(c);
+          },
+          this);
   }
   held_.reserve(sessions.size());
   watching_.reserve(sessions.size());
@@ -85,6 +92,11 @@ void Worker::run() {
     if (n < 0) throw RuntimeError(errno_message(std::string("replay: ") + loop_->backend() + " wait", -n));
     dispatch(evs, n);
   }
+  // Streamed with commit order: a session that ended early may have commit
+  // points this stream has not numbered yet, which other workers' sessions
+  // may wait for; the stream reads on to the end, marking them done.
+  if (stream_ && sh_.order && sh_.any_ended_early.load(std::memory_order_acquire) && !sh_.stop.load())
+    while (UnitBatch* b = stream_->next()) stream_->recycle(b);
   // The loop closes its duplicates of the sessions' sockets once the
   // kernel is done with them.
   loop_->finish(1'000'000'000);
@@ -187,9 +199,15 @@ void Worker::finish_slot(uint32_t slot, Nanos now) {
     unpark(slot);
     s.sync_waiting = false;
     const Session& ps = session_of(s);
-    for (uint32_t k = s.next; k < ps.n_units; ++k) {
-      const uint32_t c = plan_.units[plan_.session_units[ps.first_unit + k]].commit;
-      if (c != kNoCommit) commit_done(c);
+    if (!stream_) {
+      for (uint32_t k = s.next; k < ps.n_units; ++k) {
+        const uint32_t c = plan_.units[plan_.session_units[ps.first_unit + k]].commit;
+        if (c != kNoCommit) commit_done(c);
+      }
+    } else if (s.next < ps.n_units) {
+      // Those not read yet: marked done as the streams number them.
+      sh_.ended_early[s.session].store(1, std::memory_order_release);
+      sh_.any_ended_early.store(true, std::memory_order_release);
     }
     publish_need();
   }
@@ -334,7 +352,7 @@ void Worker::on_timer(uint32_t slot, Nanos now) {
   if (!next) return;
   const Unit& u = *next;
   const bool go = sh_.sync_all ? sync_ready(slot, u.sync_all, nullptr, 0, now)
-                               : sync_ready(slot, u.sync_need, plan_.sync_deps.data() + u.sync_dep, u.n_sync_deps, now);
+                               : sync_ready(slot, u.sync_need, tab->sync_deps.data() + u.sync_dep, u.n_sync_deps, now);
   if (!go) return;
   s.unit = unit;
   s.tab = tab;
@@ -383,6 +401,7 @@ const Unit* Worker::next_unit(uint32_t slot, const Tables** tab, uint32_t* index
                          "'s unit " + std::to_string(s.next) + " (did it change while it was replayed?)");
     Slot& to = slots_[slot_of_.at(b->session)];
     if (to.state == State::Done) {  // failed or stopped: nothing more of it is sent
+      if (sh_.order) batch_done(*b, 0);
       stream_->recycle(b);
       continue;
     }
@@ -434,15 +453,22 @@ void Worker::stream_wake(Nanos now) {
   waking_.clear();
 }
 
+void Worker::batch_done(const UnitBatch& b, uint32_t from) {
+  for (uint32_t k = from; k < b.order.size(); ++k)
+    if (const uint32_t c = b.units[b.order[k]].commit; c != kNoCommit) commit_done(c);
+}
+
 void Worker::drop_queue(uint32_t slot) {
   Slot& s = slots_[slot];
   while (UnitBatch* h = s.q_head) {
     s.q_head = h->next;
+    if (sh_.order) batch_done(*h, h->pos);
     stream_->recycle(h);
   }
   s.q_tail = nullptr;
   s.queued = 0;
   if (held_batch_ && slot_of_[held_batch_->session] == slot) {
+    if (sh_.order) batch_done(*held_batch_, 0);
     stream_->recycle(held_batch_);
     held_batch_ = nullptr;
     stream_moved_ = true;
@@ -522,7 +548,9 @@ void Worker::sync_wake(Nanos now) {
   }
   for (size_t i = 0; i < watching_.size();) {
     const uint32_t slot = watching_[i];
-    if (!sh_.order->is_done(slots_[slot].sync_watch)) {
+    // Watched again (a slot of watchers serves several commit points, and
+    // another's completion took this worker's bit), then read.
+    if (!sh_.order->watch(slots_[slot].sync_watch, index_)) {
       ++i;
       continue;
     }

@@ -118,6 +118,11 @@ struct Shared {
   // --sync commit or all with commit points to keep: their order; nullptr else.
   CommitOrder* order = nullptr;
   bool sync_all = false;              // --sync all: every commit before, not the listed ones
+  // Streamed with commit order: the sessions (by plan index) that ended
+  // before their last unit; each worker's stream marks their commit points
+  // done as it numbers them.
+  std::unique_ptr<std::atomic<uint8_t>[]> ended_early;
+  std::atomic<bool> any_ended_early{false};
   Nanos sync_timeout = 0;             // a wait longer than this goes on; 0: no limit
 };
 
@@ -229,8 +234,11 @@ class Worker {
   void release_held();
   // Streamed: a held batch went to its queue; the starved slots look again.
   void stream_wake(Nanos now);
-  // Streamed: the batches still queued for the slot go back to the stream.
+  // Streamed: the batches still queued for the slot go back to the stream
+  // (with commit order, their commit points from each one's next unit on
+  // are done: they cannot come).
   void drop_queue(uint32_t slot);
+  void batch_done(const UnitBatch& b, uint32_t from);
 
   // Units in flight on the worker's sessions (Shared::batch_window).
   int in_flight() const;

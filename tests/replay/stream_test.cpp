@@ -219,11 +219,25 @@ std::string describe(const Tables& t, const Unit& u, const std::vector<std::stri
   return d;
 }
 
-// `most_units`: set to the most units a batch held.
-void check_same(const std::string& path, const Window& window, const Shard& shard, size_t* most_units = nullptr) {
+// A unit's commit order: its commit point, what it waits for under --sync
+// commit and under --sync all.
+std::string describe_sync(const Tables& t, const Unit& u) {
+  std::string d = " commit " + std::to_string(u.commit) + " need " + std::to_string(u.sync_need) + " deps";
+  for (uint32_t i = 0; i < u.n_sync_deps; ++i) d += " " + std::to_string(t.sync_deps[u.sync_dep + i]);
+  return d + " all " + std::to_string(u.sync_all);
+}
+
+// `most_units`: set to the most units a batch held. `sync`: the streamed
+// plan with commit order, whose every unit's wait is the loaded one's.
+void check_same(const std::string& path, const Window& window, const Shard& shard, size_t* most_units = nullptr,
+                bool sync = false, size_t max_batches = 0) {
   auto reader = trace::open_reader(path);
   Workload loaded = load(*reader, window, shard);
-  Workload streamed = stream(path, window, shard);
+  Workload streamed = stream(path, window, shard, sync);
+  if (sync) {
+    REQUIRE(streamed.sync_unplanned() == "");
+    CHECK(streamed.plan().commits == loaded.plan().commits);
+  }
   const Plan& lp = loaded.plan();
   const Plan& sp = streamed.plan();
   REQUIRE(sp.streamed);
@@ -260,6 +274,7 @@ void check_same(const std::string& path, const Window& window, const Shard& shar
     CHECK(x.end == y.end);
     CHECK(x.n_units == y.n_units);
     CHECK(x.captured_transactions == y.captured_transactions);
+    if (sync) CHECK(x.sync_all == y.sync_all);
     all.push_back(i);
   }
   CHECK(max_speed_gates(lp) == max_speed_gates(sp));
@@ -270,7 +285,9 @@ void check_same(const std::string& path, const Window& window, const Shard& shar
   while (UnitBatch* batch = us.next()) {
     ++held;
     most = std::max(most, held);
-    for (uint32_t i : batch->order) got[batch->session].push_back(describe(*batch, batch->units[i], sp.fingerprints));
+    for (uint32_t i : batch->order)
+      got[batch->session].push_back(describe(*batch, batch->units[i], sp.fingerprints) +
+                                    (sync ? describe_sync(*batch, batch->units[i]) : ""));
     if (most_units) *most_units = std::max(*most_units, batch->units.size());
     us.recycle(batch);
     --held;
@@ -281,12 +298,15 @@ void check_same(const std::string& path, const Window& window, const Shard& shar
     REQUIRE(got[i].size() == s.n_units);
     for (uint32_t k = 0; k < s.n_units; ++k) {
       INFO("unit " << k);
-      CHECK(got[i][k] == describe(lp, lp.units[lp.session_units[s.first_unit + k]], lp.fingerprints));
+      const Unit& u = lp.units[lp.session_units[s.first_unit + k]];
+      CHECK(got[i][k] == describe(lp, u, lp.fingerprints) + (sync ? describe_sync(lp, u) : ""));
     }
   }
   // Each batch recycled before the next: the stream made only a few
-  // (those of the sessions with units in the making).
-  CHECK(us.batches() <= 8);
+  // (those of the sessions with units in the making, and with commit
+  // order those of the transactions still open).
+  INFO("batches made: " << us.batches());
+  CHECK(us.batches() <= (max_batches ? max_batches : sync ? 64u : 8u));
 }
 
 }  // namespace
@@ -310,6 +330,103 @@ TEST_CASE("a streamed workload is the loaded one, unit for unit", "[replay][stre
   SECTION("shards") {
     for (uint32_t k = 0; k < 3; ++k) check_same(path, {}, Shard{k, 3});
   }
+}
+
+namespace {
+
+// Sessions whose transactions conflict: 5 sessions over 4 accounts, each
+// round a transaction (BEGIN, a SELECT and an UPDATE of one account,
+// COMMIT), an autocommit UPDATE, or a read; now and then an INSERT, a
+// failed statement (waits for everything before it) and commits that end
+// at the same time (ties). Interleaved by time.
+std::vector<Record> conflicting_trace(int rounds) {
+  std::vector<std::pair<Record, uint64_t>> recs;
+  uint64_t seq = 0;
+  auto add = [&](Nanos ts, uint64_t s, trace::Body b) { recs.push_back({Record{ts, s, std::move(b)}, seq++}); };
+  std::mt19937 rng(7);
+  for (uint64_t s = 1; s <= 5; ++s) {
+    add(0, s, trace::SessionBegin{"u", "db", "app", "", 0, 0});
+    add(0, s, trace::Ready{'I'});
+    Nanos ts = static_cast<Nanos>(s) * 1000;
+    for (int k = 0; k < rounds; ++k) {
+      const std::string aid = std::to_string(rng() % 4 + 1);
+      const int kind = static_cast<int>(rng() % 8);
+      // Every 16th round of sessions 1 and 2 ends at the same time (a tie).
+      if (s <= 2 && k % 16 == 0) ts = (k + 1) * 400000;
+      auto q = [&](const std::string& sql, const char* tag, char ready, bool error = false) {
+        add(ts, s, trace::Query{keep(sql)});
+        ts += 20000 + static_cast<Nanos>(rng() % 30000);
+        if (error) add(ts, s, trace::Error{"23505", "ERROR", "duplicate key"});
+        else add(ts, s, trace::Result{tag, false, 1});
+        add(ts, s, trace::Ready{ready});
+        ts += 5000 + static_cast<Nanos>(rng() % 10000);
+      };
+      if (kind <= 2) {
+        q("BEGIN", "BEGIN", 'T');
+        q("SELECT abalance FROM acc WHERE aid = " + aid, "SELECT 1", 'T');
+        q("UPDATE acc SET abalance = " + std::to_string(k) + " WHERE aid = " + aid, "UPDATE 1", 'T');
+        q("COMMIT", "COMMIT", 'I');
+      } else if (kind <= 4) {
+        q("UPDATE acc SET abalance = abalance - 1 WHERE aid = " + aid, "UPDATE 1", 'I');
+      } else if (kind == 5) {
+        q("INSERT INTO hist VALUES (" + aid + ")", "INSERT 0 1", 'I', k % 5 == 0);
+      } else {
+        q("SELECT abalance FROM acc WHERE aid = " + aid, "SELECT 1", 'I');
+      }
+    }
+    add(ts, s, trace::SessionEnd{trace::EndReason::Clean});
+  }
+  std::stable_sort(recs.begin(), recs.end(), [](const auto& x, const auto& y) { return x.first.ts < y.first.ts; });
+  std::vector<Record> out;
+  for (auto& r : recs) out.push_back(std::move(r.first));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a streamed workload with commit order plans every unit's wait as the loaded one",
+          "[replay][stream][sync]") {
+  tierlab::test::TempDir dir;
+  SECTION("transactions that conflict") {
+    const std::string path = dir.file("conflicts.tlt");
+    write_trace(path, conflicting_trace(300));
+    SECTION("the whole trace") { check_same(path, {}, {}, nullptr, true); }
+    SECTION("a window") {
+      Window w;
+      w.begin = 20 * kMs + 10000;
+      w.end = 60 * kMs;
+      check_same(path, w, {}, nullptr, true);
+    }
+    SECTION("shards") {
+      for (uint32_t k = 0; k < 2; ++k) check_same(path, {}, Shard{k, 2}, nullptr, true);
+    }
+  }
+  SECTION("records a little out of time order (the stream holds its events that much longer)") {
+    const std::string path = dir.file("skewed.tlt");
+    std::vector<Record> recs = conflicting_trace(300);
+    for (size_t i = 0; i + 1 < recs.size(); i += 37)
+      if (recs[i].session != recs[i + 1].session) std::swap(recs[i], recs[i + 1]);
+    write_trace(path, recs);
+    check_same(path, {}, {}, nullptr, true, SIZE_MAX);  // held as long as the records are out of order
+  }
+  SECTION("sessions of every kind") {
+    const std::string path = dir.file("mixed.tlt");
+    write_trace(path, mixed_trace(40));
+    check_same(path, {}, {}, nullptr, true);
+  }
+}
+
+TEST_CASE("a trace out of time order cannot be planned as it is read, and says why", "[replay][stream][sync]") {
+  tierlab::test::TempDir dir;
+  const std::string path = dir.file("unordered.tlt");
+  std::vector<Record> recs = conflicting_trace(20);
+  recs[40].ts = recs[60].ts + 2'000'000'000;  // 2 s ahead of the records after it
+  write_trace(path, recs);
+  Workload w = stream(path, {}, {}, true);
+  CHECK_THAT(w.sync_unplanned(), Catch::Contains("out of time order"));
+  Options o;
+  o.sync = true;
+  REQUIRE_THROWS_WITH(run(w, o), Catch::Contains("cannot be planned as the trace is read"));
 }
 
 namespace {
@@ -761,4 +878,32 @@ TEST_CASE("a streamed replay does not deadlock when a session with a full read-a
   CHECK(r.statements == 304);
   CHECK(r.errors == 0);
   CHECK(pg.sql("SELECT v FROM lockt WHERE id = 1") == "2");
+}
+
+TEST_CASE("a streamed replay with commit order replays what the loaded one does, commit points and all",
+          "[replay][pg][stream][sync]") {
+  auto& pg = tierlab::test::shared_server();
+  tierlab::test::TempDir dir;
+  const std::string path = dir.file("conflicts.tlt");
+  write_trace(path, conflicting_trace(200));
+  Options o;
+  o.conninfo = pg.conninfo();
+  o.user = pg.superuser();
+  o.database = "postgres";
+  o.threads = 2;
+  o.max_speed = true;
+  o.sync = true;
+  o.sync_timeout_ns = 0;  // a wait the plan got wrong would hang, not pass
+  SECTION("--sync commit") {}
+  SECTION("--sync all") { o.sync_all = true; }
+  auto reader = trace::open_reader(path);
+  const Report a = run(load(*reader), o);
+  Workload w = stream(path, {}, {}, true);
+  REQUIRE(w.sync_unplanned() == "");
+  const Report b = run(w, o);
+  CHECK(a.statements > 0);
+  CHECK(a.commit_points > 0);
+  CHECK(a.commit_points == b.commit_points);
+  CHECK(b.sync_timeouts == 0);
+  check_same_report(a, b);
 }

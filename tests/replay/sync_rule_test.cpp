@@ -384,6 +384,42 @@ TEST_CASE("sync rule: the earlier uses held do not grow with the transactions", 
   CHECK(large <= 3 * 2 * (kMaxScan + 1));  // three lists (whole, keyed, the key's), each at most twice the kept
 }
 
+TEST_CASE("sync rule: the row keys held do not grow with the keys the trace touches", "[replay][sync]") {
+  // Each commit writes a row no commit wrote before, each reader reads one
+  // no one wrote: the keys of commits more than kKeepCommits behind, and
+  // those only read, are forgotten; a commit's need takes them in its
+  // prefix.
+  auto keys_after = [](uint32_t n, SyncNeed* last) {
+    KeyColumns keys;
+    keys.count(read_access("UPDATE t SET v = 0 WHERE id = 1").rels);
+    keys.pick();
+    SyncPlanner p(keys);
+    size_t most = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+      const Nanos begin = static_cast<Nanos>(i) * 10;
+      const uint32_t r = p.open(begin);
+      p.add(r, read_access("SELECT v FROM t WHERE id = -" + std::to_string(i)));
+      (void)p.need(r);
+      p.close(r, kNoCommit, 0);
+      const uint32_t h = p.open(begin);
+      p.add(h, read_access("UPDATE t SET v = 0 WHERE id = " + std::to_string(i % (n / 2))));
+      *last = p.need(h);
+      p.close(h, i, begin + 5);
+      most = std::max(most, p.keys());
+    }
+    return most;
+  };
+  SyncNeed a, b;
+  const size_t small = keys_after(4 * kKeepCommits, &a), large = keys_after(16 * kKeepCommits, &b);
+  INFO("row keys held: " << small << " and " << large);
+  CHECK(large <= kKeepCommits + 2);
+  CHECK(small <= kKeepCommits + 2);
+  // The last commit rewrites the row of the commit n / 2 before it: far
+  // behind, in its prefix, not listed.
+  CHECK(b.prefix == 16 * kKeepCommits - 1 - kKeepCommits);
+  CHECK(b.deps.empty());
+}
+
 TEST_CASE("commit order: a worker watching a commit point is signalled when it completes, not before",
           "[replay][sync]") {
   CommitOrder o(3, 2);
