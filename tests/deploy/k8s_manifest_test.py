@@ -5,7 +5,9 @@ needs (kubectl apply --dry-run=client needs a cluster; this does not).
 Each replay Job: an Indexed Job whose completions, parallelism and
 `--shard /N` agree, that takes K from JOB_COMPLETION_INDEX, starts every
 shard at one --start-at, mounts the trace the replay reads and writes each
-shard's report where the merge Job reads them. Exit 0 when all hold, 1
+shard's report where the merge Job reads them. And deploy/Dockerfile's
+build stage installs every library scripts/setup installs for building.
+Exit 0 when all hold, 1
 with one line per failure otherwise."""
 import glob
 import os
@@ -101,6 +103,22 @@ if os.path.exists(merge_path):
         ok = any(vols.get(v, {}).get("persistentVolumeClaim", {}).get("claimName") == claim and
                  f"{directory}/shard-" in cmd and p.rstrip("/") == directory for v, p in mounts(c).items())
         check(ok, f"merge-job.yaml: does not read the shards' reports {directory}/shard-* from claim {claim}")
+
+# The image's build stage installs every library scripts/setup installs for
+# building (its -dev packages), so that the image builds where the tests do.
+import re
+
+with open(os.path.join(root, "scripts", "setup")) as f:
+    setup = f.read()
+listed = re.search(r"^packages=\((.*?)^\)", setup, re.S | re.M)
+check(listed is not None, "scripts/setup: no packages=( ... ) list")
+needed = set(re.findall(r"\b(lib[\w.+-]*-dev)\b", listed.group(1) if listed else ""))
+with open(os.path.join(root, "deploy", "Dockerfile")) as f:
+    docker = f.read()
+build_stage = docker.split("FROM ", 2)[1] if docker.count("FROM ") >= 2 else docker
+for pkg in sorted(needed):
+    check(re.search(rf"\b{re.escape(pkg)}\b", build_stage) is not None,
+          f"deploy/Dockerfile: the build stage does not install {pkg}, which scripts/setup installs for building")
 
 for f in failures:
     print("FAIL:", f)
