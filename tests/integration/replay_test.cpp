@@ -545,15 +545,16 @@ TEST_CASE("replay CLI: report, JSON keys, progress, dry run, bad flags, unreacha
   TempDir dir;
   std::string path = dir.file("cli.tlt");
   {
+    // In time order, as a capture writes it (a streamed replay plans its
+    // commit order as it reads).
     TraceBuilder b(path);
-    for (uint64_t s = 1; s <= 3; ++s) {
-      b.begin(0, s, "captured_user");
-      for (int i = 0; i < 20; ++i)
+    for (uint64_t s = 1; s <= 3; ++s) b.begin(0, s, "captured_user");
+    for (int i = 0; i < 20; ++i)
+      for (uint64_t s = 1; s <= 3; ++s)
         b.query(i * 60 * kMs + static_cast<Nanos>(s) * kMs, s, "SELECT " + std::to_string(i), "SELECT",
                 true, 1, 2 * kMs);
-      b.end(1300 * kMs, s);
-    }
     b.query_error(1250 * kMs, 1, "SELECT * FROM missing_table", "42P01");
+    for (uint64_t s = 1; s <= 3; ++s) b.end(1300 * kMs, s);
     b.close();
   }
   std::string map = dir.file("users.map");
