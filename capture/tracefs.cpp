@@ -1,6 +1,7 @@
 #include "capture/tracefs.h"
 
 #include "common/error.h"
+#include "common/fd.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -18,13 +19,7 @@
 
 namespace tierlab::capture::tracefs {
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return {};
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_file(const std::string& path) { return read_small_file(path); }
 
 std::string trim(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();

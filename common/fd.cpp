@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <fstream>
+#include <sstream>
 
 namespace tierlab {
 
@@ -17,6 +19,14 @@ int write_all(int fd, const void* data, size_t len) {
     len -= static_cast<size_t>(n);
   }
   return 0;
+}
+
+std::string read_small_file(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return {};
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
 }
 
 }  // namespace tierlab

@@ -1,12 +1,13 @@
 // The replay's default worker count (replay/cpu_budget.h).
 #include "replay/cpu_budget.h"
 
+#include "common/fd.h"
+
 #include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -26,14 +27,6 @@ int cpus_of(long long quota, long long period) {
   return static_cast<int>(std::max<long long>(1, (quota + period - 1) / period));
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return {};
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 int affinity_cpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -47,8 +40,8 @@ int least_quota(const std::string& root, std::string dir, bool v2) {
   int least = 0;
   for (;;) {
     const std::string d = root + dir;
-    const int q = v2 ? quota_cpus_v2(read_text(d + "/cpu.max"))
-                     : quota_cpus_v1(read_text(d + "/cpu.cfs_quota_us"), read_text(d + "/cpu.cfs_period_us"));
+    const int q = v2 ? quota_cpus_v2(read_small_file(d + "/cpu.max"))
+                     : quota_cpus_v1(read_small_file(d + "/cpu.cfs_quota_us"), read_small_file(d + "/cpu.cfs_period_us"));
     if (q > 0) least = least == 0 ? q : std::min(least, q);
     if (dir.empty() || dir == "/") return least;
     const size_t slash = dir.rfind('/');
@@ -80,7 +73,7 @@ int default_cpus(const std::string& cgroup_root) {
 int cgroup_quota_cpus(const std::string& cgroup_root) {
   int least = 0;
   // /proc/self/cgroup: "0::/path" (v2) or "N:cpu,cpuacct:/path" (v1).
-  std::istringstream lines(read_text("/proc/self/cgroup"));
+  std::istringstream lines(read_small_file("/proc/self/cgroup"));
   std::string line;
   while (std::getline(lines, line)) {
     const size_t a = line.find(':');
